@@ -1,0 +1,1 @@
+"""The front door: the ``gridpilot`` command line and the demo. Nothing imports this package."""

@@ -1,0 +1,108 @@
+"""The ``gridpilot`` command line: the one place that reads the environment and the settings."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from sqlalchemy.exc import OperationalError
+
+from gridpilot import schema
+from taskqueue.database import make_engine
+from taskqueue.errors import GridpilotError
+from taskqueue.settings import Settings, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_CONFIG = Path("conf/gridpilot.toml")
+
+
+def _friendly(fn: F) -> F:
+    """Turn gridpilot's own errors and unreachable databases into one clear line, exit 1."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GridpilotError as exc:
+            raise click.ClickException(str(exc)) from exc
+        except OperationalError as exc:
+            raise click.ClickException(
+                f"cannot use the database: {exc.orig or exc}".strip()) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+@click.group()
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              envvar="GRIDPILOT_CONFIG", default=None,
+              help="Settings file (TOML). Default: $GRIDPILOT_CONFIG, else conf/gridpilot.toml "
+                   "if it exists, else built-in defaults.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
+    """gridpilot: workload management for computing grids."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config_path is None and DEFAULT_CONFIG.is_file():
+        config_path = DEFAULT_CONFIG
+    try:
+        ctx.obj = load_settings(config_path, os.environ)
+    except GridpilotError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@cli.group()
+def db() -> None:
+    """Create, upgrade and inspect the database schema."""
+
+
+@db.command("upgrade")
+@click.option("--revision", default="head", show_default=True, help="Target revision.")
+@click.pass_obj
+@_friendly
+def db_upgrade(settings: Settings, revision: str) -> None:
+    """Bring the database schema up to REVISION (creating it if the database is empty)."""
+    engine = make_engine(settings.database.url)
+    before = schema.current_revision(engine)
+    schema.upgrade(engine, revision)
+    after = schema.current_revision(engine)
+    click.echo(f"database {engine.url.render_as_string(hide_password=True)}: "
+               f"revision {before or '(empty)'} -> {after}")
+
+
+@db.command("current")
+@click.pass_obj
+@_friendly
+def db_current(settings: Settings) -> None:
+    """Print the schema revision of the database and whether it is the newest."""
+    engine = make_engine(settings.database.url)
+    current = schema.current_revision(engine)
+    head = schema.head_revision(engine)
+    state = "up to date" if current == head else f"behind; run 'gridpilot db upgrade' ({head})"
+    click.echo(f"{current or '(empty database)'} - {state}")
+
+
+@cli.command()
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path), default=Path("work"),
+              show_default=True, help="Folder for the demo's SQLite database.")
+@click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=3000,
+              show_default=True, help="Number of jobs to submit.")
+@click.option("--seed", type=int, default=7, show_default=True, help="Random seed.")
+@click.pass_obj
+@_friendly
+def demo(settings: Settings, work: Path, n_jobs: int, seed: int) -> None:
+    """Fill task queues with jobs and match them all with a few worker-node descriptions."""
+    from gridpilot.demo import run_demo
+
+    run_demo(settings, work, n_jobs=n_jobs, seed=seed, echo=click.echo)
+
+
+def main() -> None:
+    sys.exit(cli())  # pragma: no cover

@@ -1,0 +1,1 @@
+"""The matcher HTTP service (issue 4)."""

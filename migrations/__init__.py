@@ -1,0 +1,1 @@
+"""The alembic environment and the reviewed schema revisions of gridpilot's database."""

@@ -1,0 +1,1 @@
+"""Job description parsing, the resources configuration and the optimizer chain (issue 3)."""

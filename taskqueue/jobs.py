@@ -1,0 +1,133 @@
+"""Creating jobs and changing their status: the only code that writes ``jobs.status``.
+
+Every status change goes through :func:`apply_transition`, which checks the state machine's
+table, guards the UPDATE with the status the caller expects (so a concurrent change is detected,
+not overwritten) and appends one history row per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.orm import Session
+
+from taskqueue.definitions import JobRequirements
+from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
+from taskqueue.models import Job, JobStatusHistory, history_table, jobs_table
+from taskqueue.states import JobStatus, is_allowed
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job as it arrives: its exact description text and what scheduling needs of it."""
+
+    description: str
+    requirements: JobRequirements
+    user_priority: int = 1
+
+
+def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
+             source: str = "submit") -> list[int]:
+    """Store new jobs with status Received; return their ids in the order given."""
+    if not jobs:
+        return []
+    rows = [
+        {
+            "vo": j.requirements.vo,
+            "owner": j.requirements.owner,
+            "owner_group": j.requirements.owner_group,
+            "status": JobStatus.RECEIVED.value,
+            "minor_status": "Job accepted",
+            "description": j.description,
+            "job_type": j.requirements.job_type,
+            "user_priority": j.user_priority,
+            "cpu_time": j.requirements.cpu_time,
+            "processors": j.requirements.processors,
+            "memory": j.requirements.memory,
+            "submit_pool": j.requirements.submit_pool,
+            "submitted_at": now,
+            "reschedule_count": 0,
+        }
+        for j in jobs
+    ]
+    result = session.connection().execute(
+        insert(jobs_table).returning(jobs_table.c.id, sort_by_parameter_order=True), rows
+    )
+    ids = list(result.scalars())
+    _append_history(session, ids, JobStatus.RECEIVED, "Job accepted", source, now)
+    return ids
+
+
+def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatus,
+                     new: JobStatus, *, minor_status: str, source: str, now: datetime,
+                     values: dict[str, Any] | None = None) -> None:
+    """Move jobs known to be in ``current`` to ``new``, or raise and change nothing.
+
+    ``values`` sets further columns in the same UPDATE (pilot, site, times). Raises
+    :class:`IllegalTransitionError` when the table forbids the move and
+    :class:`ConflictError` when some job is no longer in ``current``.
+    """
+    if not job_ids:
+        return
+    if not is_allowed(current, new):
+        raise IllegalTransitionError(
+            f"a job cannot go from {current} to {new}"
+            + _job_list_suffix(job_ids)
+        )
+    stmt = (
+        update(jobs_table)
+        .where(jobs_table.c.id.in_(job_ids), jobs_table.c.status == current.value)
+        .values(status=new.value, minor_status=minor_status, **(values or {}))
+    )
+    changed = session.connection().execute(stmt).rowcount
+    if changed != len(job_ids):
+        raise ConflictError(
+            f"{len(job_ids) - changed} of {len(job_ids)} jobs were no longer {current} when "
+            f"moving them to {new}{_job_list_suffix(job_ids)}"
+        )
+    _append_history(session, job_ids, new, minor_status, source, now)
+
+
+def set_job_status(session: Session, job_id: int, new: JobStatus, *, minor_status: str,
+                   source: str, now: datetime, values: dict[str, Any] | None = None) -> JobStatus:
+    """Move one job to ``new`` from whatever status it is in; return its previous status."""
+    row = session.execute(
+        select(Job.status).where(Job.id == job_id).with_for_update()
+    ).scalar_one_or_none()
+    if row is None:
+        raise NotFoundError(f"job {job_id} does not exist")
+    current = JobStatus(row)
+    if not is_allowed(current, new):
+        raise IllegalTransitionError(f"job {job_id} is {current} and cannot go to {new}")
+    apply_transition(session, [job_id], current, new, minor_status=minor_status, source=source,
+                     now=now, values=values)
+    return current
+
+
+def job_history(session: Session, job_id: int) -> list[JobStatusHistory]:
+    return list(session.scalars(
+        select(JobStatusHistory).where(JobStatusHistory.job_id == job_id)
+        .order_by(JobStatusHistory.id)
+    ))
+
+
+def _append_history(session: Session, job_ids: Iterable[int], status: JobStatus,
+                    minor_status: str, source: str, now: datetime) -> None:
+    session.connection().execute(
+        insert(history_table),
+        [
+            {"job_id": jid, "at": now, "status": status.value, "minor_status": minor_status,
+             "source": source}
+            for jid in job_ids
+        ],
+    )
+
+
+def _job_list_suffix(job_ids: Sequence[int]) -> str:
+    shown = ", ".join(str(j) for j in list(job_ids)[:5])
+    more = f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else ""
+    return f" (job {shown}{more})" if len(job_ids) == 1 else f" (jobs {shown}{more})"

@@ -1,0 +1,225 @@
+"""Match-and-claim: which task queues a resource can serve, and handing out their jobs.
+
+The draw. Every task queue carries ``draw_key``, the next event of an exponential clock whose
+rate is the queue's priority. A claim takes, among the active queues that match the resource,
+the one with the smallest key, then advances that key by a fresh Exp(priority) variate. For a
+set of queues that are all eligible, this is the race of independent Poisson processes: each
+draw picks queue *i* with probability priority_i / Σ priority, independently of earlier draws
+(the memoryless property), which is the unbiased weighted draw, and it costs one index range
+scan on (active, vo, draw_key) that stops at the first eligible queue, whatever the number of
+queues. A queue that other pilots could not serve keeps its old key and so is served first by
+the next pilot that can: over time, every queue receives resources in proportion to its
+priority.
+
+Exactly once. The job's row of ``task_queue_jobs`` is taken with ``FOR UPDATE SKIP LOCKED`` (two
+claimers never wait for each other and never get the same row), and the job's status moves
+from Waiting to Matched with an UPDATE guarded by that status and a row-count check. SQLite
+drops the locking clause; its transactions take the write lock at BEGIN, so claims run one at a
+time there.
+
+No false "no match". Candidate queues are read in key order, in batches, until one yields a job
+or none is left; only a queue whose jobs are all being claimed at this instant is passed over.
+
+The statements here are Core statements on the tables, built once, because a claim is the
+hottest path of the system.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    func,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.orm import Session
+
+from taskqueue.jobs import apply_transition
+from taskqueue.models import (
+    task_queues_table,
+    tq_banned_sites_table,
+    tq_jobs_table,
+    tq_platforms_table,
+    tq_sites_table,
+    tq_tags_table,
+)
+from taskqueue.resources import Resource
+from taskqueue.states import JobStatus
+
+#: Candidate queues read per query while looking for one with a claimable job.
+CANDIDATE_BATCH = 16
+
+tq = task_queues_table.c
+tqj = tq_jobs_table.c
+
+_TAKE_JOB = (
+    select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id"))
+    .order_by(tqj.rank, tqj.job_id).limit(1).with_for_update(skip_locked=True)
+)
+_DROP_JOB = delete(tq_jobs_table).where(tqj.job_id == bindparam("job_id"))
+_LOCK_QUEUE = (select(tq.id).where(tq.id == bindparam("tq_id"))
+               .with_for_update(skip_locked=True))
+_ANY_JOB_LEFT = select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id")).limit(1)
+_ADVANCE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
+            .values(draw_key=tq.draw_key + bindparam("step")))
+_DEACTIVATE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
+               .values(active=0, emptied_at=bindparam("now")))
+
+
+@dataclass(frozen=True)
+class Claim:
+    job_id: int
+    tq_id: int
+
+
+@dataclass(frozen=True)
+class QueueCount:
+    tq_id: int
+    priority: float
+    waiting: int
+
+
+def queue_conditions(resource: Resource) -> list[ColumnElement[bool]]:
+    """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``."""
+    conds: list[ColumnElement[bool]] = [tq.vo == resource.vo]
+    if resource.owner_group is not None:
+        conds.append(tq.owner_group.in_(sorted(resource.owner_group)))
+    if resource.owner is not None:
+        conds.append(tq.owner == resource.owner)
+    if resource.cpu_time is not None:
+        conds.append(tq.cpu_time <= resource.cpu_time)
+    if resource.processors is not None:
+        conds.append(tq.processors <= resource.processors)
+    if resource.memory is not None:
+        conds.append(tq.memory <= resource.memory)
+    if resource.job_type is not None:
+        conds.append(tq.job_type.in_(sorted(resource.job_type)))
+    if resource.submit_pools is not None:
+        conds.append(or_(tq.submit_pool.is_(None),
+                         tq.submit_pool.in_(sorted(resource.submit_pools))))
+    else:
+        conds.append(tq.submit_pool.is_(None))
+    if resource.site is not None:
+        conds.append(or_(*(_site_allows(site) for site in sorted(resource.site))))
+    if resource.platform is not None:
+        conds.append(_value_allows(tq_platforms_table, resource.platform))
+    if resource.tags is not None:
+        unmet = exists().where(tq_tags_table.c.tq_id == tq.id)
+        if resource.tags:
+            unmet = unmet.where(tq_tags_table.c.value.not_in(sorted(resource.tags)))
+        conds.append(~unmet)
+    for tag in sorted(resource.required_tags):
+        conds.append(exists().where(tq_tags_table.c.tq_id == tq.id,
+                                    tq_tags_table.c.value == tag))
+    return conds
+
+
+def _site_allows(site: str) -> ColumnElement[bool]:
+    """The queue names no site or names ``site``, and does not ban it."""
+    banned = tq_banned_sites_table.c
+    return and_(
+        _value_allows(tq_sites_table, frozenset({site})),
+        ~exists().where(banned.tq_id == tq.id, banned.value == site),
+    )
+
+
+def _value_allows(table: Table, offered: frozenset[str]) -> ColumnElement[bool]:
+    """The queue lists no value in ``table``, or lists one of ``offered``."""
+    return or_(
+        ~exists().where(table.c.tq_id == tq.id),
+        exists().where(table.c.tq_id == tq.id, table.c.value.in_(sorted(offered))),
+    )
+
+
+def matching_queues(session: Session, resource: Resource) -> list[QueueCount]:
+    """The non-empty queues ``resource`` could serve, with their waiting-job counts."""
+    waiting = (select(tqj.tq_id, func.count().label("n")).group_by(tqj.tq_id).subquery())
+    rows = session.connection().execute(
+        select(tq.id, tq.priority, waiting.c.n)
+        .join_from(task_queues_table, waiting, waiting.c.tq_id == tq.id)
+        .where(*queue_conditions(resource))
+        .order_by(tq.id)
+    )
+    return [QueueCount(r.id, r.priority, r.n) for r in rows]
+
+
+def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: int = 1,
+               rng: random.Random | None = None) -> list[Claim]:
+    """Claim up to ``count`` jobs for ``resource``: each one is Matched to the resource's pilot
+    in the caller's transaction. An empty list means no job the resource can run is waiting."""
+    if count < 1:
+        raise ValueError(f"count must be at least 1, got {count}")
+    rng = rng or random.Random()
+    conn = session.connection()
+    conds = queue_conditions(resource)
+    claims: list[Claim] = []
+    while len(claims) < count:
+        claim = _claim_one(conn, conds, now, rng)
+        if claim is None:
+            break
+        claims.append(claim)
+    if claims:
+        apply_transition(
+            session, [c.job_id for c in claims], JobStatus.WAITING, JobStatus.MATCHED,
+            minor_status="Assigned to pilot", source="matcher", now=now,
+            values={"pilot_reference": resource.pilot_reference or None,
+                    "site": resource.site_for_job, "heartbeat_at": now},
+        )
+    return claims
+
+
+def _claim_one(conn: Connection, conds: list[ColumnElement[bool]], now: datetime,
+               rng: random.Random) -> Claim | None:
+    for tq_id, priority in _candidates(conn, conds):
+        job_id = conn.execute(_TAKE_JOB, {"tq_id": tq_id}).scalar_one_or_none()
+        if job_id is not None:
+            conn.execute(_DROP_JOB, {"job_id": job_id})
+        _advance(conn, tq_id, priority, now, rng, took=job_id is not None)
+        if job_id is not None:
+            return Claim(job_id, tq_id)
+    return None
+
+
+def _candidates(conn: Connection, conds: list[ColumnElement[bool]]
+                ) -> Iterator[tuple[int, float]]:
+    """Matching active queues in draw order, read in batches as long as the caller wants."""
+    base = select(tq.id, tq.priority, tq.draw_key).where(tq.active == 1, *conds)
+    order = (tq.draw_key, tq.id)
+    rows = conn.execute(base.order_by(*order).limit(CANDIDATE_BATCH)).all()
+    while True:
+        for row in rows:
+            yield row.id, row.priority
+        if len(rows) < CANDIDATE_BATCH:
+            return
+        key, last_id = rows[-1].draw_key, rows[-1].id
+        rows = conn.execute(
+            base.where(or_(tq.draw_key > key, and_(tq.draw_key == key, tq.id > last_id)))
+            .order_by(*order).limit(CANDIDATE_BATCH)
+        ).all()
+
+
+def _advance(conn: Connection, tq_id: int, priority: float, now: datetime,
+             rng: random.Random, *, took: bool) -> None:
+    """After a draw of ``tq_id``: advance its clock, and mark it inactive if it is now empty.
+
+    Done only while holding the queue row's lock, taken with SKIP LOCKED: if an inserter or
+    another claimer holds it, this draw's bookkeeping is left to them (see taskqueue.queues).
+    """
+    if conn.execute(_LOCK_QUEUE, {"tq_id": tq_id}).scalar_one_or_none() is None:
+        return
+    if conn.execute(_ANY_JOB_LEFT, {"tq_id": tq_id}).scalar_one_or_none() is None:
+        conn.execute(_DEACTIVATE, {"tq_id": tq_id, "now": now})
+    elif took:
+        conn.execute(_ADVANCE, {"tq_id": tq_id, "step": rng.expovariate(max(priority, 1e-12))})

@@ -1,0 +1,240 @@
+"""The SQL schema: jobs and their history, task queues, SubmitPools and pilots.
+
+Keys, uniqueness and cascades live here, in the schema, so that every database enforces them
+whatever the code does. Times are timezone-aware UTC (see :class:`UTCDateTime`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Integer primary keys: 64-bit on the servers, plain INTEGER (rowid) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timestamp stored as naive UTC and always returned timezone-aware.
+
+    MariaDB and SQLite keep no zone; storing naive UTC everywhere and attaching UTC on the way
+    out gives one behaviour on all three databases. Naive datetimes are refused on the way in.
+    """
+
+    impl = DateTime(timezone=False)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} given; gridpilot stores UTC-aware times")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    vo: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(255))
+    owner_group: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    minor_status: Mapped[str] = mapped_column(String(255), default="")
+    #: The job description exactly as it was submitted.
+    description: Mapped[str] = mapped_column(Text)
+    job_type: Mapped[str] = mapped_column(String(64), default="User")
+    #: User priority, 0 (lowest) to 10.
+    user_priority: Mapped[int] = mapped_column(Integer, default=1)
+    #: Requested CPU time in normalised seconds, exact (the task queue keeps it bucketed).
+    cpu_time: Mapped[int] = mapped_column(BigInteger, default=0)
+    processors: Mapped[int] = mapped_column(Integer, default=1)
+    #: Requested memory in MB, 0 for no requirement.
+    memory: Mapped[int] = mapped_column(Integer, default=0)
+    submit_pool: Mapped[str | None] = mapped_column(
+        ForeignKey("submit_pools.id", ondelete="SET NULL"), default=None
+    )
+    site: Mapped[str | None] = mapped_column(String(128), default=None)
+    pilot_reference: Mapped[str | None] = mapped_column(String(255), default=None)
+    submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    reschedule_count: Mapped[int] = mapped_column(Integer, default=0)
+
+    __table_args__ = (
+        Index(None, "status", "id"),
+        Index(None, "owner", "status"),
+        Index(None, "submit_pool", "status"),
+    )
+
+
+class JobStatusHistory(Base):
+    __tablename__ = "job_status_history"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("jobs.id", ondelete="CASCADE"), index=True
+    )
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    minor_status: Mapped[str] = mapped_column(String(255), default="")
+    #: Who made the change: "submit", "optimizer", "matcher", "pilot", "operator", an agent ...
+    source: Mapped[str] = mapped_column(String(64))
+
+
+class SubmitPool(Base):
+    __tablename__ = "submit_pools"
+
+    #: sha256 hex digest of the canonical requirements.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: Canonical JSON of the requirements.
+    requirements: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: Last time a job used this pool (the cleanup grace period counts from here).
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SubmitPoolQueue(Base):
+    __tablename__ = "submit_pool_queues"
+
+    pool_id: Mapped[str] = mapped_column(
+        ForeignKey("submit_pools.id", ondelete="CASCADE"), primary_key=True
+    )
+    site: Mapped[str] = mapped_column(String(128), primary_key=True)
+    ce: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(128), primary_key=True)
+    refreshed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "site", "ce", "queue"),)
+
+
+class TaskQueue(Base):
+    __tablename__ = "task_queues"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: sha256 hex digest of the canonical definition: one task queue per definition.
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    vo: Mapped[str] = mapped_column(String(64))
+    owner_group: Mapped[str] = mapped_column(String(128))
+    #: NULL when the owner group shares its jobs.
+    owner: Mapped[str | None] = mapped_column(String(255))
+    cpu_time: Mapped[int] = mapped_column(BigInteger)
+    processors: Mapped[int] = mapped_column(Integer)
+    memory: Mapped[int] = mapped_column(Integer)
+    job_type: Mapped[str] = mapped_column(String(64))
+    submit_pool: Mapped[str | None] = mapped_column(
+        ForeignKey("submit_pools.id", ondelete="CASCADE")
+    )
+    priority: Mapped[float] = mapped_column(Float)
+    #: 1 while the queue may hold waiting jobs; 0 once a claim found it empty.
+    active: Mapped[int] = mapped_column(Integer)
+    #: Key of the priority-weighted draw: the next event of an exponential clock of rate
+    #: ``priority``; the smallest key among matching queues wins (see taskqueue.matching).
+    draw_key: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    emptied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    __table_args__ = (
+        Index(None, "active", "vo", "draw_key"),
+        Index(None, "owner_group", "owner"),
+    )
+
+
+class _TaskQueueValue:
+    """Columns shared by the per-queue value tables (sites, banned sites, platforms, tags)."""
+
+    tq_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("task_queues.id", ondelete="CASCADE"), primary_key=True
+    )
+    value: Mapped[str] = mapped_column(String(128), primary_key=True)
+
+
+class TaskQueueSite(_TaskQueueValue, Base):
+    __tablename__ = "tq_sites"
+
+
+class TaskQueueBannedSite(_TaskQueueValue, Base):
+    __tablename__ = "tq_banned_sites"
+
+
+class TaskQueuePlatform(_TaskQueueValue, Base):
+    __tablename__ = "tq_platforms"
+
+
+class TaskQueueTag(_TaskQueueValue, Base):
+    __tablename__ = "tq_tags"
+
+
+class TaskQueueJob(Base):
+    __tablename__ = "task_queue_jobs"
+
+    job_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    tq_id: Mapped[int] = mapped_column(BigId, ForeignKey("task_queues.id", ondelete="CASCADE"))
+    #: Minus the job's user priority, so that one ascending index scan on (tq_id, rank, job_id)
+    #: yields the best job first: highest priority, then oldest.
+    rank: Mapped[int] = mapped_column(Integer)
+
+    __table_args__ = (Index(None, "tq_id", "rank", "job_id"),)
+
+
+class Pilot(Base):
+    __tablename__ = "pilots"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    reference: Mapped[str] = mapped_column(String(255), unique=True)
+    vo: Mapped[str] = mapped_column(String(64))
+    site: Mapped[str] = mapped_column(String(128))
+    ce: Mapped[str] = mapped_column(String(255))
+    queue: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(32))
+    submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+    __table_args__ = (Index(None, "site", "ce", "queue", "status"),)
+
+
+# Core table handles, for the hot paths (claims, bulk inserts) that skip the ORM layer.
+jobs_table = cast(Table, Job.__table__)
+history_table = cast(Table, JobStatusHistory.__table__)
+task_queues_table = cast(Table, TaskQueue.__table__)
+tq_jobs_table = cast(Table, TaskQueueJob.__table__)
+tq_sites_table = cast(Table, TaskQueueSite.__table__)
+tq_banned_sites_table = cast(Table, TaskQueueBannedSite.__table__)
+tq_platforms_table = cast(Table, TaskQueuePlatform.__table__)
+tq_tags_table = cast(Table, TaskQueueTag.__table__)

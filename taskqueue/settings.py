@@ -1,0 +1,185 @@
+"""The one settings object, loaded once by an entry point and passed down.
+
+Values come from, in rising precedence: the defaults below, a TOML file
+(``conf/gridpilot.toml`` documents every key), and ``GRIDPILOT_<SECTION>_<KEY>`` environment
+variables (``GRIDPILOT_DATABASE_URL`` overrides ``[database] url``). Library code never reads
+the environment: only :func:`load_settings` does, with the mapping its caller hands it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from taskqueue.errors import ConfigurationError
+
+ENV_PREFIX = "GRIDPILOT_"
+
+#: CPU-time segments in seconds, like the reference system's: 6 min, 30 min, 1 h, 6 h, 12 h,
+#: 1 d, 2 d, 3 d, 4 d, 6 d, 8 d, 10 d, 12.5 d.
+DEFAULT_CPU_SEGMENTS: tuple[int, ...] = (
+    360, 1800, 3600, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200, 864000,
+    1080000,
+)
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    #: SQLAlchemy URL; the embedded default is an SQLite file in the work folder.
+    url: str = "sqlite:///work/gridpilot.db"
+    #: Echo SQL statements to the log (debugging only).
+    echo: bool = False
+
+
+@dataclass(frozen=True)
+class TaskQueueSettings:
+    #: Upper bounds of the CPU-time buckets, in normalised seconds, ascending.
+    cpu_time_segments: tuple[int, ...] = DEFAULT_CPU_SEGMENTS
+    #: Significant bits kept when processors and memory are rounded up into buckets.
+    significant_bits: int = 3
+    #: Share of each owner group; a group not listed gets ``default_share``.
+    shares: Mapping[str, float] = field(default_factory=dict)
+    default_share: float = 1.0
+    #: Groups whose members' jobs share task queues (no per-owner split).
+    job_sharing_groups: tuple[str, ...] = ()
+    #: Seconds an empty task queue is kept before it is deleted.
+    empty_queue_grace: int = 600
+    #: Seconds a SubmitPool without pending jobs is kept before it is deleted.
+    submit_pool_grace: int = 3600
+
+    def __post_init__(self) -> None:
+        segs = self.cpu_time_segments
+        if not segs or any(s <= 0 for s in segs) or list(segs) != sorted(set(segs)):
+            raise ConfigurationError(
+                f"taskqueue.cpu_time_segments must be positive, strictly ascending seconds, "
+                f"got {list(segs)}")
+        if not 1 <= self.significant_bits <= 16:
+            raise ConfigurationError(
+                f"taskqueue.significant_bits must be between 1 and 16, got {self.significant_bits}")
+        for group, share in self.shares.items():
+            if share <= 0:
+                raise ConfigurationError(
+                    f"taskqueue.shares.{group} must be a positive number, got {share}")
+        if self.default_share <= 0:
+            raise ConfigurationError(
+                f"taskqueue.default_share must be a positive number, got {self.default_share}")
+        for name in ("empty_queue_grace", "submit_pool_grace"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"taskqueue.{name} must not be negative, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    database: DatabaseSettings = field(default_factory=DatabaseSettings)
+    taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
+
+    def group_shares_jobs(self, group: str) -> bool:
+        return group in self.taskqueue.job_sharing_groups
+
+    def share_of(self, group: str) -> float:
+        return self.taskqueue.shares.get(group, self.taskqueue.default_share)
+
+
+def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    """Build the settings from an optional TOML file and an environment mapping."""
+    raw: dict[str, Any] = {}
+    origin = "defaults"
+    if path is not None:
+        origin = str(path)
+        try:
+            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError as exc:
+            raise ConfigurationError(f"settings file {path} does not exist") from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigurationError(f"settings file {path} is not valid TOML: {exc}") from exc
+    sections: dict[str, Any] = {}
+    for sec in dataclasses.fields(Settings):
+        sec_cls = _section_class(sec)
+        values = raw.pop(sec.name, {})
+        if not isinstance(values, dict):
+            raise ConfigurationError(f"{origin}: [{sec.name}] must be a table")
+        sections[sec.name] = _build_section(sec_cls, sec.name, values, origin, environ or {})
+    if raw:
+        unknown = ", ".join(sorted(raw))
+        raise ConfigurationError(f"{origin}: unknown section or key {unknown}")
+    return Settings(**sections)
+
+
+def _section_class(f: dataclasses.Field[Any]) -> type[Any]:
+    hints = typing.get_type_hints(Settings)
+    cls = hints[f.name]
+    assert isinstance(cls, type)
+    return cls
+
+
+def _build_section(cls: type[Any], section: str, values: dict[str, Any], origin: str,
+                   environ: Mapping[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ConfigurationError(f"{origin}: unknown key {section}.{unknown[0]}")
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        env_name = f"{ENV_PREFIX}{section}_{f.name}".upper()
+        if env_name in environ:
+            where, value = f"environment variable {env_name}", _parse_env(environ[env_name])
+        elif f.name in values:
+            where, value = f"{origin}: {section}.{f.name}", values[f.name]
+        else:
+            continue
+        kwargs[f.name] = _coerce(hints[f.name], value, where)
+    return cls(**kwargs)
+
+
+def _parse_env(text: str) -> Any:
+    """Environment values are JSON where they parse as JSON (numbers, lists, tables)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _coerce(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in {"true", "false", "1", "0"}:
+            return value.lower() in {"true", "1"}
+        raise ConfigurationError(f"{where} must be true or false, got {value!r}")
+    if hint is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigurationError(f"{where} must be an integer, got {value!r}")
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigurationError(f"{where} must be a number, got {value!r}")
+    if hint is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigurationError(f"{where} must be a string, got {value!r}")
+    if origin is tuple:
+        (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
+        if not isinstance(value, list):
+            raise ConfigurationError(f"{where} must be a list, got {value!r}")
+        return tuple(_coerce(item, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict, types.MappingProxyType) or origin is typing.get_origin(
+        Mapping[str, float]
+    ):
+        _, item = typing.get_args(hint)
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"{where} must be a table, got {value!r}")
+        return types.MappingProxyType(
+            {str(k): _coerce(item, v, f"{where}.{k}") for k, v in value.items()}
+        )
+    raise ConfigurationError(f"{where}: unsupported setting type {hint!r}")

@@ -1,0 +1,134 @@
+"""SubmitPools (RFC 7): jobs with identical requirements share one pool, keyed by a digest.
+
+The canonical form of a requirements mapping is independent of key order, list order,
+duplicates and number spelling (4000, 4000.0), and of the Python process that computes it, so
+that the same requirements always name the same pool. Its sha256 hex digest is the pool's id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from taskqueue.errors import InvalidRequirementsError
+from taskqueue.models import Job, SubmitPool, SubmitPoolQueue
+from taskqueue.states import PENDING_STATES
+
+Scalar = str | int | float
+Canonical = dict[str, Scalar | list[Scalar]]
+
+
+def canonical_requirements(requirements: Mapping[str, Any]) -> Canonical:
+    """The canonical form: keys sorted, lists sorted and de-duplicated (a one-element list is its
+    element), integral numbers as integers."""
+    if not isinstance(requirements, Mapping):
+        raise InvalidRequirementsError(
+            f"requirements must be a mapping of parameter to value, got {requirements!r}")
+    result: Canonical = {}
+    for key in sorted(requirements, key=lambda k: (str(k).lower(), str(k))):
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidRequirementsError(
+                f"requirement names must be non-empty strings, got {key!r}")
+        if key.lower() in {k.lower() for k in result}:
+            raise InvalidRequirementsError(
+                f"requirement {key!r} is given twice (names are case-insensitive)")
+        value = requirements[key]
+        if isinstance(value, list | tuple | set | frozenset):
+            items = sorted({_scalar(key, v) for v in value}, key=_order)
+            if not items:
+                raise InvalidRequirementsError(f"requirement {key!r} is an empty list")
+            result[key] = items[0] if len(items) == 1 else items
+        else:
+            result[key] = _scalar(key, value)
+    return result
+
+
+def _scalar(key: str, value: Any) -> Scalar:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidRequirementsError(
+            f"requirement {key!r} must be a string, a number or a list of them, got {value!r}")
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidRequirementsError(f"requirement {key!r} must be finite, got {value!r}")
+        if value.is_integer():
+            return int(value)
+    return value
+
+
+def _order(v: Scalar) -> tuple[int, str, float]:
+    # Numbers before strings; numbers by value, strings by text.
+    return (1, v, 0.0) if isinstance(v, str) else (0, "", float(v))
+
+
+def canonical_text(requirements: Mapping[str, Any]) -> str:
+    return json.dumps(canonical_requirements(requirements), sort_keys=False,
+                      separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def submit_pool_id(requirements: Mapping[str, Any]) -> str:
+    """The SubmitPool id of ``requirements``: sha256 hex of their canonical JSON."""
+    return hashlib.sha256(canonical_text(requirements).encode("ascii")).hexdigest()
+
+
+def store_submit_pool(session: Session, requirements: Mapping[str, Any], *,
+                      now: datetime) -> str:
+    """Get or create the pool of ``requirements``, stamp its use, and return its id."""
+    pool_id = submit_pool_id(requirements)
+    if session.get(SubmitPool, pool_id) is None:
+        session.add(SubmitPool(id=pool_id, requirements=canonical_text(requirements),
+                               created_at=now, updated_at=now))
+        try:
+            with session.begin_nested():
+                session.flush()
+        except IntegrityError:
+            # A concurrent submitter created it first: theirs is the same pool.
+            session.expunge_all()
+            if session.get(SubmitPool, pool_id) is None:
+                raise
+    else:
+        session.execute(update(SubmitPool).where(SubmitPool.id == pool_id)
+                        .values(updated_at=now))
+    return pool_id
+
+
+def set_pool_queues(session: Session, pool_id: str, queues: Iterable[tuple[str, str, str]], *,
+                    now: datetime) -> None:
+    """Replace the eligible (site, CE, queue) triples of a pool and stamp the refresh time."""
+    session.execute(delete(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool_id))
+    rows = [{"pool_id": pool_id, "site": s, "ce": c, "queue": q, "refreshed_at": now}
+            for s, c, q in sorted(set(queues))]
+    if rows:
+        session.execute(insert(SubmitPoolQueue), rows)
+
+
+def get_submit_pools_for_queue(session: Session, site: str, ce: str, queue: str) -> list[str]:
+    """Ids of the pools whose jobs the given queue may run."""
+    return list(session.scalars(
+        select(SubmitPoolQueue.pool_id)
+        .where(SubmitPoolQueue.site == site, SubmitPoolQueue.ce == ce,
+               SubmitPoolQueue.queue == queue)
+        .order_by(SubmitPoolQueue.pool_id)
+    ))
+
+
+def delete_unused_submit_pools(session: Session, *, now: datetime,
+                               grace: timedelta) -> list[str]:
+    """Delete pools that no pending job uses and that were not used within ``grace``."""
+    pending = exists().where(Job.submit_pool == SubmitPool.id,
+                             Job.status.in_([s.value for s in PENDING_STATES]))
+    doomed = list(session.scalars(
+        select(SubmitPool.id).where(SubmitPool.updated_at <= now - grace, ~pending)
+        .order_by(SubmitPool.id).with_for_update(skip_locked=True)
+    ))
+    if doomed:
+        session.execute(delete(SubmitPool).where(SubmitPool.id.in_(doomed), ~pending)
+                        .execution_options(synchronize_session=False))
+    return doomed
