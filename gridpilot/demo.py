@@ -161,8 +161,8 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
     echo(_fair_share_line(first_groups, settings))
     with factory() as session:
         left = session.scalar(select(func.count()).select_from(TaskQueueJob)) or 0
-        by_status = dict(session.execute(
-            select(Job.status, func.count()).group_by(Job.status)).tuples().all())
+        by_status = {status: n for status, n in session.execute(
+            select(Job.status, func.count()).group_by(Job.status))}
     echo(f"\nJobs by status: {', '.join(f'{s} {n}' for s, n in sorted(by_status.items()))}; "
          f"left waiting: {left}.")
     if left:

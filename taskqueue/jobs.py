@@ -83,7 +83,16 @@ def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatu
         .where(jobs_table.c.id.in_(job_ids), jobs_table.c.status == current.value)
         .values(status=new.value, minor_status=minor_status, **(values or {}))
     )
-    changed = session.connection().execute(stmt).rowcount
+    if len(job_ids) == 1:
+        changed = session.connection().execute(stmt).rowcount
+    else:
+        # All or nothing, even for a caller that catches the error and commits.
+        savepoint = session.begin_nested()
+        changed = session.connection().execute(stmt).rowcount
+        if changed == len(job_ids):
+            savepoint.commit()
+        else:
+            savepoint.rollback()
     if changed != len(job_ids):
         raise ConflictError(
             f"{len(job_ids) - changed} of {len(job_ids)} jobs were no longer {current} when "

@@ -13,9 +13,8 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
 
-from sqlalchemy import CursorResult, Executable, Select, delete, exists, insert, select, update
+from sqlalchemy import Select, delete, exists, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -28,6 +27,7 @@ from taskqueue.models import (
     TaskQueuePlatform,
     TaskQueueSite,
     TaskQueueTag,
+    task_queues_table,
     tq_jobs_table,
 )
 from taskqueue.settings import Settings
@@ -80,9 +80,10 @@ def _activate_queues(session: Session, by_digest: dict[str, TaskQueueDefinition]
     created: list[TaskQueueDefinition] = []
     pending = dict(by_digest)
     while pending:
-        found = dict(session.execute(
-            select(TaskQueue.digest, TaskQueue.id).where(TaskQueue.digest.in_(pending))
-        ).tuples().all())
+        found: dict[str, int] = {
+            digest: tq_id for digest, tq_id in session.execute(
+                select(TaskQueue.digest, TaskQueue.id).where(TaskQueue.digest.in_(pending)))
+        }
         for digest, definition in pending.items():
             if digest not in found:
                 tq_id, was_created = _create_queue(session, definition, now, rng)
@@ -129,17 +130,22 @@ def _create_queue(session: Session, d: TaskQueueDefinition, now: datetime,
         "draw_key": virtual_time(session, d.vo) + rng.expovariate(INITIAL_PRIORITY),
     }
     dialect = session.get_bind().dialect.name
-    stmt: Executable
+    stmt: postgresql.Insert | sqlite.Insert | mysql.Insert
     if dialect == "postgresql":
-        stmt = postgresql.insert(TaskQueue).values(values).on_conflict_do_nothing(
+        stmt = postgresql.insert(task_queues_table).values(values).on_conflict_do_nothing(
             index_elements=["digest"])
     elif dialect == "sqlite":
-        stmt = sqlite.insert(TaskQueue).values(values).on_conflict_do_nothing(
+        stmt = sqlite.insert(task_queues_table).values(values).on_conflict_do_nothing(
             index_elements=["digest"])
     else:
-        stmt = mysql.insert(TaskQueue).values(values).prefix_with("IGNORE")
-    was_created = cast(CursorResult[Any], session.execute(stmt)).rowcount == 1
-    tq_id = session.execute(select(TaskQueue.id).where(TaskQueue.digest == digest)).scalar_one()
+        stmt = mysql.insert(task_queues_table).values(values).prefix_with("IGNORE")
+    # RETURNING yields a row only when this statement inserted it (the row count is not
+    # reliable here: PostgreSQL reports -1 for an INSERT with RETURNING).
+    inserted = session.connection().execute(
+        stmt.returning(task_queues_table.c.id)).scalar_one_or_none()
+    was_created = inserted is not None
+    tq_id = inserted if inserted is not None else session.execute(
+        select(TaskQueue.id).where(TaskQueue.digest == digest)).scalar_one()
     if was_created:
         for table, vals in ((TaskQueueSite, d.sites), (TaskQueueBannedSite, d.banned_sites),
                             (TaskQueuePlatform, d.platforms), (TaskQueueTag, d.tags)):
@@ -180,10 +186,9 @@ def delete_empty_queues(session: Session, settings: Settings, *, now: datetime,
     ))
     if doomed:
         # Groups whose queues vanish get their shares split anew.
-        groups = set(session.execute(
+        groups = {(vo, group) for vo, group in session.execute(
             select(TaskQueue.vo, TaskQueue.owner_group).where(TaskQueue.id.in_(doomed))
-            .distinct()
-        ).tuples().all())
+            .distinct())}
         session.execute(delete(TaskQueue).where(TaskQueue.id.in_(doomed), ~has_jobs)
                         .execution_options(synchronize_session=False))
         recompute_priorities(session, settings, groups)

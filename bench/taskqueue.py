@@ -1,0 +1,493 @@
+"""Task-queue benchmark: bulk insertion into task queues, then match-and-claim throughput.
+
+For each task-queue count Q, a fresh database (or SQLite file) is built with the alembic
+schema, ``--jobs`` jobs are inserted through the library path (add_jobs → Received→Checking →
+enqueue_jobs, one transaction per ``--batch`` jobs) spread round-robin over Q distinct task-queue
+definitions, and then 1 and 4 worker processes claim jobs with ``claim_jobs``, one claim per
+transaction, timing each transaction.
+
+One JSON line per measurement goes to stdout; progress goes to stderr. Commits stay durable:
+the benchmark changes no synchronous_commit/fsync setting. Run from the repository root::
+
+    .venv/bin/python bench/taskqueue.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+Queue layout: queue ``q`` belongs to owner ``user<q>`` of group ``lhcb_user`` (VO ``lhcb``), so
+every queue is a distinct definition; one queue in a hundred (``q % 100 == 0``) also carries the
+tag ``Special``, which the "selective" resource requires. Job ``i`` goes to queue ``i % Q``, so
+all queues are created by the first ``Q`` jobs (the "create" phase of the insert measurement).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path and this file (taskqueue.py) would
+# hide the taskqueue package: put the repository root there instead.
+_HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
+    sys.path[0] = str(_HERE.parent)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import secrets  # noqa: E402
+import shutil  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Iterator, Sequence  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from typing import Any  # noqa: E402
+
+from sqlalchemy import Engine, create_engine, func, select, text  # noqa: E402
+from sqlalchemy.engine import URL, make_url  # noqa: E402
+from sqlalchemy.exc import DBAPIError  # noqa: E402
+
+from gridpilot import schema  # noqa: E402
+from taskqueue.database import is_retryable, make_engine, make_session_factory  # noqa: E402
+from taskqueue.definitions import JobRequirements  # noqa: E402
+from taskqueue.jobs import NewJob, add_jobs, apply_transition  # noqa: E402
+from taskqueue.matching import claim_jobs, matching_queues  # noqa: E402
+from taskqueue.models import TaskQueue, TaskQueueJob  # noqa: E402
+from taskqueue.queues import QueueEntry, enqueue_jobs  # noqa: E402
+from taskqueue.resources import Resource, parse_resource  # noqa: E402
+from taskqueue.settings import Settings  # noqa: E402
+from taskqueue.states import JobStatus  # noqa: E402
+
+VO = "lhcb"
+GROUP = "lhcb_user"
+SPECIAL_TAG = "Special"
+#: One queue in SPECIAL_EVERY carries the tag the selective resource requires.
+SPECIAL_EVERY = 100
+#: Progress lines on stderr at most this often (seconds).
+PROGRESS_EVERY = 15.0
+
+GENERIC: dict[str, Any] = {"vo": VO, "tags": "ANY"}
+SELECTIVE: dict[str, Any] = {"vo": VO, "required_tags": [SPECIAL_TAG], "tags": [SPECIAL_TAG]}
+RESOURCES = {"generic": GENERIC, "selective": SELECTIVE}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+# --------------------------------------------------------------------------- databases
+
+
+@dataclass
+class BenchDatabase:
+    """A database made for one measurement round, and how to get rid of it."""
+
+    url: str
+    backend: str
+    label: str
+    drop_sql: str | None = None
+    files: list[Path] = field(default_factory=list)
+
+
+def backend_of(url: str) -> str:
+    name = make_url(url).get_backend_name()
+    return "mariadb" if name == "mysql" else name
+
+
+def _admin_engine(url: str) -> Engine:
+    return create_engine(url, isolation_level="AUTOCOMMIT")
+
+
+@contextmanager
+def fresh_database(base_url: str, tag: str, *, keep: bool, tmpdir: Path) -> Iterator[BenchDatabase]:
+    """A new, empty database (server) or file (SQLite) with the schema built; dropped after."""
+    parsed = make_url(base_url)
+    backend = backend_of(base_url)
+    if backend == "sqlite":
+        db = _fresh_sqlite(parsed, tag, tmpdir)
+    elif backend in ("postgresql", "mariadb"):
+        name = f"gp_bench_{secrets.token_hex(4)}_{tag}"
+        admin = _admin_engine(base_url)
+        try:
+            with admin.connect() as conn:
+                conn.execute(text(f"CREATE DATABASE {name}"))
+        finally:
+            admin.dispose()
+        force = " WITH (FORCE)" if backend == "postgresql" else ""
+        url = parsed.set(database=name).render_as_string(hide_password=False)
+        db = BenchDatabase(url, backend, name, drop_sql=f"DROP DATABASE IF EXISTS {name}{force}")
+        log(f"created database {name}")
+    else:
+        raise SystemExit(f"unsupported backend {backend!r}")
+    try:
+        engine = make_engine(db.url)
+        try:
+            schema.upgrade(engine)
+        finally:
+            engine.dispose()
+        yield db
+    finally:
+        if keep:
+            log(f"--keep: leaving {db.label} in place ({_safe(db.url)})")
+        elif db.drop_sql is not None:
+            admin = _admin_engine(base_url)
+            try:
+                with admin.connect() as conn:
+                    conn.execute(text(db.drop_sql))
+                log(f"dropped database {db.label}")
+            finally:
+                admin.dispose()
+        else:
+            for f in db.files:
+                for path in (f, Path(f"{f}-wal"), Path(f"{f}-shm"), Path(f"{f}-journal")):
+                    path.unlink(missing_ok=True)
+            log(f"removed {db.label}")
+
+
+def _fresh_sqlite(parsed: URL, tag: str, tmpdir: Path) -> BenchDatabase:
+    if parsed.database and parsed.database != ":memory:":
+        given = Path(parsed.database)
+        path = given.with_name(f"{given.stem}_{tag}{given.suffix or '.db'}")
+    else:
+        path = tmpdir / f"bench_{tag}.db"
+    if path.exists():
+        raise SystemExit(f"{path} already exists; the benchmark wants a fresh SQLite file")
+    url = parsed.set(database=str(path)).render_as_string(hide_password=False)
+    return BenchDatabase(url, "sqlite", str(path), files=[path])
+
+
+def _safe(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+# --------------------------------------------------------------------------- insertion
+
+
+def requirements_for(q: int) -> JobRequirements:
+    """The requirements of the jobs of queue ``q``: a distinct definition per ``q``."""
+    tags = frozenset({SPECIAL_TAG}) if q % SPECIAL_EVERY == 0 else frozenset()
+    return JobRequirements(vo=VO, owner=f"user{q}", owner_group=GROUP, cpu_time=86400,
+                           processors=1, memory=2048, tags=tags)
+
+
+def description_for(i: int, q: int) -> str:
+    return (f'[Executable = "bench.sh"; Arguments = "{i}"; JobName = "bench-{i}"; '
+            f'Owner = "user{q}"; OwnerGroup = "{GROUP}"; CPUTime = 86400; '
+            f'InputSandbox = {{"bench.sh", "LFN:/lhcb/user/bench/input-{i % 997}.dat"}}; '
+            f'OutputSandbox = {{"std.out", "std.err"}}]')
+
+
+def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
+                settings: Settings) -> None:
+    """Insert ``n_jobs`` jobs over ``queues`` queues and print the insert measurement."""
+    engine = make_engine(url)
+    factory = make_session_factory(engine)
+    rng = random.Random(queues)
+    reqs = [requirements_for(q) for q in range(queues)]
+    total = add_s = enqueue_s = commit_s = 0.0
+    create_total = create_enqueue = 0.0
+    create_jobs = 0
+    last_log = time.perf_counter()
+    done = 0
+    try:
+        for start in range(0, n_jobs, batch):
+            size = min(batch, n_jobs - start)
+            creating = start < queues
+            jobs = []
+            for i in range(start, start + size):
+                q = i % queues
+                jobs.append(NewJob(description_for(i, q), reqs[q], user_priority=1 + i % 5))
+            now = datetime.now(UTC)
+            t0 = time.perf_counter()
+            with factory.begin() as session:
+                ids = add_jobs(session, jobs, now=now)
+                apply_transition(session, ids, JobStatus.RECEIVED, JobStatus.CHECKING,
+                                 minor_status="Job sanity", source="bench", now=now)
+                t1 = time.perf_counter()
+                enqueue_jobs(session, [QueueEntry(jid, j.requirements, j.user_priority)
+                                       for jid, j in zip(ids, jobs, strict=True)],
+                             settings, now=now, rng=rng)
+                t2 = time.perf_counter()
+            t3 = time.perf_counter()
+            total += t3 - t0
+            add_s += t1 - t0
+            enqueue_s += t2 - t1
+            commit_s += t3 - t2
+            if creating:
+                create_total += t3 - t0
+                create_enqueue += t2 - t1
+                create_jobs += size
+            done += size
+            if t3 - last_log > PROGRESS_EVERY:
+                last_log = t3
+                log(f"  Q={queues}: inserted {done:,}/{n_jobs:,} jobs in {total:.0f} s "
+                    f"({done / total:,.0f} jobs/s; last batch {t3 - t0:.2f} s, "
+                    f"enqueue {t2 - t1:.2f} s)")
+    finally:
+        engine.dispose()
+    rest_jobs = n_jobs - create_jobs
+    rest_total = total - create_total
+    rest_enqueue = enqueue_s - create_enqueue
+    emit({
+        "measure": "insert", "backend": backend, "queues": queues, "jobs": n_jobs,
+        "batch": batch, "seconds": round(total, 2), "jobs_per_s": _rate(n_jobs, total),
+        "enqueue_seconds": round(enqueue_s, 2), "enqueue_jobs_per_s": _rate(n_jobs, enqueue_s),
+        "add_and_check_seconds": round(add_s, 2), "commit_seconds": round(commit_s, 2),
+        # The batches that created the queues (the first Q jobs) versus the others.
+        "create_phase": {"jobs": create_jobs, "seconds": round(create_total, 2),
+                         "enqueue_seconds": round(create_enqueue, 2),
+                         "enqueue_jobs_per_s": _rate(create_jobs, create_enqueue),
+                         "queues_per_s": _rate(queues, create_enqueue)},
+        "fill_phase": {"jobs": rest_jobs, "seconds": round(rest_total, 2),
+                       "enqueue_seconds": round(rest_enqueue, 2),
+                       "jobs_per_s": _rate(rest_jobs, rest_total),
+                       "enqueue_jobs_per_s": _rate(rest_jobs, rest_enqueue)},
+    })
+
+
+def analyze(url: str, backend: str) -> None:
+    """Refresh the planner statistics, as autovacuum/auto-analyze would in a running system."""
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            if backend == "postgresql":
+                conn.execute(text("ANALYZE"))
+            elif backend == "mariadb":
+                for table in ("jobs", "job_status_history", "task_queues", "task_queue_jobs",
+                              "tq_tags"):
+                    conn.execute(text(f"ANALYZE TABLE {table}")).all()
+            else:
+                conn.execute(text("ANALYZE"))
+            conn.commit()
+    finally:
+        engine.dispose()
+
+
+def database_state(url: str, resource: Resource) -> tuple[int, int, int]:
+    """(waiting jobs, active queues, queues the resource matches)."""
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine)() as session:
+            waiting = session.scalar(select(func.count()).select_from(TaskQueueJob)) or 0
+            active = session.scalar(
+                select(func.count()).select_from(TaskQueue).where(TaskQueue.active == 1)) or 0
+            matching = len(matching_queues(session, resource))
+            return waiting, active, matching
+    finally:
+        engine.dispose()
+
+
+# --------------------------------------------------------------------------- claims
+
+
+@dataclass
+class WorkerResult:
+    worker: int
+    latencies: list[float]
+    jobs: int
+    #: Latencies of the transactions that found no job (the measurement's end).
+    empty: list[float]
+    retries: int
+    error: str | None = None
+
+
+def claim_worker(worker: int, url: str, resource_data: dict[str, Any], count: int,
+                 remaining: Any, stop: Any, barrier: Any, results: Any) -> None:
+    """One worker process: claim until the shared budget is spent or no job is left."""
+    latencies: list[float] = []
+    empty: list[float] = []
+    jobs = retries = 0
+    error: str | None = None
+    try:
+        engine = make_engine(url, pool_size=1)
+        factory = make_session_factory(engine)
+        resource = parse_resource({**resource_data,
+                                   "pilot_reference": f"bench-{os.getpid()}"})
+        rng = random.Random(os.getpid())
+        with engine.connect() as conn:  # open the pooled connection before the clock starts
+            conn.execute(text("SELECT 1"))
+        barrier.wait()
+        while not stop.value:
+            with remaining.get_lock():
+                if remaining.value <= 0:
+                    break
+                remaining.value -= 1
+            t0 = time.perf_counter()
+            try:
+                with factory.begin() as session:
+                    claims = claim_jobs(session, resource, now=datetime.now(UTC), count=count,
+                                        rng=rng)
+            except DBAPIError as exc:
+                if not is_retryable(exc) or retries >= 1000:
+                    raise
+                retries += 1
+                with remaining.get_lock():
+                    remaining.value += 1
+                continue
+            if not claims:
+                # Nothing left that this resource can run: the measurement is over.
+                empty.append(time.perf_counter() - t0)
+                stop.value = 1
+                break
+            latencies.append(time.perf_counter() - t0)
+            jobs += len(claims)
+        engine.dispose()
+    except BaseException:  # report, so that the parent does not wait for ever
+        error = traceback.format_exc()
+        stop.value = 1
+    results.put(WorkerResult(worker, latencies, jobs, empty, retries, error))
+
+
+def measure_claims(url: str, backend: str, queues: int, resource_name: str, processes: int,
+                   claims: int, count: int) -> dict[str, Any]:
+    """Run ``processes`` claimers for ``claims`` transactions in total; return the record."""
+    resource_data = RESOURCES[resource_name]
+    waiting, active, matching = database_state(url, parse_resource(resource_data))
+    ctx = mp.get_context("spawn")
+    remaining = ctx.Value("l", claims)
+    stop = ctx.Value("i", 0)
+    barrier = ctx.Barrier(processes + 1)
+    results = ctx.Queue()
+    workers = [ctx.Process(target=claim_worker,
+                           args=(w, url, resource_data, count, remaining, stop, barrier,
+                                 results))
+               for w in range(processes)]
+    for p in workers:
+        p.start()
+    try:
+        barrier.wait(timeout=120)
+    except Exception as exc:
+        for p in workers:
+            p.terminate()
+        raise SystemExit(f"claim workers did not start: {exc!r}") from exc
+    t0 = time.perf_counter()
+    outcome: list[WorkerResult] = [results.get() for _ in workers]
+    seconds = time.perf_counter() - t0
+    for p in workers:
+        p.join()
+    errors = [r.error for r in outcome if r.error]
+    for err in errors:
+        log(f"worker error:\n{err}")
+    latencies = sorted(x for r in outcome for x in r.latencies)
+    # A transaction that found nothing is not a claim: it is reported apart.
+    done = len(latencies)
+    empty = sorted(x for r in outcome for x in r.empty)
+    jobs = sum(r.jobs for r in outcome)
+    record: dict[str, Any] = {
+        "measure": "claim", "backend": backend, "queues": queues, "resource": resource_name,
+        "matching_queues": matching, "active_queues": active, "waiting_jobs": waiting,
+        "processes": processes, "count": count, "claims": done, "jobs": jobs,
+        "seconds": round(seconds, 3), "claims_per_s": _rate(done, seconds),
+        "jobs_per_s": _rate(jobs, seconds),
+        "p50_ms": _percentile_ms(latencies, 0.50), "p99_ms": _percentile_ms(latencies, 0.99),
+        "max_ms": round(latencies[-1] * 1000, 2) if latencies else None,
+        "retries": sum(r.retries for r in outcome),
+    }
+    if done < claims:
+        record["requested_claims"] = claims
+        record["ran_out_of_jobs"] = bool(empty)
+    if empty:
+        record["empty_claims"] = len(empty)
+        record["empty_claim_max_ms"] = round(empty[-1] * 1000, 2)
+    if errors:
+        record["worker_errors"] = len(errors)
+    return record
+
+
+def _percentile_ms(sorted_values: Sequence[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    if len(sorted_values) == 1:
+        return round(sorted_values[0] * 1000, 3)
+    cuts = statistics.quantiles(sorted_values, n=1000, method="inclusive")
+    return round(cuts[round(p * 1000) - 1] * 1000, 3)
+
+
+def _rate(n: float, seconds: float) -> float | None:
+    return round(n / seconds, 1) if seconds > 0 else None
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _int_list(text_value: str) -> list[int]:
+    try:
+        values = [int(v) for v in text_value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {exc}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("expected positive integers")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--url", default=None,
+                        help="SQLAlchemy URL; a server URL only serves to create and drop a "
+                             "fresh gp_bench_* database (default: an SQLite file in a temp dir)")
+    parser.add_argument("--jobs", type=int, default=None,
+                        help="waiting jobs per queue count (default 1,000,000 on PostgreSQL, "
+                             "100,000 otherwise)")
+    parser.add_argument("--queues", type=_int_list, default=[10, 1000, 100000],
+                        help="comma list of task-queue counts (default 10,1000,100000)")
+    parser.add_argument("--processes", type=_int_list, default=[1, 4],
+                        help="comma list of claiming process counts (default 1,4)")
+    parser.add_argument("--claims", type=int, default=5000,
+                        help="claim transactions per measurement (default 5000)")
+    parser.add_argument("--batch", type=int, default=1000,
+                        help="jobs per insert transaction (default 1000)")
+    parser.add_argument("--multi-count", type=int, default=4,
+                        help="jobs per claim in the multi-job measurement (default 4)")
+    parser.add_argument("--keep", action="store_true", help="do not drop the databases")
+    args = parser.parse_args(argv)
+    if args.claims < 1 or args.batch < 1 or args.multi_count < 1:
+        parser.error("--claims, --batch and --multi-count must be positive")
+    if args.jobs is not None and args.jobs < 1:
+        parser.error("--jobs must be positive")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    tmpdir = Path(tempfile.mkdtemp(prefix="gp_bench_"))
+    base_url = args.url or f"sqlite:///{tmpdir / 'bench.db'}"
+    backend = backend_of(base_url)
+    n_jobs = args.jobs or (1_000_000 if backend == "postgresql" else 100_000)
+    settings = Settings()
+    started = time.perf_counter()
+    log(f"backend {backend}, {n_jobs:,} jobs, queues {args.queues}, processes "
+        f"{args.processes}, {args.claims} claims per measurement")
+    # (resource, jobs per claim) in the order run; each with every process count.
+    # The selective run goes first: the generic resource also drains the Special queues.
+    plan = [("selective", 1), ("generic", 1), ("generic", args.multi_count)]
+    try:
+        for queues in args.queues:
+            if queues > n_jobs:
+                log(f"skipping Q={queues}: more queues than jobs ({n_jobs})")
+                continue
+            with fresh_database(base_url, f"q{queues}", keep=args.keep, tmpdir=tmpdir) as db:
+                log(f"Q={queues}: inserting {n_jobs:,} jobs into {_safe(db.url)}")
+                insert_jobs(db.url, backend, queues, n_jobs, args.batch, settings)
+                analyze(db.url, backend)
+                for resource_name, count in plan:
+                    for processes in args.processes:
+                        log(f"Q={queues}: claims, {resource_name} resource, count={count}, "
+                            f"{processes} process(es)")
+                        emit(measure_claims(db.url, backend, queues, resource_name, processes,
+                                            args.claims, count))
+            log(f"elapsed so far {time.perf_counter() - started:.0f} s")
+    finally:
+        if not args.keep:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

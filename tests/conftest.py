@@ -1,0 +1,117 @@
+"""Shared fixtures: a database per backend, its schema built by the migrations.
+
+SQLite always runs. PostgreSQL and MariaDB run when GRIDPILOT_TEST_POSTGRES_URL and
+GRIDPILOT_TEST_MARIADB_URL name a server (any database on it: each test session creates its own
+database there and drops it at the end). With GRIDPILOT_TEST_REQUIRE_SERVERS=1 (as in CI) a
+missing or unreachable server is an error, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from gridpilot import schema
+from taskqueue.database import make_engine, make_session_factory
+from taskqueue.models import Base
+from taskqueue.settings import Settings
+
+SERVER_ENV = {"postgresql": "GRIDPILOT_TEST_POSTGRES_URL", "mariadb": "GRIDPILOT_TEST_MARIADB_URL"}
+
+
+def _backends() -> list[str]:
+    found = ["sqlite"]
+    for name, env in SERVER_ENV.items():
+        if os.environ.get(env):
+            found.append(name)
+        elif os.environ.get("GRIDPILOT_TEST_REQUIRE_SERVERS") == "1":
+            raise pytest.UsageError(f"{env} is not set but GRIDPILOT_TEST_REQUIRE_SERVERS=1")
+    return found
+
+
+BACKENDS = _backends()
+
+
+@dataclass(frozen=True)
+class Database:
+    backend: str
+    url: str
+    engine: Engine
+    factory: sessionmaker[Session]
+
+    @property
+    def is_server(self) -> bool:
+        return self.backend != "sqlite"
+
+
+def _server_database(backend: str) -> Iterator[str]:
+    base = make_url(os.environ[SERVER_ENV[backend]])
+    name = f"gp_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+    except Exception as exc:  # a server named in the environment must answer
+        pytest.fail(f"cannot create a test database on {backend} at "
+                    f"{base.render_as_string(hide_password=True)}: {exc}")
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            force = " WITH (FORCE)" if backend == "postgresql" else ""
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[Database]:
+    """One migrated database per backend for the whole test session."""
+    backend: str = request.param
+    if backend == "sqlite":
+        urls: Iterator[str] = iter(
+            [f"sqlite:///{tmp_path_factory.mktemp('db') / 'gridpilot.db'}"])
+    else:
+        urls = _server_database(backend)
+    url = next(urls)
+    engine = make_engine(url, pool_size=4)
+    schema.upgrade(engine)
+    try:
+        yield Database(backend, url, engine, make_session_factory(engine))
+    finally:
+        engine.dispose()
+        next(urls, None)
+
+
+@pytest.fixture()
+def db(database: Database) -> Iterator[Database]:
+    """The backend's database, emptied after each test."""
+    yield database
+    with database.engine.begin() as conn:
+        for table in reversed(Base.metadata.sorted_tables):
+            conn.execute(table.delete())
+
+
+@pytest.fixture()
+def settings(database: Database) -> Settings:
+    base = Settings()
+    return replace(base, database=replace(base.database, url=database.url))
+
+
+@pytest.fixture()
+def now() -> datetime:
+    return datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture()
+def repo_root() -> Path:
+    return Path(__file__).resolve().parent.parent

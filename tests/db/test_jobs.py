@@ -1,0 +1,80 @@
+"""The state machine on stored jobs: one function, illegal moves refused, history appended."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
+from taskqueue.jobs import apply_transition, job_history, set_job_status
+from taskqueue.models import Job
+from taskqueue.settings import Settings
+from taskqueue.states import JobStatus
+from tests.conftest import Database
+from tests.helpers import claim, requirements, submit
+
+
+def test_legal_move_is_recorded(db: Database, settings: Settings, now: datetime) -> None:
+    with db.factory.begin() as s:
+        (job_id,) = submit(s, settings, now, [requirements()])
+        claim(s, now)
+    later = now + timedelta(minutes=1)
+    with db.factory.begin() as s:
+        previous = set_job_status(s, job_id, JobStatus.RUNNING, minor_status="Application",
+                                  source="pilot", now=later, values={"started_at": later})
+    assert previous is JobStatus.MATCHED
+    with db.factory() as s:
+        job = s.get(Job, job_id)
+        history = [(h.status, h.source) for h in job_history(s, job_id)]
+    assert job is not None and job.status == "Running" and job.started_at == later
+    assert job.minor_status == "Application"
+    assert history == [("Received", "submit"), ("Checking", "test"),
+                       ("Waiting", "optimizer"), ("Matched", "matcher"), ("Running", "pilot")]
+
+
+def test_illegal_move_changes_nothing(db: Database, settings: Settings, now: datetime) -> None:
+    with db.factory.begin() as s:
+        (job_id,) = submit(s, settings, now, [requirements()])
+    with db.factory.begin() as s, pytest.raises(
+        IllegalTransitionError, match=f"job {job_id} is Waiting and cannot go to Running"
+    ):
+        set_job_status(s, job_id, JobStatus.RUNNING, minor_status="", source="pilot", now=now)
+    with db.factory() as s:
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "Waiting"
+        assert len(job_history(s, job_id)) == 3
+
+
+def test_guarded_bulk_move_detects_a_concurrent_change(db: Database, settings: Settings,
+                                                       now: datetime) -> None:
+    with db.factory.begin() as s:
+        ids = submit(s, settings, now, [requirements()] * 3)
+        claim(s, now)  # one of them is Matched now
+    # Even a caller that catches the error and commits keeps none of the move.
+    with db.factory.begin() as s, pytest.raises(
+        ConflictError, match="1 of 3 jobs were no longer Waiting"
+    ):
+        apply_transition(s, ids, JobStatus.WAITING, JobStatus.KILLED, minor_status="",
+                         source="operator", now=now)
+    with db.factory() as s:
+        statuses = sorted(s.get(Job, i).status for i in ids)  # type: ignore[union-attr]
+    assert statuses == ["Matched", "Waiting", "Waiting"]  # the failed move rolled back
+
+
+def test_unknown_job(db: Database, now: datetime) -> None:
+    with db.factory.begin() as s, pytest.raises(NotFoundError, match="job 999999 does not exist"):
+        set_job_status(s, 999999, JobStatus.KILLED, minor_status="", source="x", now=now)
+
+
+def test_reschedule_goes_back_through_rescheduled(db: Database, settings: Settings,
+                                                  now: datetime) -> None:
+    with db.factory.begin() as s:
+        (job_id,) = submit(s, settings, now, [requirements()])
+        claim(s, now)
+        set_job_status(s, job_id, JobStatus.RESCHEDULED, minor_status="Stalled", source="x",
+                       now=now, values={"reschedule_count": Job.reschedule_count + 1})
+        set_job_status(s, job_id, JobStatus.RECEIVED, minor_status="", source="x", now=now)
+        job = s.get(Job, job_id)
+        s.refresh(job)  # type: ignore[arg-type]
+    assert job is not None and job.status == "Received" and job.reschedule_count == 1

@@ -1,0 +1,47 @@
+"""Small builders shared by the database tests."""
+
+from __future__ import annotations
+
+import random
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from taskqueue.definitions import JobRequirements
+from taskqueue.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.matching import Claim, claim_jobs
+from taskqueue.queues import QueueEntry, enqueue_jobs
+from taskqueue.resources import parse_resource
+from taskqueue.settings import Settings
+from taskqueue.states import JobStatus
+
+
+def requirements(**kw: Any) -> JobRequirements:
+    base: dict[str, Any] = {"vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user"}
+    base.update(kw)
+    for key in ("sites", "banned_sites", "platforms", "tags"):
+        if key in base:
+            base[key] = frozenset(base[key])
+    return JobRequirements(**base)
+
+
+def submit(session: Session, settings: Settings, now: datetime, reqs: list[JobRequirements],
+           priorities: list[int] | None = None, rng: random.Random | None = None
+           ) -> list[int]:
+    """Add jobs and put them in their task queues (Received → Checking → Waiting)."""
+    prios = priorities or [1] * len(reqs)
+    ids = add_jobs(session, [NewJob("[Executable = \"x\"]", r, p)
+                             for r, p in zip(reqs, prios, strict=True)], now=now)
+    apply_transition(session, ids, JobStatus.RECEIVED, JobStatus.CHECKING,
+                     minor_status="checks", source="test", now=now)
+    enqueue_jobs(session, [QueueEntry(i, r, p) for i, r, p in zip(ids, reqs, prios, strict=True)],
+                 settings, now=now, rng=rng)
+    return ids
+
+
+def claim(session: Session, now: datetime, count: int = 1, rng: random.Random | None = None,
+          **resource: Any) -> list[Claim]:
+    resource.setdefault("vo", "lhcb")
+    resource.setdefault("pilot_reference", "pilot-1")
+    return claim_jobs(session, parse_resource(resource), now=now, count=count, rng=rng)

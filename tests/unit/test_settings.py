@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from taskqueue.errors import ConfigurationError
+from taskqueue.settings import DEFAULT_CPU_SEGMENTS, Settings, load_settings
+
+
+def test_defaults_use_an_sqlite_file() -> None:
+    s = load_settings(None, {})
+    assert s.database.url.startswith("sqlite:///")
+    assert s.taskqueue.cpu_time_segments == DEFAULT_CPU_SEGMENTS
+
+
+def test_the_shipped_file_loads(repo_root: Path) -> None:
+    s = load_settings(repo_root / "conf" / "gridpilot.toml", {})
+    assert s.share_of("lhcb_prod") == 4.0
+    assert s.group_shares_jobs("lhcb_prod") and not s.group_shares_jobs("lhcb_user")
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "g.toml"
+    f.write_text('[database]\nurl = "sqlite:///a.db"\n[taskqueue]\nempty_queue_grace = 5\n')
+    s = load_settings(f, {"GRIDPILOT_DATABASE_URL": "sqlite:///b.db",
+                          "GRIDPILOT_TASKQUEUE_SHARES": '{"g": 2}',
+                          "GRIDPILOT_TASKQUEUE_JOB_SHARING_GROUPS": '["g"]'})
+    assert s.database.url == "sqlite:///b.db"
+    assert s.taskqueue.empty_queue_grace == 5
+    assert s.share_of("g") == 2.0 and s.group_shares_jobs("g")
+
+
+def test_settings_are_frozen() -> None:
+    s = Settings()
+    with pytest.raises(AttributeError):
+        s.database = s.database  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("text", "env", "message"), [
+    ("[database]\nurl = 3\n", {}, "database.url must be a string, got 3"),
+    ("[database]\nurll = 'x'\n", {}, "unknown key database.urll"),
+    ("[nope]\n", {}, "unknown section or key nope"),
+    ("database = 1\n", {}, r"\[database\] must be a table"),
+    ("[taskqueue]\ncpu_time_segments = [10, 5]\n", {}, "strictly ascending"),
+    ("[taskqueue.shares]\ng = -1\n", {}, "shares.g must be a positive number"),
+    ("[taskqueue]\nempty_queue_grace = 'soon'\n", {}, "must be an integer, got 'soon'"),
+    ("", {"GRIDPILOT_TASKQUEUE_EMPTY_QUEUE_GRACE": "x"},
+     "environment variable GRIDPILOT_TASKQUEUE_EMPTY_QUEUE_GRACE must be an integer"),
+    ("[database\n", {}, "is not valid TOML"),
+])
+def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, str],
+                                     message: str) -> None:
+    f = tmp_path / "g.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigurationError, match=message):
+        load_settings(f, env)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="does not exist"):
+        load_settings(tmp_path / "none.toml", {})
