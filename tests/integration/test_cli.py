@@ -1,0 +1,62 @@
+"""The real ``gridpilot`` command in a subprocess: schema commands, the demo, clear errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import Database
+
+
+def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDPILOT_")}
+    full_env.update(env)
+    return subprocess.run([sys.executable, "-m", "gridpilot", *args], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_db_upgrade_then_current(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    first = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
+    assert first.returncode == 0, first.stderr
+    assert "(empty database) - behind" in first.stdout
+    up = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
+    assert up.returncode == 0, up.stderr
+    assert "revision (empty) -> 0001" in up.stdout
+    again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
+    assert "revision 0001 -> 0001" in again.stdout
+    current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
+    assert current.stdout.strip() == "0001 - up to date"
+
+
+def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
+    out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0001 - up to date"
+
+
+def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text("[taskqueue]\ncpu_time_segments = 'long'\n")
+    out = run(["--config", str(conf), "db", "current"], tmp_path)
+    assert out.returncode == 1
+    assert "taskqueue.cpu_time_segments must be a list, got 'long'" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_unusable_database_url(tmp_path: Path) -> None:
+    out = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL="oracle://x@y/z")
+    assert out.returncode == 1 and "backend 'oracle' is not supported" in out.stderr
+    out = run(["db", "current"], tmp_path,
+              GRIDPILOT_DATABASE_URL="postgresql+psycopg://nobody@127.0.0.1:1/none")
+    assert out.returncode == 1 and "cannot use the database" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_demo_matches_every_job(tmp_path: Path) -> None:
+    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "400"], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "Submitted 400 jobs" in out.stdout
+    assert "Jobs by status: Matched 400; left waiting: 0." in out.stdout

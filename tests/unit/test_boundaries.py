@@ -1,0 +1,69 @@
+"""The package boundaries of ARCHITECTURE.md, checked on the source and in a fresh interpreter."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+#: Third-party and project modules each package may import (the standard library always).
+ALLOWED: dict[str, set[str]] = {
+    "taskqueue": {"taskqueue", "sqlalchemy"},
+    "optimizers": {"optimizers", "taskqueue", "classad2"},
+    "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt"},
+    "pilot": {"pilot", "requests"},
+    "agents": {"agents", "taskqueue", "optimizers", "psij"},
+    "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_package_imports_only_what_it_may(package: str) -> None:
+    bad = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        extra = _imports(path) - STDLIB - ALLOWED[package]
+        if extra:
+            bad[str(path.relative_to(ROOT))] = sorted(extra)
+    assert bad == {}
+
+
+def test_nothing_imports_the_front_door() -> None:
+    offenders = [str(p.relative_to(ROOT)) for pkg in ALLOWED for p in (ROOT / pkg).rglob("*.py")
+                 if "gridpilot" in _imports(p)]
+    assert offenders == []
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60, cwd=ROOT)
+    return {m.split(".")[0] for m in out.stdout.split()}
+
+
+def test_the_pilot_needs_no_server_library() -> None:
+    loaded = _loaded_after("import pilot")
+    assert not loaded & {"sqlalchemy", "flask", "alembic", "classad2", "psij", "click",
+                         "taskqueue", "optimizers", "matcher", "agents", "gridpilot"}
+
+
+def test_the_core_loads_no_web_or_cli_library() -> None:
+    loaded = _loaded_after("import taskqueue.matching, taskqueue.queues, taskqueue.submitpools")
+    assert "sqlalchemy" in loaded
+    assert not loaded & {"flask", "requests", "click", "alembic", "optimizers", "matcher",
+                         "agents", "gridpilot"}
