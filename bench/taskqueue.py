@@ -35,6 +35,7 @@ import os  # noqa: E402
 import random  # noqa: E402
 import secrets  # noqa: E402
 import shutil  # noqa: E402
+import signal  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -45,19 +46,28 @@ from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
-from sqlalchemy import Engine, create_engine, func, select, text  # noqa: E402
+from sqlalchemy import Engine, create_engine, func, insert, select, text  # noqa: E402
 from sqlalchemy.engine import URL, make_url  # noqa: E402
 from sqlalchemy.exc import DBAPIError  # noqa: E402
 
 from gridpilot import schema  # noqa: E402
 from taskqueue.database import is_retryable, make_engine, make_session_factory  # noqa: E402
-from taskqueue.definitions import JobRequirements  # noqa: E402
+from taskqueue.definitions import JobRequirements, TaskQueueDefinition  # noqa: E402
 from taskqueue.jobs import NewJob, add_jobs, apply_transition  # noqa: E402
 from taskqueue.matching import claim_jobs, matching_queues  # noqa: E402
-from taskqueue.models import TaskQueue, TaskQueueJob  # noqa: E402
-from taskqueue.queues import QueueEntry, enqueue_jobs  # noqa: E402
+from taskqueue.models import (  # noqa: E402
+    TaskQueue,
+    TaskQueueJob,
+    history_table,
+    jobs_table,
+    task_queues_table,
+    tq_jobs_table,
+    tq_tags_table,
+)
+from taskqueue.queues import INITIAL_PRIORITY, QueueEntry, enqueue_jobs  # noqa: E402
 from taskqueue.resources import Resource, parse_resource  # noqa: E402
 from taskqueue.settings import Settings  # noqa: E402
+from taskqueue.shares import recompute_priorities, virtual_time  # noqa: E402
 from taskqueue.states import JobStatus  # noqa: E402
 
 VO = "lhcb"
@@ -184,8 +194,9 @@ def description_for(i: int, q: int) -> str:
 
 
 def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
-                settings: Settings) -> None:
-    """Insert ``n_jobs`` jobs over ``queues`` queues and print the insert measurement."""
+                settings: Settings, *, max_seconds: float, total_jobs: int) -> int:
+    """Insert up to ``n_jobs`` jobs over ``queues`` queues through the library, stopping after
+    the batch that crosses ``max_seconds``; print the insert measurement; return the count."""
     engine = make_engine(url)
     factory = make_session_factory(engine)
     rng = random.Random(queues)
@@ -193,16 +204,18 @@ def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
     total = add_s = enqueue_s = commit_s = 0.0
     create_total = create_enqueue = 0.0
     create_jobs = 0
+    create_batches: list[float] = []
     last_log = time.perf_counter()
     done = 0
     try:
-        for start in range(0, n_jobs, batch):
+        while done < n_jobs and (done == 0 or total < max_seconds):
+            start = done
             size = min(batch, n_jobs - start)
             creating = start < queues
             jobs = []
             for i in range(start, start + size):
                 q = i % queues
-                jobs.append(NewJob(description_for(i, q), reqs[q], user_priority=1 + i % 5))
+                jobs.append(NewJob(description_for(i, q), reqs[q], user_priority=priority_of(i)))
             now = datetime.now(UTC)
             t0 = time.perf_counter()
             with factory.begin() as session:
@@ -223,6 +236,7 @@ def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
                 create_total += t3 - t0
                 create_enqueue += t2 - t1
                 create_jobs += size
+                create_batches.append(t3 - t0)
             done += size
             if t3 - last_log > PROGRESS_EVERY:
                 last_log = t3
@@ -231,24 +245,140 @@ def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
                     f"enqueue {t2 - t1:.2f} s)")
     finally:
         engine.dispose()
-    rest_jobs = n_jobs - create_jobs
+    created = min(queues, done)
+    rest_jobs = done - create_jobs
     rest_total = total - create_total
     rest_enqueue = enqueue_s - create_enqueue
     emit({
-        "measure": "insert", "backend": backend, "queues": queues, "jobs": n_jobs,
-        "batch": batch, "seconds": round(total, 2), "jobs_per_s": _rate(n_jobs, total),
-        "enqueue_seconds": round(enqueue_s, 2), "enqueue_jobs_per_s": _rate(n_jobs, enqueue_s),
+        "measure": "insert", "backend": backend, "queues": queues, "jobs": done,
+        "total_jobs": total_jobs, "batch": batch, "seconds": round(total, 2),
+        "jobs_per_s": _rate(done, total), "enqueue_seconds": round(enqueue_s, 2),
+        "enqueue_jobs_per_s": _rate(done, enqueue_s),
         "add_and_check_seconds": round(add_s, 2), "commit_seconds": round(commit_s, 2),
-        # The batches that created the queues (the first Q jobs) versus the others.
-        "create_phase": {"jobs": create_jobs, "seconds": round(create_total, 2),
+        # The batches that created queues (the first Q jobs) versus the others.
+        "create_phase": {"jobs": create_jobs, "queues_created": created,
+                         "seconds": round(create_total, 2),
                          "enqueue_seconds": round(create_enqueue, 2),
                          "enqueue_jobs_per_s": _rate(create_jobs, create_enqueue),
-                         "queues_per_s": _rate(queues, create_enqueue)},
+                         "queues_per_s": _rate(created, create_total),
+                         "first_batch_s": _round(create_batches[0] if create_batches else None),
+                         "last_batch_s": _round(create_batches[-1] if create_batches else None)},
         "fill_phase": {"jobs": rest_jobs, "seconds": round(rest_total, 2),
                        "enqueue_seconds": round(rest_enqueue, 2),
                        "jobs_per_s": _rate(rest_jobs, rest_total),
                        "enqueue_jobs_per_s": _rate(rest_jobs, rest_enqueue)},
     })
+    return done
+
+
+def priority_of(i: int) -> int:
+    return 1 + i % 5
+
+
+def bulk_fill(url: str, backend: str, queues: int, first: int, n_jobs: int,
+              settings: Settings, *, chunk: int = 10_000) -> None:
+    """Bring the database to ``n_jobs`` waiting jobs without the library's insert path.
+
+    Jobs ``first`` .. ``n_jobs - 1`` are written with plain bulk INSERTs in the state the
+    library would leave them in (status Waiting, three history rows, a task_queue_jobs row),
+    queues the library did not get to are created the same way, and the fair-share priorities
+    are then recomputed once with the library's ``recompute_priorities``.
+    """
+    if first >= n_jobs:
+        return
+    engine = make_engine(url)
+    factory = make_session_factory(engine)
+    rng = random.Random(-queues)
+    defs = [TaskQueueDefinition.for_job(requirements_for(q), settings) for q in range(queues)]
+    t_start = time.perf_counter()
+    queues_created = 0
+    recompute_s = 0.0
+    last_log = t_start
+    try:
+        with factory.begin() as session:
+            existing = dict(session.execute(
+                select(TaskQueue.digest, TaskQueue.id)).all())
+        missing = [q for q in range(queues) if defs[q].digest() not in existing]
+        for lo in range(0, len(missing), chunk):
+            part = missing[lo:lo + chunk]
+            now = datetime.now(UTC)
+            with factory.begin() as session:
+                conn = session.connection()
+                vt = virtual_time(session, VO)
+                rows = [_queue_row(defs[q], now, vt + rng.expovariate(INITIAL_PRIORITY))
+                        for q in part]
+                ids = list(conn.execute(
+                    insert(task_queues_table).returning(task_queues_table.c.id,
+                                                        sort_by_parameter_order=True),
+                    rows).scalars())
+                tags = [{"tq_id": tq_id, "value": tag} for q, tq_id in zip(part, ids, strict=True)
+                        for tag in sorted(defs[q].tags)]
+                if tags:
+                    conn.execute(insert(tq_tags_table), tags)
+            existing.update({defs[q].digest(): tq_id for q, tq_id in zip(part, ids, strict=True)})
+            queues_created += len(part)
+        if missing:
+            log(f"  Q={queues}: bulk-created {queues_created:,} queues in "
+                f"{time.perf_counter() - t_start:.0f} s")
+        tq_of = [existing[d.digest()] for d in defs]
+        for lo in range(first, n_jobs, chunk):
+            hi = min(lo + chunk, n_jobs)
+            now = datetime.now(UTC)
+            with factory.begin() as session:
+                conn = session.connection()
+                rows = [_job_row(i, i % queues, now) for i in range(lo, hi)]
+                ids = list(conn.execute(
+                    insert(jobs_table).returning(jobs_table.c.id, sort_by_parameter_order=True),
+                    rows).scalars())
+                conn.execute(insert(history_table), [
+                    {"job_id": jid, "at": now, "status": status, "minor_status": minor,
+                     "source": source}
+                    for jid in ids for status, minor, source in _HISTORY])
+                conn.execute(insert(tq_jobs_table), [
+                    {"job_id": jid, "tq_id": tq_of[i % queues], "rank": -priority_of(i)}
+                    for i, jid in zip(range(lo, hi), ids, strict=True)])
+            if time.perf_counter() - last_log > PROGRESS_EVERY:
+                last_log = time.perf_counter()
+                log(f"  Q={queues}: bulk-filled {hi - first:,}/{n_jobs - first:,} jobs in "
+                    f"{last_log - t_start:.0f} s")
+        t_rec = time.perf_counter()
+        with factory.begin() as session:
+            changed = recompute_priorities(session, settings, {(VO, GROUP)})
+        recompute_s = time.perf_counter() - t_rec
+    finally:
+        engine.dispose()
+    seconds = time.perf_counter() - t_start
+    emit({"measure": "bulk_fill", "backend": backend, "queues": queues,
+          "jobs": n_jobs - first, "queues_created": queues_created,
+          "seconds": round(seconds, 2), "jobs_per_s": _rate(n_jobs - first, seconds),
+          "recompute_priorities_seconds": round(recompute_s, 2),
+          "recompute_priorities_changed": len(changed),
+          "note": "benchmark's own bulk INSERTs, not the library's insert path"})
+
+
+#: The history a job has once the library put it in a task queue.
+_HISTORY = (
+    (JobStatus.RECEIVED.value, "Job accepted", "submit"),
+    (JobStatus.CHECKING.value, "Job sanity", "bench"),
+    (JobStatus.WAITING.value, "Pilot Agent Submission", "optimizer"),
+)
+
+
+def _queue_row(d: TaskQueueDefinition, now: datetime, draw_key: float) -> dict[str, Any]:
+    return {"digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
+            "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
+            "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
+            "active": 1, "created_at": now, "emptied_at": None, "draw_key": draw_key}
+
+
+def _job_row(i: int, q: int, now: datetime) -> dict[str, Any]:
+    req = requirements_for(q)
+    return {"vo": req.vo, "owner": req.owner, "owner_group": req.owner_group,
+            "status": JobStatus.WAITING.value, "minor_status": "Pilot Agent Submission",
+            "description": description_for(i, q), "job_type": req.job_type,
+            "user_priority": priority_of(i), "cpu_time": req.cpu_time,
+            "processors": req.processors, "memory": req.memory,
+            "submit_pool": req.submit_pool, "submitted_at": now, "reschedule_count": 0}
 
 
 def analyze(url: str, backend: str) -> None:
@@ -409,6 +539,10 @@ def _percentile_ms(sorted_values: Sequence[float], p: float) -> float | None:
     return round(cuts[round(p * 1000) - 1] * 1000, 3)
 
 
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def _rate(n: float, seconds: float) -> float | None:
     return round(n / seconds, 1) if seconds > 0 else None
 
@@ -444,17 +578,30 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="jobs per insert transaction (default 1000)")
     parser.add_argument("--multi-count", type=int, default=4,
                         help="jobs per claim in the multi-job measurement (default 4)")
+    parser.add_argument("--insert-jobs", type=int, default=None,
+                        help="at most this many jobs go through the library's insert path "
+                             "(default: all); the rest are bulk-filled")
+    parser.add_argument("--insert-seconds", type=float, default=150.0,
+                        help="stop the library insert path after the batch that crosses this "
+                             "many seconds (default 150, 0 = no limit) and bulk-fill the rest")
     parser.add_argument("--keep", action="store_true", help="do not drop the databases")
     args = parser.parse_args(argv)
     if args.claims < 1 or args.batch < 1 or args.multi_count < 1:
         parser.error("--claims, --batch and --multi-count must be positive")
     if args.jobs is not None and args.jobs < 1:
         parser.error("--jobs must be positive")
+    if args.insert_jobs is not None and args.insert_jobs < 1:
+        parser.error("--insert-jobs must be positive")
     return args
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")  # so that the finally blocks drop the databases
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_bench_"))
     base_url = args.url or f"sqlite:///{tmpdir / 'bench.db'}"
     backend = backend_of(base_url)
@@ -473,7 +620,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 continue
             with fresh_database(base_url, f"q{queues}", keep=args.keep, tmpdir=tmpdir) as db:
                 log(f"Q={queues}: inserting {n_jobs:,} jobs into {_safe(db.url)}")
-                insert_jobs(db.url, backend, queues, n_jobs, args.batch, settings)
+                limit = min(args.insert_jobs or n_jobs, n_jobs)
+                inserted = insert_jobs(db.url, backend, queues, limit, args.batch, settings,
+                                       max_seconds=args.insert_seconds or float("inf"),
+                                       total_jobs=n_jobs)
+                if inserted < n_jobs:
+                    log(f"Q={queues}: bulk-filling jobs {inserted:,}..{n_jobs - 1:,}")
+                    bulk_fill(db.url, backend, queues, inserted, n_jobs, settings)
                 analyze(db.url, backend)
                 for resource_name, count in plan:
                     for processes in args.processes:

@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
 from typing import Any, TypeVar
@@ -14,9 +15,12 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from gridpilot import schema
-from taskqueue.database import make_engine
+from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.errors import GridpilotError
+from taskqueue.queues import delete_empty_queues
 from taskqueue.settings import Settings, load_settings
+from taskqueue.shares import recompute_priorities
+from taskqueue.submitpools import delete_unused_submit_pools
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -87,6 +91,48 @@ def db_current(settings: Settings) -> None:
     head = schema.head_revision(engine)
     state = "up to date" if current == head else f"behind; run 'gridpilot db upgrade' ({head})"
     click.echo(f"{current or '(empty database)'} - {state}")
+
+
+@cli.group()
+def queues() -> None:
+    """Inspect and maintain the task queues."""
+
+
+@queues.command("list")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True,
+              help="Show at most this many queues, largest first.")
+@click.pass_obj
+@_friendly
+def queues_list(settings: Settings, limit: int) -> None:
+    """Task queues with their waiting jobs and priorities."""
+    from gridpilot.reports import queue_table
+
+    factory = make_session_factory(make_engine(settings.database.url))
+    with factory() as session:
+        click.echo(queue_table(session, limit))
+
+
+@queues.command("recompute")
+@click.pass_obj
+@_friendly
+def queues_recompute(settings: Settings) -> None:
+    """Recompute every task queue's fair-share priority now."""
+    factory = make_session_factory(make_engine(settings.database.url))
+    changed = run_in_transaction(factory, lambda s: recompute_priorities(s, settings))
+    click.echo(f"{len(changed)} task queue priorities changed")
+
+
+@queues.command("cleanup")
+@click.pass_obj
+@_friendly
+def queues_cleanup(settings: Settings) -> None:
+    """Delete task queues and SubmitPools that stayed empty past their grace periods."""
+    factory = make_session_factory(make_engine(settings.database.url))
+    now = datetime.now(UTC)
+    gone = run_in_transaction(factory, lambda s: delete_empty_queues(s, settings, now=now))
+    pools = run_in_transaction(factory, lambda s: delete_unused_submit_pools(
+        s, now=now, grace=timedelta(seconds=settings.taskqueue.submit_pool_grace)))
+    click.echo(f"deleted {len(gone)} empty task queues and {len(pools)} unused SubmitPools")
 
 
 @cli.command()

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import func, select
 
 from gridpilot import schema
+from gridpilot.reports import queue_table
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
@@ -102,11 +103,15 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
     echo(f"gridpilot demo: SQLite database {db_file}, schema {schema.current_revision(engine)}")
 
     # 1. Submit: jobs arrive (Received), pass the checks (Checking), wait in task queues.
-    node_names = list(NODES)
+    # Users submit in campaigns of alike jobs: a few dozen kinds of job, some far more popular.
+    kinds = [_job_for(NODES[name], rng) for name in NODES for _ in range(10)]
+    popularity = [1 / (rank + 1) for rank in range(len(kinds))]
+    rng.shuffle(kinds)
     t0 = time.perf_counter()
     for start in range(0, n_jobs, 1000):
-        batch = [_job_for(NODES[rng.choice(node_names)], rng)
-                 for _ in range(min(1000, n_jobs - start))]
+        size = min(1000, n_jobs - start)
+        batch = [(req, rng.randint(0, 10))
+                 for req, _ in rng.choices(kinds, weights=popularity, k=size)]
         now = datetime.now(UTC)
         with factory.begin() as session:
             ids = add_jobs(session, [NewJob(f"[Executable = \"demo.sh\"; JobName = \"demo-{i}\"]",
@@ -171,17 +176,8 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
 
 def _print_queues(factory: Any, echo: Callable[[str], None]) -> None:
     with factory() as session:
-        rows = session.execute(
-            select(TaskQueue, func.count(TaskQueueJob.job_id))
-            .join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
-            .group_by(TaskQueue.id).order_by(func.count(TaskQueueJob.job_id).desc())
-        ).all()
-    echo(f"\nThe 8 largest of {len(rows)} task queues:")
-    echo(f"  {'id':>4} {'group':<10} {'owner':<8} {'cpu(s)':>7} {'cores':>5} {'MB':>5} "
-         f"{'jobs':>5} {'priority':>9}")
-    for tq, n in rows[:8]:
-        echo(f"  {tq.id:>4} {tq.owner_group:<10} {tq.owner or '(all)':<8} {tq.cpu_time:>7} "
-             f"{tq.processors:>5} {tq.memory:>5} {n:>5} {tq.priority:>9.4f}")
+        echo("\nThe 8 largest task queues:")
+        echo(queue_table(session, 8))
 
 
 def _print_resources(resources: dict[str, Resource], matched: Counter[str],

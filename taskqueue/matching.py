@@ -19,6 +19,9 @@ time there.
 
 No false "no match". Candidate queues are read in key order, in batches, until one yields a job
 or none is left; only a queue whose jobs are all being claimed at this instant is passed over.
+A queue found empty is marked inactive then (under its row lock, see taskqueue.queues), so the
+next claims do not look at it again; the claim that takes a queue's last job does not check,
+which keeps that check off the common path.
 
 The statements here are Core statements on the tables, built once, because a claim is the
 hottest path of the system.
@@ -34,6 +37,7 @@ from datetime import datetime
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     Table,
     and_,
     bindparam,
@@ -64,16 +68,22 @@ CANDIDATE_BATCH = 16
 tq = task_queues_table.c
 tqj = tq_jobs_table.c
 
-_TAKE_JOB = (
+_NEXT_JOB = (
     select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id"))
     .order_by(tqj.rank, tqj.job_id).limit(1).with_for_update(skip_locked=True)
 )
+#: Take the queue's best unlocked job in one statement (PostgreSQL, SQLite).
+_TAKE_JOB = delete(tq_jobs_table).where(tqj.job_id == _NEXT_JOB.scalar_subquery()).returning(
+    tqj.job_id)
 _DROP_JOB = delete(tq_jobs_table).where(tqj.job_id == bindparam("job_id"))
 _LOCK_QUEUE = (select(tq.id).where(tq.id == bindparam("tq_id"))
                .with_for_update(skip_locked=True))
 _ANY_JOB_LEFT = select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id")).limit(1)
 _ADVANCE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
             .values(draw_key=tq.draw_key + bindparam("step")))
+#: Lock and advance in one statement (PostgreSQL); a locked queue is left alone.
+_ADVANCE_IF_FREE = (update(task_queues_table).where(tq.id == _LOCK_QUEUE.scalar_subquery())
+                    .values(draw_key=tq.draw_key + bindparam("step")))
 _DEACTIVATE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
                .values(active=0, emptied_at=bindparam("now")))
 
@@ -163,10 +173,11 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     conn = session.connection()
-    conds = queue_conditions(resource)
+    candidates = (select(tq.id, tq.priority, tq.draw_key)
+                  .where(tq.active == 1, *queue_conditions(resource)))
     claims: list[Claim] = []
     while len(claims) < count:
-        claim = _claim_one(conn, conds, now, rng)
+        claim = _claim_one(conn, candidates, now, rng)
         if claim is None:
             break
         claims.append(claim)
@@ -180,22 +191,33 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
     return claims
 
 
-def _claim_one(conn: Connection, conds: list[ColumnElement[bool]], now: datetime,
+def _claim_one(conn: Connection, candidates: Select[int, float, float], now: datetime,
                rng: random.Random) -> Claim | None:
-    for tq_id, priority in _candidates(conn, conds):
-        job_id = conn.execute(_TAKE_JOB, {"tq_id": tq_id}).scalar_one_or_none()
-        if job_id is not None:
-            conn.execute(_DROP_JOB, {"job_id": job_id})
-        _advance(conn, tq_id, priority, now, rng, took=job_id is not None)
-        if job_id is not None:
-            return Claim(job_id, tq_id)
+    for tq_id, priority in _in_draw_order(conn, candidates):
+        job_id = _take_job(conn, tq_id)
+        if job_id is None:
+            # Empty, or every job in it is being claimed right now.
+            _retire_if_empty(conn, tq_id, now)
+            continue
+        _advance(conn, tq_id, rng.expovariate(max(priority, 1e-12)))
+        return Claim(job_id, tq_id)
     return None
 
 
-def _candidates(conn: Connection, conds: list[ColumnElement[bool]]
-                ) -> Iterator[tuple[int, float]]:
+def _take_job(conn: Connection, tq_id: int) -> int | None:
+    """Remove the queue's best job that no other claimer holds; return its id."""
+    if conn.dialect.name == "mysql":
+        # MariaDB refuses a locking subquery on the table a DELETE changes: two statements.
+        job_id = conn.execute(_NEXT_JOB, {"tq_id": tq_id}).scalar_one_or_none()
+        if job_id is not None:
+            conn.execute(_DROP_JOB, {"job_id": job_id})
+        return job_id
+    return conn.execute(_TAKE_JOB, {"tq_id": tq_id}).scalar_one_or_none()
+
+
+def _in_draw_order(conn: Connection, base: Select[int, float, float]
+                   ) -> Iterator[tuple[int, float]]:
     """Matching active queues in draw order, read in batches as long as the caller wants."""
-    base = select(tq.id, tq.priority, tq.draw_key).where(tq.active == 1, *conds)
     order = (tq.draw_key, tq.id)
     rows = conn.execute(base.order_by(*order).limit(CANDIDATE_BATCH)).all()
     while True:
@@ -210,16 +232,22 @@ def _candidates(conn: Connection, conds: list[ColumnElement[bool]]
         ).all()
 
 
-def _advance(conn: Connection, tq_id: int, priority: float, now: datetime,
-             rng: random.Random, *, took: bool) -> None:
-    """After a draw of ``tq_id``: advance its clock, and mark it inactive if it is now empty.
+def _advance(conn: Connection, tq_id: int, step: float) -> None:
+    """Move the queue's draw key on by ``step``, unless another transaction holds the queue's
+    row (then this draw's step is skipped rather than waited for)."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_ADVANCE_IF_FREE, {"tq_id": tq_id, "step": step})
+    elif conn.execute(_LOCK_QUEUE, {"tq_id": tq_id}).scalar_one_or_none() is not None:
+        conn.execute(_ADVANCE, {"tq_id": tq_id, "step": step})
 
-    Done only while holding the queue row's lock, taken with SKIP LOCKED: if an inserter or
-    another claimer holds it, this draw's bookkeeping is left to them (see taskqueue.queues).
+
+def _retire_if_empty(conn: Connection, tq_id: int, now: datetime) -> None:
+    """Mark a queue inactive if it holds no job, checked while holding its row's lock.
+
+    The lock is what makes this safe against a concurrent inserter (see taskqueue.queues): a
+    queue whose row another transaction holds is left active for a later claim to look at.
     """
     if conn.execute(_LOCK_QUEUE, {"tq_id": tq_id}).scalar_one_or_none() is None:
         return
     if conn.execute(_ANY_JOB_LEFT, {"tq_id": tq_id}).scalar_one_or_none() is None:
         conn.execute(_DEACTIVATE, {"tq_id": tq_id, "now": now})
-    elif took:
-        conn.execute(_ADVANCE, {"tq_id": tq_id, "step": rng.expovariate(max(priority, 1e-12))})

@@ -178,6 +178,8 @@ def test_empty_queues_wait_for_their_grace_period(db: Database, settings: Settin
     with db.factory.begin() as s:
         claims = claim(s, now, owner="a")
     assert len(claims) == 1
+    with db.factory.begin() as s:  # the next look at a's queue finds it empty: retired now
+        assert claim(s, now, owner="a") == []
     grace = timedelta(minutes=10)
     with db.factory.begin() as s:
         assert delete_empty_queues(s, settings, now=now + grace / 2, grace=grace) == []
@@ -194,6 +196,11 @@ def test_an_emptied_queue_comes_back_when_jobs_arrive(db: Database, settings: Se
         submit(s, settings, now, [requirements()])
     with db.factory.begin() as s:
         (c,) = claim(s, now)
+    with db.factory() as s:
+        tq = s.get(TaskQueue, c.tq_id)
+        assert tq is not None and tq.active == 1  # retired lazily, by the next claim
+    with db.factory.begin() as s:
+        assert claim(s, now) == []
     with db.factory() as s:
         tq = s.get(TaskQueue, c.tq_id)
         assert tq is not None and tq.active == 0 and tq.emptied_at == now

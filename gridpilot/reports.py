@@ -1,0 +1,52 @@
+"""Plain-text tables for people: what the CLI and the demo print."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from taskqueue.models import (
+    TaskQueue,
+    TaskQueueBannedSite,
+    TaskQueueJob,
+    TaskQueuePlatform,
+    TaskQueueSite,
+    TaskQueueTag,
+)
+
+
+def queue_table(session: Session, limit: int) -> str:
+    """The ``limit`` largest task queues, one line each, with a header and a total."""
+    rows = session.execute(
+        select(TaskQueue, func.count(TaskQueueJob.job_id).label("n"))
+        .outerjoin(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
+        .group_by(TaskQueue.id)
+        .order_by(func.count(TaskQueueJob.job_id).desc(), TaskQueue.id)
+    ).all()
+    shown = rows[:limit]
+    values = _values(session, [tq.id for tq, _ in shown])
+    lines = [f"{'id':>6} {'vo':<8} {'group':<12} {'owner':<10} {'cpu(s)':>8} {'cores':>5} "
+             f"{'MB':>6} {'type':<12} {'jobs':>6} {'priority':>9}  conditions"]
+    for tq, n in shown:
+        lines.append(
+            f"{tq.id:>6} {tq.vo:<8} {tq.owner_group:<12} {tq.owner or '(all)':<10} "
+            f"{tq.cpu_time:>8} {tq.processors:>5} {tq.memory:>6} {tq.job_type:<12} {n:>6} "
+            f"{tq.priority:>9.4g}  {values.get(tq.id, '')}".rstrip())
+    total = sum(n for _, n in rows)
+    lines.append(f"{len(rows)} task queues, {total} waiting jobs"
+                 + (f" ({len(rows) - limit} more queues not shown)" if len(rows) > limit else ""))
+    return "\n".join(lines)
+
+
+def _values(session: Session, tq_ids: list[int]) -> dict[int, str]:
+    parts: dict[int, list[str]] = {}
+    for label, table in (("sites", TaskQueueSite), ("banned", TaskQueueBannedSite),
+                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag)):
+        grouped: dict[int, list[str]] = {}
+        for tq_id, value in session.execute(
+                select(table.tq_id, table.value).where(table.tq_id.in_(tq_ids))
+                .order_by(table.tq_id, table.value)):
+            grouped.setdefault(tq_id, []).append(value)
+        for tq_id, vals in grouped.items():
+            parts.setdefault(tq_id, []).append(f"{label}={','.join(vals)}")
+    return {tq_id: " ".join(p) for tq_id, p in parts.items()}
