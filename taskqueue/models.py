@@ -159,7 +159,12 @@ class TaskQueue(Base):
     submit_pool: Mapped[str | None] = mapped_column(
         ForeignKey("submit_pools.id", ondelete="CASCADE")
     )
+    #: Fair-share priority: the queue's weight in the matcher's draw (see taskqueue.shares).
     priority: Mapped[float] = mapped_column(Float)
+    #: Mean user priority of the jobs put in the queue since it last became active, and how many
+    #: they were: kept by the inserters, so that fair share never has to scan the jobs.
+    mean_job_priority: Mapped[float] = mapped_column(Float)
+    jobs_inserted: Mapped[int] = mapped_column(BigInteger)
     #: 1 while the queue may hold waiting jobs; 0 once a claim found it empty.
     active: Mapped[int] = mapped_column(Integer)
     #: Key of the priority-weighted draw: the next event of an exponential clock of rate

@@ -1,10 +1,11 @@
 """Putting jobs into task queues and taking them out again (kill, reschedule, cleanup).
 
-Locking protocol shared with taskqueue.matching, which keeps "a queue marked inactive has no
-waiting job" true under concurrency: whoever adds jobs to a queue updates the queue's row in the
-same transaction (after the jobs), and a claimer marks a queue inactive only while it holds that
-row's lock and sees no job left. Either the inserter waits for the claimer and re-activates the
-queue, or the claimer finds the row locked and leaves the flag alone.
+Locking protocol shared with taskqueue.matching, which keeps "an inactive queue has no waiting
+job" true under concurrency (and so every "no match" answer true): an inserter locks the rows of
+the queues it fills (SELECT ... FOR UPDATE, in id order) before adding jobs, and holds them until
+it commits; a claimer marks a queue inactive only while it holds that row's lock and sees no job
+left. Either the claimer waits its turn and then sees the new jobs, or it finds the row locked and
+leaves the flag alone.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, delete, exists, insert, select, update
+from sqlalchemy import Select, Table, bindparam, delete, exists, insert, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -22,20 +23,22 @@ from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.jobs import apply_transition
 from taskqueue.models import (
     TaskQueue,
-    TaskQueueBannedSite,
     TaskQueueJob,
-    TaskQueuePlatform,
-    TaskQueueSite,
-    TaskQueueTag,
     task_queues_table,
+    tq_banned_sites_table,
     tq_jobs_table,
+    tq_platforms_table,
+    tq_sites_table,
+    tq_tags_table,
 )
 from taskqueue.settings import Settings
 from taskqueue.shares import recompute_priorities, virtual_time
 from taskqueue.states import JobStatus
 
-#: Priority a queue has between its creation and the fair-share recomputation.
+#: Priority a queue has between its creation and the fair-share computation.
 INITIAL_PRIORITY = 1.0
+
+tq = task_queues_table.c
 
 
 @dataclass(frozen=True)
@@ -52,107 +55,163 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
                  from_status: JobStatus = JobStatus.CHECKING,
                  source: str = "optimizer") -> dict[int, int]:
     """Insert jobs into the task queues of their definitions, creating queues as needed, and
-    move them to Waiting. Returns job id → task-queue id."""
+    move them to Waiting. Returns job id → task-queue id.
+
+    Queues created here get their fair-share priority at once; the priorities of their sibling
+    queues are brought up to date by :func:`taskqueue.shares.recompute_priorities`, which the
+    cleanup, the operator and the priority agent run (an insert never rewrites a whole group).
+    """
     if not entries:
         return {}
     rng = rng or random.Random()
-    definitions = {e.job_id: TaskQueueDefinition.for_job(e.requirements, settings)
-                   for e in entries}
-    by_digest = {d.digest(): d for d in definitions.values()}
-    tq_ids, created = _activate_queues(session, by_digest, now, rng)
-    session.execute(
-        insert(TaskQueueJob),
-        [{"job_id": e.job_id, "tq_id": tq_ids[definitions[e.job_id].digest()],
-          "rank": -e.user_priority} for e in entries],
+    digests: dict[int, str] = {}
+    batch: dict[str, _Batch] = {}
+    for e in entries:
+        d = TaskQueueDefinition.for_job(e.requirements, settings)
+        digest = d.digest()
+        digests[e.job_id] = digest
+        batch.setdefault(digest, _Batch(d)).add(e.user_priority)
+    tq_ids, created = _lock_queues(session, batch, now, rng)
+    session.connection().execute(
+        insert(tq_jobs_table),
+        [{"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
+         for e in entries],
     )
     apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
                      minor_status="Pilot Agent Submission", source=source, now=now)
     if created:
-        recompute_priorities(session, settings, {(d.vo, d.owner_group) for d in created})
-    return {e.job_id: tq_ids[definitions[e.job_id].digest()] for e in entries}
+        recompute_priorities(session, settings, {(batch[d].definition.vo,
+                                                  batch[d].definition.owner_group)
+                                                 for d in created},
+                             only={tq_ids[d] for d in created})
+    return {job_id: tq_ids[digest] for job_id, digest in digests.items()}
 
 
-def _activate_queues(session: Session, by_digest: dict[str, TaskQueueDefinition],
-                     now: datetime, rng: random.Random
-                     ) -> tuple[dict[str, int], list[TaskQueueDefinition]]:
-    """Get or create the queues of ``by_digest`` and lock and activate each of them."""
+@dataclass
+class _Batch:
+    """The jobs of one insertion that go to one queue."""
+
+    definition: TaskQueueDefinition
+    count: int = 0
+    priority_sum: int = 0
+
+    def add(self, user_priority: int) -> None:
+        self.count += 1
+        self.priority_sum += user_priority
+
+
+def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
+                 rng: random.Random) -> tuple[dict[str, int], list[str]]:
+    """Get or create the queues of ``batch``, lock their rows until commit, activate them and
+    fold the batch into their job statistics. Returns digest → id and the digests created."""
+    conn = session.connection()
     ids: dict[str, int] = {}
-    created: list[TaskQueueDefinition] = []
-    pending = dict(by_digest)
+    created: list[str] = []
+    pending = set(batch)
     while pending:
-        found: dict[str, int] = {
-            digest: tq_id for digest, tq_id in session.execute(
-                select(TaskQueue.digest, TaskQueue.id).where(TaskQueue.digest.in_(pending)))
-        }
-        for digest, definition in pending.items():
-            if digest not in found:
-                tq_id, was_created = _create_queue(session, definition, now, rng)
-                found[digest] = tq_id
-                if was_created:
-                    created.append(definition)
-        retry: dict[str, TaskQueueDefinition] = {}
-        # Sorted by id: concurrent inserters lock queue rows in the same order.
-        for digest, tq_id in sorted(found.items(), key=lambda kv: kv[1]):
-            if _activate_queue(session, tq_id, pending[digest].vo, now, rng):
-                ids[digest] = tq_id
-            else:  # deleted by the cleanup between our read and our lock: create it again
-                retry[digest] = pending[digest]
-        pending = retry
+        # Rows are locked in id order, as every inserter does, to keep deadlocks rare.
+        rows = conn.execute(
+            select(tq.id, tq.digest, tq.vo, tq.active, tq.draw_key, tq.priority,
+                   tq.mean_job_priority, tq.jobs_inserted)
+            .where(tq.digest.in_(sorted(pending))).order_by(tq.id).with_for_update()
+        ).all()
+        changes = []
+        clocks: dict[str, float] = {}
+        for row in rows:
+            b = batch[row.digest]
+            if row.active:
+                n = row.jobs_inserted + b.count
+                mean = (row.mean_job_priority * row.jobs_inserted + b.priority_sum) / n
+                key = row.draw_key
+            else:
+                # A queue coming back starts afresh: its clock from now, its statistics from
+                # the jobs it holds now.
+                if row.vo not in clocks:
+                    clocks[row.vo] = virtual_time(session, row.vo)
+                n, mean = b.count, b.priority_sum / b.count
+                key = max(row.draw_key, clocks[row.vo]) + rng.expovariate(row.priority)
+            changes.append({"b_id": row.id, "b_mean": mean, "b_n": n, "b_key": key})
+            ids[row.digest] = row.id
+        if changes:
+            conn.execute(_REFILL, changes)
+        missing = pending - {row.digest for row in rows}
+        # Queues that do not exist (or were deleted by the cleanup since): create them. A
+        # digest another inserter creates at the same moment is picked up on the next round.
+        made = _create_queues(session, [batch[d] for d in sorted(missing)], now, rng)
+        ids.update(made)
+        created.extend(made)
+        pending = missing - set(made)
     return ids, created
 
 
-def _activate_queue(session: Session, tq_id: int, vo: str, now: datetime,
-                    rng: random.Random) -> bool:
-    row = session.execute(
-        select(TaskQueue.active, TaskQueue.draw_key, TaskQueue.priority)
-        .where(TaskQueue.id == tq_id).with_for_update()
-    ).one_or_none()
-    if row is None:
-        return False
-    values: dict[str, object] = {"active": 1, "emptied_at": None}
-    if not row.active:
-        # A queue coming back starts its clock from now, not from where it stopped.
-        values["draw_key"] = max(row.draw_key, virtual_time(session, vo)) + rng.expovariate(
-            row.priority)
-    session.execute(update(TaskQueue).where(TaskQueue.id == tq_id).values(**values))
-    return True
+_REFILL = (
+    update(task_queues_table).where(tq.id == bindparam("b_id"))
+    .values(mean_job_priority=bindparam("b_mean"), jobs_inserted=bindparam("b_n"),
+            draw_key=bindparam("b_key"), active=1, emptied_at=None)
+)
+
+#: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).
+_CREATE_CHUNK = 500
 
 
-def _create_queue(session: Session, d: TaskQueueDefinition, now: datetime,
-                  rng: random.Random) -> tuple[int, bool]:
-    """Insert the queue unless a concurrent inserter did; return its id and whether we made it."""
-    digest = d.digest()
-    values = {
-        "digest": digest, "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
+def _create_queues(session: Session, batches: list[_Batch], now: datetime,
+                   rng: random.Random) -> dict[str, int]:
+    """Insert the queues unless concurrent inserters did; return digest → id of those made here.
+
+    A new queue's clock starts at the VO's current time, at the provisional rate
+    INITIAL_PRIORITY; the fair-share computation that follows rescales it to the real one.
+    """
+    made: dict[str, int] = {}
+    if not batches:
+        return made
+    conn = session.connection()
+    clocks: dict[str, float] = {}
+    for vo in {b.definition.vo for b in batches}:
+        clocks[vo] = virtual_time(session, vo)
+    for start in range(0, len(batches), _CREATE_CHUNK):
+        chunk = batches[start:start + _CREATE_CHUNK]
+        rows = [_queue_row(b, now, clocks[b.definition.vo] + rng.expovariate(INITIAL_PRIORITY))
+                for b in chunk]
+        # RETURNING yields the rows this statement inserted, and only those (row counts are
+        # not reliable for this: PostgreSQL reports -1 for an INSERT with RETURNING).
+        made.update({digest: tq_id for tq_id, digest in conn.execute(
+            _insert_if_absent(conn.dialect.name, rows).returning(tq.id, tq.digest))})
+    values: dict[Table, list[dict[str, object]]] = {}
+    for b in batches:
+        if b.definition.digest() not in made:
+            continue
+        tq_id = made[b.definition.digest()]
+        d = b.definition
+        for table, vals in ((tq_sites_table, d.sites), (tq_banned_sites_table, d.banned_sites),
+                            (tq_platforms_table, d.platforms), (tq_tags_table, d.tags)):
+            values.setdefault(table, []).extend({"tq_id": tq_id, "value": v}
+                                                for v in sorted(vals))
+    for table, value_rows in values.items():
+        if value_rows:
+            conn.execute(insert(table), value_rows)
+    return made
+
+
+def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
+    d = b.definition
+    return {
+        "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
         "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
         "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
-        "active": 1, "created_at": now, "emptied_at": None,
-        "draw_key": virtual_time(session, d.vo) + rng.expovariate(INITIAL_PRIORITY),
+        "mean_job_priority": b.priority_sum / b.count, "jobs_inserted": b.count,
+        "active": 1, "draw_key": key, "created_at": now, "emptied_at": None,
     }
-    dialect = session.get_bind().dialect.name
-    stmt: postgresql.Insert | sqlite.Insert | mysql.Insert
+
+
+def _insert_if_absent(dialect: str, rows: list[dict[str, object]]
+                      ) -> postgresql.Insert | sqlite.Insert | mysql.Insert:
     if dialect == "postgresql":
-        stmt = postgresql.insert(task_queues_table).values(values).on_conflict_do_nothing(
+        return postgresql.insert(task_queues_table).values(rows).on_conflict_do_nothing(
             index_elements=["digest"])
-    elif dialect == "sqlite":
-        stmt = sqlite.insert(task_queues_table).values(values).on_conflict_do_nothing(
+    if dialect == "sqlite":
+        return sqlite.insert(task_queues_table).values(rows).on_conflict_do_nothing(
             index_elements=["digest"])
-    else:
-        stmt = mysql.insert(task_queues_table).values(values).prefix_with("IGNORE")
-    # RETURNING yields a row only when this statement inserted it (the row count is not
-    # reliable here: PostgreSQL reports -1 for an INSERT with RETURNING).
-    inserted = session.connection().execute(
-        stmt.returning(task_queues_table.c.id)).scalar_one_or_none()
-    was_created = inserted is not None
-    tq_id = inserted if inserted is not None else session.execute(
-        select(TaskQueue.id).where(TaskQueue.digest == digest)).scalar_one()
-    if was_created:
-        for table, vals in ((TaskQueueSite, d.sites), (TaskQueueBannedSite, d.banned_sites),
-                            (TaskQueuePlatform, d.platforms), (TaskQueueTag, d.tags)):
-            if vals:
-                session.execute(insert(table), [{"tq_id": tq_id, "value": v}
-                                                for v in sorted(vals)])
-    return tq_id, was_created
+    return mysql.insert(task_queues_table).values(rows).prefix_with("IGNORE")
 
 
 def remove_jobs_from_queues(session: Session, job_ids: Sequence[int]) -> int:

@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from taskqueue.models import TaskQueue, TaskQueueJob
+from taskqueue.models import TaskQueue, task_queues_table
 from taskqueue.settings import Settings
 
 #: The smallest priority a queue gets, as a fraction of its entity's share: a queue whose jobs
@@ -60,41 +60,46 @@ def compute_priorities(queues: Iterable[QueueShareInput],
 
 
 def recompute_priorities(session: Session, settings: Settings,
-                         groups: Iterable[tuple[str, str]] | None = None) -> dict[int, float]:
-    """Recompute and store the priorities of the queues of ``groups`` ((vo, group) pairs), or
-    of every queue; return the new priorities of the queues that changed."""
-    mean = (
-        select(TaskQueueJob.tq_id, func.avg(-TaskQueueJob.rank).label("mean"))
-        .group_by(TaskQueueJob.tq_id)
-        .subquery()
-    )
-    stmt = select(
-        TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group, TaskQueue.owner, TaskQueue.priority,
-        TaskQueue.draw_key, mean.c.mean,
-    ).outerjoin(mean, mean.c.tq_id == TaskQueue.id)
+                         groups: Iterable[tuple[str, str]] | None = None, *,
+                         only: Iterable[int] | None = None) -> dict[int, float]:
+    """Recompute the priorities of the queues of ``groups`` ((vo, group) pairs), or of every
+    queue, and store those that changed (only those in ``only``, if given). Returns them.
+
+    Reads the queue rows alone (each keeps its jobs' mean priority), never the jobs.
+    """
+    stmt = select(TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group, TaskQueue.owner,
+                  TaskQueue.priority, TaskQueue.draw_key, TaskQueue.mean_job_priority)
     wanted = set(groups) if groups is not None else None
     if wanted is not None:
         if not wanted:
             return {}
-        stmt = stmt.where(TaskQueue.owner_group.in_({g for _, g in wanted}))
+        stmt = stmt.where(TaskQueue.owner_group.in_(sorted({g for _, g in wanted})))
     rows = [r for r in session.execute(stmt) if wanted is None or (r.vo, r.owner_group) in wanted]
-    inputs = [
-        QueueShareInput(r.id, r.vo, r.owner_group, r.owner, float(r.mean or 0.0)) for r in rows
-    ]
+    inputs = [QueueShareInput(r.id, r.vo, r.owner_group, r.owner, r.mean_job_priority)
+              for r in rows]
     new = compute_priorities(inputs, settings.taskqueue.shares, settings.taskqueue.default_share)
     by_id = {r.id: r for r in rows}
-    changed = {tq: p for tq, p in new.items() if abs(by_id[tq].priority - p) > 1e-12 * p}
-    now_of_vo: dict[str, float] = {}
-    # Sorted, so that concurrent recomputations lock rows in the same order.
-    for tq_id in sorted(changed):
+    write = set(only) if only is not None else set(new)
+    changed = {tq: p for tq, p in new.items()
+               if tq in write and abs(by_id[tq].priority - p) > 1e-12 * p}
+    clocks: dict[str, float] = {}
+    updates = []
+    for tq_id in sorted(changed):  # sorted: concurrent recomputations lock rows in one order
         row = by_id[tq_id]
-        if row.vo not in now_of_vo:
-            now_of_vo[row.vo] = virtual_time(session, row.vo)
-        session.execute(update(TaskQueue).where(TaskQueue.id == tq_id).values(
-            priority=changed[tq_id],
-            draw_key=rescaled_key(row.draw_key, now_of_vo[row.vo], row.priority,
-                                  changed[tq_id])))
+        if row.vo not in clocks:
+            clocks[row.vo] = virtual_time(session, row.vo)
+        updates.append({"b_id": tq_id, "b_priority": changed[tq_id],
+                        "b_key": rescaled_key(row.draw_key, clocks[row.vo], row.priority,
+                                              changed[tq_id])})
+    if updates:
+        session.connection().execute(_SET_PRIORITY, updates)
     return changed
+
+
+_SET_PRIORITY = (
+    update(task_queues_table).where(task_queues_table.c.id == bindparam("b_id"))
+    .values(priority=bindparam("b_priority"), draw_key=bindparam("b_key"))
+)
 
 
 def rescaled_key(key: float, now: float, old_rate: float, new_rate: float) -> float:

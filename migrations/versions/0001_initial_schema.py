@@ -137,6 +137,8 @@ def upgrade() -> None:
         sa.Column("job_type", sa.String(length=64), nullable=False),
         sa.Column("submit_pool", sa.String(length=64), nullable=True),
         sa.Column("priority", sa.Float(), nullable=False),
+        sa.Column("mean_job_priority", sa.Float(), nullable=False),
+        sa.Column("jobs_inserted", sa.BigInteger(), nullable=False),
         sa.Column("active", sa.Integer(), nullable=False),
         sa.Column("draw_key", sa.Float(), nullable=False),
         sa.Column("created_at", taskqueue.models.UTCDateTime(), nullable=False),

@@ -158,8 +158,14 @@ def test_priorities_follow_queues_appearing_and_vanishing(db: Database, now: dat
                                                     empty_queue_grace=0))
     with db.factory.begin() as s:
         (first,) = submit(s, settings, now, [requirements(cpu_time=100)])
+        assert list(s.scalars(select(TaskQueue.priority))) == pytest.approx([6.0])
         submit(s, settings, now, [requirements(cpu_time=5000)])
-        prios = sorted(s.scalars(select(TaskQueue.priority)))
+        # the new queue gets its share at once; its sibling is rescaled by the recomputation
+        prios = list(s.scalars(select(TaskQueue.priority).order_by(TaskQueue.id)))
+    assert prios == pytest.approx([6.0, 3.0])
+    with db.factory.begin() as s:
+        assert len(recompute_priorities(s, settings)) == 1
+        prios = list(s.scalars(select(TaskQueue.priority)))
     assert prios == pytest.approx([3.0, 3.0])
     with db.factory.begin() as s:
         remove_jobs_from_queues(s, [first])
@@ -234,3 +240,19 @@ def test_matched_times_are_utc_aware(db: Database, settings: Settings) -> None:
     with db.factory() as s:
         job = s.get(Job, c.job_id)
     assert job is not None and job.heartbeat_at == t and job.heartbeat_at.tzinfo is UTC
+
+
+def test_queue_keeps_the_mean_priority_of_its_current_jobs(db: Database, settings: Settings,
+                                                           now: datetime) -> None:
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements()] * 2, priorities=[1, 3])
+        submit(s, settings, now, [requirements()], priorities=[8])
+        tq = s.scalars(select(TaskQueue)).one()
+        assert (tq.mean_job_priority, tq.jobs_inserted) == (pytest.approx(4.0), 3)
+    with db.factory.begin() as s:
+        assert len(claim(s, now, count=3)) == 3
+        assert claim(s, now) == []  # the queue is found empty and retired
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements()], priorities=[2])
+        tq = s.scalars(select(TaskQueue)).one()
+        assert (tq.mean_job_priority, tq.jobs_inserted, tq.active) == (pytest.approx(2.0), 1, 1)
