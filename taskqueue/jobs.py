@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from taskqueue.bulk import insert_rows
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
 from taskqueue.models import Job, JobStatusHistory, history_table, jobs_table
@@ -126,14 +127,11 @@ def job_history(session: Session, job_id: int) -> list[JobStatusHistory]:
 
 def _append_history(session: Session, job_ids: Iterable[int], status: JobStatus,
                     minor_status: str, source: str, now: datetime) -> None:
-    session.connection().execute(
-        insert(history_table),
-        [
-            {"job_id": jid, "at": now, "status": status.value, "minor_status": minor_status,
-             "source": source}
-            for jid in job_ids
-        ],
-    )
+    insert_rows(session.connection(), history_table, [
+        {"job_id": jid, "at": now, "status": status.value, "minor_status": minor_status,
+         "source": source}
+        for jid in job_ids
+    ])
 
 
 def _job_list_suffix(job_ids: Sequence[int]) -> str:

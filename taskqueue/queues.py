@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, Table, bindparam, delete, exists, insert, select, update
+from sqlalchemy import Select, Table, bindparam, delete, exists, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from taskqueue.bulk import insert_rows
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.jobs import apply_transition
 from taskqueue.models import (
@@ -66,17 +67,17 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
     rng = rng or random.Random()
     digests: dict[int, str] = {}
     batch: dict[str, _Batch] = {}
+    known: dict[TaskQueueDefinition, str] = {}
     for e in entries:
         d = TaskQueueDefinition.for_job(e.requirements, settings)
-        digest = d.digest()
+        digest = known.get(d) or known.setdefault(d, d.digest())
         digests[e.job_id] = digest
         batch.setdefault(digest, _Batch(d)).add(e.user_priority)
     tq_ids, created = _lock_queues(session, batch, now, rng)
-    session.connection().execute(
-        insert(tq_jobs_table),
-        [{"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
-         for e in entries],
-    )
+    insert_rows(session.connection(), tq_jobs_table, [
+        {"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
+        for e in entries
+    ])
     apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
                      minor_status="Pilot Agent Submission", source=source, now=now)
     if created:
@@ -187,8 +188,7 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
             values.setdefault(table, []).extend({"tq_id": tq_id, "value": v}
                                                 for v in sorted(vals))
     for table, value_rows in values.items():
-        if value_rows:
-            conn.execute(insert(table), value_rows)
+        insert_rows(conn, table, value_rows)
     return made
 
 

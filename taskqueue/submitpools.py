@@ -14,12 +14,13 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, exists, insert, select, update
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from taskqueue.bulk import insert_rows
 from taskqueue.errors import InvalidRequirementsError
-from taskqueue.models import Job, SubmitPool, SubmitPoolQueue
+from taskqueue.models import Job, SubmitPool, SubmitPoolQueue, submit_pool_queues_table
 from taskqueue.states import PENDING_STATES
 
 Scalar = str | int | float
@@ -105,8 +106,7 @@ def set_pool_queues(session: Session, pool_id: str, queues: Iterable[tuple[str, 
     session.execute(delete(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool_id))
     rows = [{"pool_id": pool_id, "site": s, "ce": c, "queue": q, "refreshed_at": now}
             for s, c, q in sorted(set(queues))]
-    if rows:
-        session.execute(insert(SubmitPoolQueue), rows)
+    insert_rows(session.connection(), submit_pool_queues_table, rows)
 
 
 def get_submit_pools_for_queue(session: Session, site: str, ce: str, queue: str) -> list[str]:
