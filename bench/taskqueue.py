@@ -1,10 +1,14 @@
-"""Task-queue benchmark: bulk insertion into task queues, then match-and-claim throughput.
+"""Task-queue benchmark: insertion into task queues, then match-and-claim rate and latency.
 
-For each task-queue count Q, a fresh database (or SQLite file) is built with the alembic
-schema, ``--jobs`` jobs are inserted through the library path (add_jobs → Received→Checking →
-enqueue_jobs, one transaction per ``--batch`` jobs) spread round-robin over Q distinct task-queue
-definitions, and then 1 and 4 worker processes claim jobs with ``claim_jobs``, one claim per
-transaction, timing each transaction.
+For each task-queue count Q, a fresh database (``gp_bench_*``, dropped at the end) or SQLite
+file is built with the alembic schema. Jobs go in through the library path (add_jobs →
+Received→Checking → enqueue_jobs, one transaction per ``--batch`` jobs), spread round-robin over
+Q distinct task-queue definitions; that path is timed (the "insert" line). It stops after
+``--insert-seconds`` (or ``--insert-jobs``), and the benchmark then bulk-loads the remaining jobs
+itself, in the state the library leaves them (COPY on PostgreSQL; the "bulk_fill" line), so that
+``--jobs`` jobs wait at every Q without hours of inserting. The fair share is recomputed once, as
+the priority agent would. Then 1 and 4 worker processes (spawned) claim with ``claim_jobs``, one
+claim per transaction, each transaction timed, for ``--claims`` claims or ``--claim-seconds``.
 
 One JSON line per measurement goes to stdout; progress goes to stderr. Commits stay durable:
 the benchmark changes no synchronous_commit/fsync setting. Run from the repository root::
@@ -13,8 +17,9 @@ the benchmark changes no synchronous_commit/fsync setting. Run from the reposito
 
 Queue layout: queue ``q`` belongs to owner ``user<q>`` of group ``lhcb_user`` (VO ``lhcb``), so
 every queue is a distinct definition; one queue in a hundred (``q % 100 == 0``) also carries the
-tag ``Special``, which the "selective" resource requires. Job ``i`` goes to queue ``i % Q``, so
-all queues are created by the first ``Q`` jobs (the "create" phase of the insert measurement).
+tag ``Special``, which the "selective" resource requires (the "generic" one takes any tag). Job
+``i`` goes to queue ``i % Q`` with user priority ``1 + i % 5``, so the first Q jobs create all
+queues (the "create_phase" of the insert line).
 """
 
 from __future__ import annotations

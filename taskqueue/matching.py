@@ -81,9 +81,16 @@ _LOCK_QUEUE = (select(tq.id).where(tq.id == bindparam("tq_id"))
 _ANY_JOB_LEFT = select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id")).limit(1)
 _ADVANCE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
             .values(draw_key=tq.draw_key + bindparam("step")))
-#: Lock and advance in one statement (PostgreSQL); a locked queue is left alone.
-_ADVANCE_IF_FREE = (update(task_queues_table).where(tq.id == _LOCK_QUEUE.scalar_subquery())
-                    .values(draw_key=tq.draw_key + bindparam("step")))
+_TAKEN = _TAKE_JOB.cte("taken")
+#: PostgreSQL: take the job, and if one was taken advance the queue's clock unless another
+#: transaction holds the queue's row, all in one statement.
+_TAKE_AND_ADVANCE = select(_TAKEN.c.job_id).add_cte(
+    update(task_queues_table)
+    .where(tq.id == _LOCK_QUEUE.scalar_subquery(), select(_TAKEN.c.job_id).exists())
+    .values(draw_key=tq.draw_key + bindparam("step"))
+    .returning(tq.id)
+    .cte("advanced")
+)
 _DEACTIVATE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
                .values(active=0, emptied_at=bindparam("now")))
 
@@ -194,25 +201,34 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
 def _claim_one(conn: Connection, candidates: Select[int, float, float], now: datetime,
                rng: random.Random) -> Claim | None:
     for tq_id, priority in _in_draw_order(conn, candidates):
-        job_id = _take_job(conn, tq_id)
+        step = rng.expovariate(max(priority, 1e-12))
+        job_id = _take_job(conn, tq_id, step)
         if job_id is None:
             # Empty, or every job in it is being claimed right now.
             _retire_if_empty(conn, tq_id, now)
             continue
-        _advance(conn, tq_id, rng.expovariate(max(priority, 1e-12)))
         return Claim(job_id, tq_id)
     return None
 
 
-def _take_job(conn: Connection, tq_id: int) -> int | None:
-    """Remove the queue's best job that no other claimer holds; return its id."""
-    if conn.dialect.name == "mysql":
+def _take_job(conn: Connection, tq_id: int, step: float) -> int | None:
+    """Remove the queue's best job that no other claimer holds and advance the queue's clock by
+    ``step`` (unless another transaction holds the queue's row); return the job's id."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        return conn.execute(_TAKE_AND_ADVANCE,
+                            {"tq_id": tq_id, "step": step}).scalar_one_or_none()
+    if dialect == "mysql":
         # MariaDB refuses a locking subquery on the table a DELETE changes: two statements.
         job_id = conn.execute(_NEXT_JOB, {"tq_id": tq_id}).scalar_one_or_none()
         if job_id is not None:
             conn.execute(_DROP_JOB, {"job_id": job_id})
-        return job_id
-    return conn.execute(_TAKE_JOB, {"tq_id": tq_id}).scalar_one_or_none()
+    else:
+        job_id = conn.execute(_TAKE_JOB, {"tq_id": tq_id}).scalar_one_or_none()
+    if job_id is not None and conn.execute(
+            _LOCK_QUEUE, {"tq_id": tq_id}).scalar_one_or_none() is not None:
+        conn.execute(_ADVANCE, {"tq_id": tq_id, "step": step})
+    return job_id
 
 
 def _in_draw_order(conn: Connection, base: Select[int, float, float]
@@ -230,15 +246,6 @@ def _in_draw_order(conn: Connection, base: Select[int, float, float]
             base.where(or_(tq.draw_key > key, and_(tq.draw_key == key, tq.id > last_id)))
             .order_by(*order).limit(CANDIDATE_BATCH)
         ).all()
-
-
-def _advance(conn: Connection, tq_id: int, step: float) -> None:
-    """Move the queue's draw key on by ``step``, unless another transaction holds the queue's
-    row (then this draw's step is skipped rather than waited for)."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(_ADVANCE_IF_FREE, {"tq_id": tq_id, "step": step})
-    elif conn.execute(_LOCK_QUEUE, {"tq_id": tq_id}).scalar_one_or_none() is not None:
-        conn.execute(_ADVANCE, {"tq_id": tq_id, "step": step})
 
 
 def _retire_if_empty(conn: Connection, tq_id: int, now: datetime) -> None:
