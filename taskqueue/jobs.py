@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Update, insert, literal, select, update
 from sqlalchemy.orm import Session
 
-from taskqueue.bulk import insert_rows
+from taskqueue.bulk import in_ids, insert_rows, insert_rows_returning_ids
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
 from taskqueue.models import Job, JobStatusHistory, UTCDateTime, history_table, jobs_table
@@ -55,10 +55,7 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
         }
         for j in jobs
     ]
-    result = session.connection().execute(
-        insert(jobs_table).returning(jobs_table.c.id, sort_by_parameter_order=True), rows
-    )
-    ids = list(result.scalars())
+    ids = insert_rows_returning_ids(session.connection(), jobs_table, rows)
     _append_history(session, ids, JobStatus.RECEIVED, "Job accepted", source, now)
     return ids
 
@@ -81,7 +78,8 @@ def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatu
         )
     stmt = (
         update(jobs_table)
-        .where(jobs_table.c.id.in_(job_ids), jobs_table.c.status == current.value)
+        .where(in_ids(jobs_table.c.id, job_ids, session.get_bind().dialect.name),
+               jobs_table.c.status == current.value)
         .values(status=new.value, minor_status=minor_status, **(values or {}))
     )
     history = {"status": new.value, "minor_status": minor_status, "source": source, "at": now}

@@ -19,7 +19,7 @@ from sqlalchemy import Select, Table, bindparam, delete, exists, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
-from taskqueue.bulk import insert_rows
+from taskqueue.bulk import in_ids, insert_rows
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.jobs import apply_transition
 from taskqueue.models import (
@@ -220,7 +220,8 @@ def remove_jobs_from_queues(session: Session, job_ids: Sequence[int]) -> int:
     if not job_ids:
         return 0
     result = session.connection().execute(
-        delete(tq_jobs_table).where(tq_jobs_table.c.job_id.in_(job_ids)))
+        delete(tq_jobs_table).where(
+            in_ids(tq_jobs_table.c.job_id, job_ids, session.get_bind().dialect.name)))
     return result.rowcount
 
 
