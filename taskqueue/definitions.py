@@ -30,6 +30,8 @@ class JobRequirements:
     memory: int = 0
     job_type: str = DEFAULT_JOB_TYPE
     submit_pool: str | None = None
+    #: A ClassAd ``Requirements`` expression (canonical text) the resource must satisfy.
+    expression: str | None = None
     sites: frozenset[str] = field(default_factory=frozenset)
     banned_sites: frozenset[str] = field(default_factory=frozenset)
     platforms: frozenset[str] = field(default_factory=frozenset)
@@ -56,6 +58,7 @@ class TaskQueueDefinition:
     memory: int
     job_type: str
     submit_pool: str | None
+    expression: str | None
     sites: frozenset[str]
     banned_sites: frozenset[str]
     platforms: frozenset[str]
@@ -73,6 +76,7 @@ class TaskQueueDefinition:
             memory=significant_bits_bucket(req.memory, tq.significant_bits),
             job_type=req.job_type,
             submit_pool=req.submit_pool,
+            expression=req.expression,
             sites=req.sites,
             banned_sites=req.banned_sites,
             platforms=req.platforms,
@@ -89,6 +93,7 @@ class TaskQueueDefinition:
             "memory": self.memory,
             "job_type": self.job_type,
             "submit_pool": self.submit_pool,
+            "expression": self.expression,
             "sites": sorted(self.sites),
             "banned_sites": sorted(self.banned_sites),
             "platforms": sorted(self.platforms),

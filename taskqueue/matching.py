@@ -29,8 +29,9 @@ hottest path of the system.
 
 from __future__ import annotations
 
+import functools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -108,9 +109,13 @@ class QueueCount:
     waiting: int
 
 
-def queue_conditions(resource: Resource) -> list[ColumnElement[bool]]:
-    """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``."""
+def queue_conditions(resource: Resource, *, with_expressions: bool = False
+                     ) -> list[ColumnElement[bool]]:
+    """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``, but for
+    the queue's ClassAd expression (queues with one are left out unless ``with_expressions``)."""
     conds: list[ColumnElement[bool]] = [tq.vo == resource.vo]
+    if not with_expressions:
+        conds.append(tq.expression.is_(None))
     if resource.owner_group is not None:
         conds.append(tq.owner_group.in_(sorted(resource.owner_group)))
     if resource.owner is not None:
@@ -160,31 +165,54 @@ def _value_allows(table: Table, offered: frozenset[str]) -> ColumnElement[bool]:
     )
 
 
-def matching_queues(session: Session, resource: Resource) -> list[QueueCount]:
+#: Says whether a resource satisfies a ClassAd Requirements expression (given as its text).
+ExpressionCheck = Callable[[str], bool]
+
+
+def matching_queues(session: Session, resource: Resource,
+                    expression_check: ExpressionCheck | None = None) -> list[QueueCount]:
     """The non-empty queues ``resource`` could serve, with their waiting-job counts."""
     waiting = (select(tqj.tq_id, func.count().label("n")).group_by(tqj.tq_id).subquery())
     rows = session.connection().execute(
-        select(tq.id, tq.priority, waiting.c.n)
+        select(tq.id, tq.priority, tq.expression, waiting.c.n)
         .join_from(task_queues_table, waiting, waiting.c.tq_id == tq.id)
-        .where(*queue_conditions(resource))
+        .where(*queue_conditions(resource, with_expressions=expression_check is not None))
         .order_by(tq.id)
     )
-    return [QueueCount(r.id, r.priority, r.n) for r in rows]
+    check = _memo(expression_check)
+    return [QueueCount(r.id, r.priority, r.n) for r in rows
+            if r.expression is None or check(r.expression)]
 
 
 def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: int = 1,
-               rng: random.Random | None = None) -> list[Claim]:
+               rng: random.Random | None = None,
+               expression_check: ExpressionCheck | None = None) -> list[Claim]:
     """Claim up to ``count`` jobs for ``resource``: each one is Matched to the resource's pilot
-    in the caller's transaction. An empty list means no job the resource can run is waiting."""
+    in the caller's transaction. An empty list means no job the resource can run is waiting.
+
+    Queues whose jobs carry a ClassAd Requirements expression are considered only when
+    ``expression_check`` is given (the optimizers package evaluates ClassAds; this one cannot).
+    """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     conn = session.connection()
-    candidates = (select(tq.id, tq.priority, tq.draw_key)
-                  .where(tq.active == 1, *queue_conditions(resource)))
+    candidates = (
+        select(tq.id, tq.priority, tq.draw_key, tq.expression)
+        .where(tq.active == 1,
+               *queue_conditions(resource, with_expressions=expression_check is not None)))
+    check = _memo(expression_check)
+    # The one-statement path cannot evaluate expressions, and must not skip their queues.
+    fast = conn.dialect.name == "postgresql" and expression_check is None
+    first_try = _first_candidate_claim(candidates) if fast else None
     claims: list[Claim] = []
     while len(claims) < count:
-        claim = _claim_one(conn, candidates, now, rng)
+        claim = None
+        if first_try is not None:
+            row = conn.execute(first_try, {"e": rng.expovariate(1.0)}).one_or_none()
+            claim = Claim(row.job_id, row.tq_id) if row is not None else None
+        if claim is None:
+            claim = _claim_one(conn, candidates, now, rng, check)
         if claim is None:
             break
         claims.append(claim)
@@ -198,9 +226,44 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
     return claims
 
 
-def _claim_one(conn: Connection, candidates: Select[int, float, float], now: datetime,
-               rng: random.Random) -> Claim | None:
-    for tq_id, priority in _in_draw_order(conn, candidates):
+def _first_candidate_claim(candidates: Select[int, float, float, str | None]
+                           ) -> Select[int, int]:
+    """PostgreSQL, the common case in one statement: draw the first queue, take its best free
+    job, advance its clock (by E / priority, E ~ Exp(1) given as ``e``). Returns no row when
+    the first queue had no free job (or there is none); :func:`_claim_one` then walks on."""
+    first = candidates.order_by(tq.draw_key, tq.id).limit(1).cte("drawn")
+    taken = (
+        delete(tq_jobs_table)
+        .where(tqj.job_id == select(tqj.job_id)
+               .where(tqj.tq_id == select(first.c.id).scalar_subquery())
+               .order_by(tqj.rank, tqj.job_id).limit(1)
+               .with_for_update(skip_locked=True).scalar_subquery())
+        .returning(tqj.job_id, tqj.tq_id)
+        .cte("taken")
+    )
+    locked = (select(tq.id).where(tq.id == select(taken.c.tq_id).scalar_subquery())
+              .with_for_update(skip_locked=True))
+    advanced = (
+        update(task_queues_table).where(tq.id == locked.scalar_subquery())
+        .values(draw_key=tq.draw_key + bindparam("e") / select(first.c.priority).scalar_subquery())
+        .returning(tq.id)
+        .cte("advanced")
+    )
+    return select(taken.c.job_id, taken.c.tq_id).add_cte(advanced)
+
+
+def _memo(check: ExpressionCheck | None) -> ExpressionCheck:
+    """``check`` evaluated once per expression text; without one, no expression holds."""
+    if check is None:
+        return lambda _text: False
+    return functools.lru_cache(maxsize=256)(check)
+
+
+def _claim_one(conn: Connection, candidates: Select[int, float, float, str | None],
+               now: datetime, rng: random.Random, check: ExpressionCheck) -> Claim | None:
+    for tq_id, priority, expression in _in_draw_order(conn, candidates):
+        if expression is not None and not check(expression):
+            continue
         step = rng.expovariate(max(priority, 1e-12))
         job_id = _take_job(conn, tq_id, step)
         if job_id is None:
@@ -231,14 +294,14 @@ def _take_job(conn: Connection, tq_id: int, step: float) -> int | None:
     return job_id
 
 
-def _in_draw_order(conn: Connection, base: Select[int, float, float]
-                   ) -> Iterator[tuple[int, float]]:
+def _in_draw_order(conn: Connection, base: Select[int, float, float, str | None]
+                   ) -> Iterator[tuple[int, float, str | None]]:
     """Matching active queues in draw order, read in batches as long as the caller wants."""
     order = (tq.draw_key, tq.id)
     rows = conn.execute(base.order_by(*order).limit(CANDIDATE_BATCH)).all()
     while True:
         for row in rows:
-            yield row.id, row.priority
+            yield row.id, row.priority, row.expression
         if len(rows) < CANDIDATE_BATCH:
             return
         key, last_id = rows[-1].draw_key, rows[-1].id

@@ -159,6 +159,9 @@ class TaskQueue(Base):
     submit_pool: Mapped[str | None] = mapped_column(
         ForeignKey("submit_pools.id", ondelete="CASCADE")
     )
+    #: The ClassAd Requirements expression all the queue's jobs carry, or NULL. A queue with one
+    #: matches only a resource the matcher has evaluated it against (taskqueue.matching).
+    expression: Mapped[str | None] = mapped_column(Text)
     #: Fair-share priority: the queue's weight in the matcher's draw (see taskqueue.shares).
     priority: Mapped[float] = mapped_column(Float)
     #: Mean user priority of the jobs put in the queue since it last became active, and how many

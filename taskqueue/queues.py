@@ -197,7 +197,8 @@ def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
     return {
         "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
         "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
-        "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
+        "job_type": d.job_type, "submit_pool": d.submit_pool, "expression": d.expression,
+        "priority": INITIAL_PRIORITY,
         "mean_job_priority": b.priority_sum / b.count, "jobs_inserted": b.count,
         "active": 1, "draw_key": key, "created_at": now, "emptied_at": None,
     }

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.matching import Claim, claim_jobs
+from taskqueue.matching import Claim, ExpressionCheck, claim_jobs
 from taskqueue.queues import QueueEntry, enqueue_jobs
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
@@ -41,7 +41,8 @@ def submit(session: Session, settings: Settings, now: datetime, reqs: list[JobRe
 
 
 def claim(session: Session, now: datetime, count: int = 1, rng: random.Random | None = None,
-          **resource: Any) -> list[Claim]:
+          expression_check: ExpressionCheck | None = None, **resource: Any) -> list[Claim]:
     resource.setdefault("vo", "lhcb")
     resource.setdefault("pilot_reference", "pilot-1")
-    return claim_jobs(session, parse_resource(resource), now=now, count=count, rng=rng)
+    return claim_jobs(session, parse_resource(resource), now=now, count=count, rng=rng,
+                      expression_check=expression_check)

@@ -136,6 +136,7 @@ def upgrade() -> None:
         sa.Column("memory", sa.Integer(), nullable=False),
         sa.Column("job_type", sa.String(length=64), nullable=False),
         sa.Column("submit_pool", sa.String(length=64), nullable=True),
+        sa.Column("expression", sa.Text(), nullable=True),
         sa.Column("priority", sa.Float(), nullable=False),
         sa.Column("mean_job_priority", sa.Float(), nullable=False),
         sa.Column("jobs_inserted", sa.BigInteger(), nullable=False),

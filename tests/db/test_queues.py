@@ -256,3 +256,27 @@ def test_queue_keeps_the_mean_priority_of_its_current_jobs(db: Database, setting
         submit(s, settings, now, [requirements()], priorities=[2])
         tq = s.scalars(select(TaskQueue)).one()
         assert (tq.mean_job_priority, tq.jobs_inserted, tq.active) == (pytest.approx(2.0), 1, 1)
+
+
+def test_queues_with_an_expression_need_an_evaluator(db: Database, settings: Settings,
+                                                     now: datetime) -> None:
+    expr = 'other.Memory > 4000'
+    with db.factory.begin() as s:
+        (with_expr,) = submit(s, settings, now, [requirements(expression=expr)])
+        (plain,) = submit(s, settings, now, [requirements(owner="bob")])
+    seen: list[str] = []
+
+    def refuse(text: str) -> bool:
+        seen.append(text)
+        return False
+
+    with db.factory.begin() as s:
+        # without an evaluator the expression queue is never offered
+        assert [c.job_id for c in claim(s, now, count=5)] == [plain]
+    with db.factory.begin() as s:
+        assert claim(s, now, count=5, expression_check=refuse) == []
+        assert matching_queues(s, parse_resource({"vo": "lhcb"}), refuse) == []
+    assert seen == [expr, expr]  # once per claim call, not per candidate visit
+    with db.factory.begin() as s:
+        got = claim(s, now, count=5, expression_check=lambda text: text == expr)
+    assert [c.job_id for c in got] == [with_expr]
