@@ -29,6 +29,8 @@ class NewJob:
     description: str
     requirements: JobRequirements
     user_priority: int = 1
+    description_format: str = "jdl"
+    bulk_index: int | None = None
 
 
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
@@ -44,6 +46,8 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
             "status": JobStatus.RECEIVED.value,
             "minor_status": "Job accepted",
             "description": j.description,
+            "description_format": j.description_format,
+            "bulk_index": j.bulk_index,
             "job_type": j.requirements.job_type,
             "user_priority": j.user_priority,
             "cpu_time": j.requirements.cpu_time,

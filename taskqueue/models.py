@@ -74,8 +74,11 @@ class Job(Base):
     owner_group: Mapped[str] = mapped_column(String(128))
     status: Mapped[str] = mapped_column(String(16))
     minor_status: Mapped[str] = mapped_column(String(255), default="")
-    #: The job description exactly as it was submitted.
+    #: The job description exactly as it was submitted, its format ("jdl" or "json"), and for
+    #: a job of a parametric bulk, which of the bulk's jobs this one is.
     description: Mapped[str] = mapped_column(Text)
+    description_format: Mapped[str] = mapped_column(String(8), default="jdl")
+    bulk_index: Mapped[int | None] = mapped_column(Integer, default=None)
     job_type: Mapped[str] = mapped_column(String(64), default="User")
     #: User priority, 0 (lowest) to 10.
     user_priority: Mapped[int] = mapped_column(Integer, default=1)

@@ -25,6 +25,7 @@ from taskqueue.jobs import apply_transition
 from taskqueue.models import (
     TaskQueue,
     TaskQueueJob,
+    jobs_table,
     task_queues_table,
     tq_banned_sites_table,
     tq_jobs_table,
@@ -80,6 +81,15 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
     ])
     apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
                      minor_status="Pilot Agent Submission", source=source, now=now)
+    by_pool: dict[str, list[int]] = {}
+    for e in entries:
+        if e.requirements.submit_pool is not None:
+            by_pool.setdefault(e.requirements.submit_pool, []).append(e.job_id)
+    dialect = session.get_bind().dialect.name
+    for pool, pool_jobs in by_pool.items():  # a job's pool is its queue's pool
+        session.connection().execute(
+            update(jobs_table).where(in_ids(jobs_table.c.id, pool_jobs, dialect))
+            .values(submit_pool=pool))
     if created:
         recompute_priorities(session, settings, {(batch[d].definition.vo,
                                                   batch[d].definition.owner_group)

@@ -77,9 +77,30 @@ class TaskQueueSettings:
 
 
 @dataclass(frozen=True)
+class ResourcesSettings:
+    #: The resources configuration: sites, CEs, queues and their parameters (TOML).
+    file: str = "conf/resources.toml"
+
+
+@dataclass(frozen=True)
+class SubmitSettings:
+    """Whom ``gridpilot submit`` submits as when run by an operator on the service host (the
+    HTTP API takes the identity from the caller's token instead)."""
+
+    vo: str = "lhcb"
+    owner_group: str = "lhcb_user"
+    #: Empty: the login name of the user running the command.
+    owner: str = ""
+    #: Jobs the optimizer loop takes per transaction.
+    optimizer_batch: int = 1000
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
+    resources: ResourcesSettings = field(default_factory=ResourcesSettings)
+    submit: SubmitSettings = field(default_factory=SubmitSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

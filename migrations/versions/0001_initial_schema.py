@@ -69,6 +69,8 @@ def upgrade() -> None:
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("minor_status", sa.String(length=255), nullable=False),
         sa.Column("description", sa.Text(), nullable=False),
+        sa.Column("description_format", sa.String(length=8), nullable=False),
+        sa.Column("bulk_index", sa.Integer(), nullable=True),
         sa.Column("job_type", sa.String(length=64), nullable=False),
         sa.Column("user_priority", sa.Integer(), nullable=False),
         sa.Column("cpu_time", sa.BigInteger(), nullable=False),

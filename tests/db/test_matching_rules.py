@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from taskqueue.definitions import TaskQueueDefinition
+from taskqueue.explain import explain_match
 from taskqueue.matching import matching_queues
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
@@ -88,3 +90,17 @@ def test_rule(db: Database, settings: Settings, now: datetime, case: str) -> Non
 def _pool_id(name: str) -> str:
     from taskqueue.submitpools import submit_pool_id
     return submit_pool_id({"Tag": name})
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_explanation_agrees_with_the_query(case: str) -> None:
+    """taskqueue.explain restates the SQL rules in Python; both must say the same."""
+    job, resource, expected = CASES[case]
+    job = {**job, "submit_pool": _pool_id(job["submit_pool"])} if "submit_pool" in job else job
+    if "submit_pools" in resource:
+        names = resource["submit_pools"]
+        names = [names] if isinstance(names, str) else names
+        resource = {**resource, "submit_pools": [_pool_id(n) for n in names]}
+    definition = TaskQueueDefinition.for_job(requirements(**job), Settings())
+    results = explain_match(definition, parse_resource({"vo": "lhcb", **resource}))
+    assert all(r.holds for r in results) is expected, results

@@ -1,0 +1,238 @@
+"""The optimizer chain: sanity → requirements → scheduling → insertion.
+
+Every job a user submits goes through it between Received and Waiting, inline at submission
+and, for jobs that come back (rescheduled) or were stored by another process, in batches by
+:func:`optimize_received` (``gridpilot optimize``). All steps run in the caller's transaction,
+so a batch is either fully optimized or not at all; a job that fails a step ends Failed, with
+the step and a reason a person can act on as its minor status.
+
+- sanity: the description parses and its values are in range (the parser's job; done at
+  submission for new jobs, again here for stored ones);
+- requirements (RFC 7): the job's ``Requirements`` section becomes a SubmitPool, stored with
+  the queues that meet it; the job's sites are intersected with those queues' sites;
+- scheduling: CPU time, processors, memory, sites, platforms, tags, SubmitPool and ClassAd
+  expression become the job's task-queue requirements (the task queue buckets them);
+- insertion: the job joins the task queue of its definition and becomes Waiting.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from optimizers.classads import canonical_expression
+from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.jdl import parse_jdl
+from optimizers.jobjson import parse_json_text
+from optimizers.resources import ResourcesConfig, eligible_queues, unmet_requirements
+from taskqueue.definitions import JobRequirements
+from taskqueue.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.models import Job
+from taskqueue.queues import QueueEntry, enqueue_jobs
+from taskqueue.settings import Settings
+from taskqueue.states import JobStatus
+from taskqueue.submitpools import canonical_text, set_pool_queues, store_submit_pool
+
+SOURCE = "optimizer"
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who submits: the VO, the owner and the owner's group."""
+
+    vo: str
+    owner: str
+    owner_group: str
+
+
+@dataclass(frozen=True)
+class ChainContext:
+    settings: Settings
+    resources: ResourcesConfig
+    now: datetime
+    rng: random.Random = field(default_factory=random.Random)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """One job to store: its exact text and format, its place in a bulk, its parsed form."""
+
+    text: str
+    format: str
+    bulk_index: int | None
+    description: JobDescription
+
+
+@dataclass
+class ChainResult:
+    waiting: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+def parse_description(text: str, fmt: str) -> list[JobDescription]:
+    """The jobs a description text holds, in the given format ("jdl" or "json")."""
+    if fmt == "jdl":
+        return parse_jdl(text)
+    if fmt == "json":
+        return parse_json_text(text)
+    raise JobDescriptionError(f"unknown description format {fmt!r}: use jdl or json")
+
+
+def submissions_from_text(text: str, fmt: str) -> list[Submission]:
+    """Parse a submitted text into the jobs to store (sanity happens here, before storing)."""
+    jobs = parse_description(text, fmt)
+    if len(jobs) == 1 and jobs[0].parameter is None:
+        return [Submission(text, fmt, None, jobs[0])]
+    return [Submission(text, fmt, i, job) for i, job in enumerate(jobs)]
+
+
+def submit(session: Session, submissions: Sequence[Submission], identity: Identity,
+           ctx: ChainContext) -> ChainResult:
+    """Store new jobs (Received) and run the chain on them at once."""
+    new = [NewJob(s.text, _basic_requirements(identity, s.description),
+                  s.description.priority, s.format, s.bulk_index) for s in submissions]
+    ids = add_jobs(session, new, now=ctx.now)
+    return run_chain(session, [(job_id, identity, s.description)
+                               for job_id, s in zip(ids, submissions, strict=True)], ctx)
+
+
+def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000
+                      ) -> ChainResult:
+    """Run the chain on up to ``limit`` stored Received jobs (several optimizers may run at
+    once: each takes the jobs no other one holds)."""
+    rows = session.execute(
+        select(Job.id, Job.vo, Job.owner, Job.owner_group, Job.description,
+               Job.description_format, Job.bulk_index)
+        .where(Job.status == JobStatus.RECEIVED.value).order_by(Job.id).limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all()
+    work: list[tuple[int, Identity, JobDescription]] = []
+    broken: dict[int, str] = {}
+    for row in rows:
+        try:
+            jobs = parse_description(row.description, row.description_format)
+            index = row.bulk_index or 0
+            if index >= len(jobs):
+                raise JobDescriptionError(
+                    f"the description holds {len(jobs)} jobs, not job {index} of its bulk")
+            work.append((row.id, Identity(row.vo, row.owner, row.owner_group), jobs[index]))
+        except JobDescriptionError as exc:
+            broken[row.id] = f"Job sanity: {exc.message}"
+    result = run_chain(session, work, ctx) if work else ChainResult()
+    if broken:
+        _fail(session, broken, JobStatus.RECEIVED, ctx.now)
+        result.failed.update(broken)
+    return result
+
+
+def run_chain(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription]],
+              ctx: ChainContext) -> ChainResult:
+    """Received → Checking → (requirements, scheduling) → Waiting, or Failed with a reason."""
+    result = ChainResult()
+    if not jobs:
+        return result
+    apply_transition(session, [j for j, _, _ in jobs], JobStatus.RECEIVED, JobStatus.CHECKING,
+                     minor_status="Job sanity", source=SOURCE, now=ctx.now)
+    pools = _requirements_step(session, jobs, ctx)
+    entries: list[QueueEntry] = []
+    for job_id, identity, desc in jobs:
+        outcome = pools.get(job_id)
+        if isinstance(outcome, str):
+            result.failed[job_id] = outcome
+            continue
+        try:
+            req = _scheduling_step(identity, desc, outcome)
+        except JobDescriptionError as exc:
+            result.failed[job_id] = f"Scheduling: {exc.message}"
+            continue
+        entries.append(QueueEntry(job_id, req, desc.priority))
+    if result.failed:
+        _fail(session, result.failed, JobStatus.CHECKING, ctx.now)
+    if entries:
+        enqueue_jobs(session, entries, ctx.settings, now=ctx.now, rng=ctx.rng,
+                     from_status=JobStatus.CHECKING, source=SOURCE)
+        result.waiting = [e.job_id for e in entries]
+    return result
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """What the requirements step decided for a job."""
+
+    submit_pool: str | None
+    sites: frozenset[str] | None  # None: the job's own site list stands
+
+
+def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription]],
+                       ctx: ChainContext) -> dict[int, _Placement | str]:
+    """SubmitPools for the jobs with RFC 7 requirements; a reason for those no queue can run."""
+    out: dict[int, _Placement | str] = {}
+    by_requirements: dict[tuple[str, str], list[tuple[int, JobDescription]]] = defaultdict(list)
+    for job_id, identity, desc in jobs:
+        if desc.requirements:
+            by_requirements[(identity.vo, canonical_text(desc.requirements))].append(
+                (job_id, desc))
+        else:
+            out[job_id] = _Placement(None, None)
+    for (vo, _text), members in sorted(by_requirements.items()):
+        requirements: Mapping[str, Any] = members[0][1].requirements or {}
+        queues = eligible_queues(ctx.resources, requirements, vo=vo)
+        if not queues:
+            unmet = unmet_requirements(ctx.resources, requirements, vo=vo)
+            reason = ("Requirements: no queue of the grid meets "
+                      + (", ".join(unmet) if unmet else "all of the requirements together"))
+            for job_id, _ in members:
+                out[job_id] = reason
+            continue
+        pool_id = store_submit_pool(session, requirements, now=ctx.now)
+        set_pool_queues(session, pool_id, queues, now=ctx.now)
+        eligible_sites = frozenset(site for site, _ce, _queue in queues)
+        for job_id, desc in members:
+            sites = (desc.sites & eligible_sites if desc.sites else eligible_sites)
+            sites -= desc.banned_sites
+            if not sites:
+                out[job_id] = ("Requirements: none of the sites the job may run at has a queue "
+                               f"that meets its requirements (queues meeting them are at "
+                               f"{', '.join(sorted(eligible_sites))})")
+            else:
+                out[job_id] = _Placement(pool_id, sites)
+    return out
+
+
+def _scheduling_step(identity: Identity, desc: JobDescription,
+                     placement: _Placement | None) -> JobRequirements:
+    placement = placement or _Placement(None, None)
+    expression = (canonical_expression(desc.requirements_expression)
+                  if desc.requirements_expression else None)
+    return JobRequirements(
+        vo=identity.vo, owner=identity.owner, owner_group=identity.owner_group,
+        cpu_time=desc.cpu_time, processors=desc.processors, memory=desc.memory,
+        job_type=desc.job_type, submit_pool=placement.submit_pool, expression=expression,
+        sites=placement.sites if placement.sites is not None else desc.sites,
+        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
+    )
+
+
+def _basic_requirements(identity: Identity, desc: JobDescription) -> JobRequirements:
+    """What the jobs table records of a job before the chain has run."""
+    return JobRequirements(vo=identity.vo, owner=identity.owner,
+                           owner_group=identity.owner_group, cpu_time=desc.cpu_time,
+                           processors=desc.processors, memory=desc.memory,
+                           job_type=desc.job_type)
+
+
+def _fail(session: Session, reasons: Mapping[int, str], current: JobStatus,
+          now: datetime) -> None:
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    for job_id, reason in reasons.items():
+        by_reason[reason].append(job_id)
+    for reason, ids in by_reason.items():
+        apply_transition(session, ids, current, JobStatus.FAILED, minor_status=reason[:255],
+                         source=SOURCE, now=now, values={"ended_at": now})

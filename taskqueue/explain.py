@@ -1,0 +1,94 @@
+"""Why a task queue does or does not match a resource: every matching rule, one by one.
+
+This is the matching of taskqueue.matching restated in Python, rule by rule, for people; a test
+checks that both agree on every case of the rule table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from taskqueue.definitions import TaskQueueDefinition
+from taskqueue.resources import Resource
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    rule: str
+    holds: bool
+    detail: str
+
+
+def _names(values: frozenset[str] | None) -> str:
+    if values is None:
+        return "ANY"
+    return ", ".join(sorted(values)) if values else "none"
+
+
+def explain_match(d: TaskQueueDefinition, r: Resource,
+                  expression_check: Callable[[str], bool] | None = None) -> list[RuleResult]:
+    """Each matching rule for queue definition ``d`` and resource ``r``."""
+    out: list[RuleResult] = []
+
+    def rule(name: str, holds: bool, detail: str) -> None:
+        out.append(RuleResult(name, holds, detail))
+
+    rule("VO", d.vo == r.vo, f"job's VO {d.vo}, resource's {r.vo}")
+    if r.owner_group is not None:
+        rule("owner group", d.owner_group in r.owner_group,
+             f"job's group {d.owner_group}; resource takes {_names(r.owner_group)}")
+    if r.owner is not None:
+        rule("owner", d.owner == r.owner,
+             f"job's owner {d.owner or '(group shares jobs)'}; resource takes {r.owner}")
+    if r.cpu_time is not None:
+        rule("CPU time", d.cpu_time <= r.cpu_time,
+             f"job needs up to {d.cpu_time} s (bucket); resource has {r.cpu_time} s left")
+    if r.processors is not None:
+        rule("processors", d.processors <= r.processors,
+             f"job needs {d.processors} (bucket); resource offers {r.processors}")
+    if r.memory is not None:
+        rule("memory", d.memory <= r.memory,
+             f"job needs {d.memory} MB (bucket); resource offers {r.memory} MB")
+    if r.job_type is not None:
+        rule("job type", d.job_type in r.job_type,
+             f"job type {d.job_type}; resource takes {_names(r.job_type)}")
+    if d.submit_pool is None:
+        rule("SubmitPool", True, "job has no RFC 7 requirements")
+    else:
+        rule("SubmitPool", r.submit_pools is not None and d.submit_pool in r.submit_pools,
+             f"job's SubmitPool {d.submit_pool[:12]}…; resource presents "
+             f"{_names(frozenset(p[:12] + '…' for p in r.submit_pools or ()))}")
+    if r.site is not None:
+        allowed = [s for s in sorted(r.site)
+                   if (not d.sites or s in d.sites) and s not in d.banned_sites]
+        rule("site", bool(allowed),
+             f"resource's site {_names(r.site)}; job allows {_names(d.sites) if d.sites else 'any'}"
+             f", bans {_names(d.banned_sites)}")
+    if r.platform is not None:
+        rule("platform", not d.platforms or bool(d.platforms & r.platform),
+             f"job runs on {_names(d.platforms) if d.platforms else 'any'}; resource is "
+             f"{_names(r.platform)}")
+    if r.tags is not None:
+        missing = d.tags - r.tags
+        rule("tags", not missing,
+             f"job needs tags {_names(d.tags)}; resource has {_names(r.tags)}"
+             + (f" (missing {_names(frozenset(missing))})" if missing else ""))
+    if r.required_tags:
+        absent = r.required_tags - d.tags
+        rule("required tags", not absent,
+             f"resource runs only jobs tagged {_names(r.required_tags)}; job has "
+             f"{_names(d.tags)}")
+    if d.expression is not None:
+        if expression_check is None:
+            rule("Requirements expression", False,
+                 f"{d.expression} (no evaluator given: cannot tell)")
+        else:
+            rule("Requirements expression", expression_check(d.expression),
+                 f"{d.expression} against the resource")
+    return out
+
+
+def matches(d: TaskQueueDefinition, r: Resource,
+            expression_check: Callable[[str], bool] | None = None) -> bool:
+    return all(x.holds for x in explain_match(d, r, expression_check))
