@@ -135,6 +135,100 @@ def queues_cleanup(settings: Settings) -> None:
     click.echo(f"deleted {len(gone)} empty task queues and {len(pools)} unused SubmitPools")
 
 
+@cli.command("submit")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="The files are JSON, not JDL.")
+@click.option("--vo", default=None, help="VO to submit for (default: [submit] vo).")
+@click.option("--group", default=None, help="Owner group (default: [submit] owner_group).")
+@click.option("--owner", default=None, help="Owner (default: [submit] owner, else login name).")
+@click.pass_obj
+@_friendly
+def submit_command(settings: Settings, files: tuple[Path, ...], as_json: bool,
+                   vo: str | None, group: str | None, owner: str | None) -> None:
+    """Submit the jobs of FILES (JDL, or JSON with --json); print their ids.
+
+    Every file is checked before anything is stored: one bad file submits nothing.
+    """
+    from gridpilot import jobcommands
+
+    identity = jobcommands.identity_from(settings, vo, group, owner)
+    for job_id in jobcommands.submit_files(settings, files, as_json, identity):
+        click.echo(job_id)
+
+
+@cli.command("jobs")
+@click.option("--status", default=None, help="Only jobs in this status (e.g. Waiting).")
+@click.option("--owner", default=None, help="Only this owner's jobs.")
+@click.option("--site", default=None, help="Only jobs matched to this site.")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.pass_obj
+@_friendly
+def jobs_command(settings: Settings, status: str | None, owner: str | None, site: str | None,
+                 limit: int) -> None:
+    """The newest jobs, with filters."""
+    from gridpilot import jobcommands
+
+    click.echo(jobcommands.list_jobs(settings, status, owner, site, limit))
+
+
+@cli.command("job")
+@click.argument("job_id", type=int)
+@click.pass_obj
+@_friendly
+def job_command(settings: Settings, job_id: int) -> None:
+    """One job: its description and status history."""
+    from gridpilot import jobcommands
+
+    click.echo(jobcommands.show_job(settings, job_id))
+
+
+@cli.command("explain")
+@click.argument("job_id", type=int)
+@click.option("--queue", default=None, metavar="SITE/CE/QUEUE",
+              help="A queue of the resources configuration.")
+@click.option("--resource", "resource_file", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A resource description (JSON), as a pilot sends it.")
+@click.pass_obj
+@_friendly
+def explain_command(settings: Settings, job_id: int, queue: str | None,
+                    resource_file: Path | None) -> None:
+    """Why JOB_ID can or cannot run on a queue or resource: every rule, held or not.
+
+    Exits 0 when the job can run there, 3 when it cannot.
+    """
+    from gridpilot import jobcommands
+
+    if (queue is None) == (resource_file is None):
+        raise click.UsageError("give exactly one of --queue and --resource")
+    ok, text = jobcommands.explain(settings, job_id, queue, resource_file)
+    click.echo(text)
+    if not ok:
+        raise SystemExit(3)
+
+
+@cli.command("optimize")
+@click.option("--batch", type=click.IntRange(1), default=None,
+              help="Jobs per transaction (default: [submit] optimizer_batch).")
+@click.option("--once", is_flag=True, help="One batch, then exit.")
+@click.pass_obj
+@_friendly
+def optimize_command(settings: Settings, batch: int | None, once: bool) -> None:
+    """Run the optimizer chain over Received jobs until none is left."""
+    from gridpilot import jobcommands
+
+    size = batch or settings.submit.optimizer_batch
+    total_ok = total_failed = 0
+    while True:
+        ok, failed = jobcommands.optimize(settings, size)
+        total_ok += ok
+        total_failed += failed
+        if once or ok + failed < size:
+            break
+    click.echo(f"{total_ok} job(s) now Waiting, {total_failed} failed")
+
+
 @cli.command()
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), default=Path("work"),
               show_default=True, help="Folder for the demo's SQLite database.")

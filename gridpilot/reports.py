@@ -6,6 +6,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from taskqueue.models import (
+    Job,
+    JobStatusHistory,
     TaskQueue,
     TaskQueueBannedSite,
     TaskQueueJob,
@@ -50,3 +52,32 @@ def _values(session: Session, tq_ids: list[int]) -> dict[int, str]:
         for tq_id, vals in grouped.items():
             parts.setdefault(tq_id, []).append(f"{label}={','.join(vals)}")
     return {tq_id: " ".join(p) for tq_id, p in parts.items()}
+
+
+def jobs_table(session: Session, *, status: str | None = None, owner: str | None = None,
+               site: str | None = None, limit: int = 50) -> str:
+    """The newest jobs matching the filters, one line each."""
+    stmt = select(Job).order_by(Job.id.desc()).limit(limit)
+    if status:
+        stmt = stmt.where(Job.status == status)
+    if owner:
+        stmt = stmt.where(Job.owner == owner)
+    if site:
+        stmt = stmt.where(Job.site == site)
+    rows = list(session.scalars(stmt))
+    lines = [f"{'id':>8} {'status':<11} {'owner':<12} {'group':<12} {'site':<18} "
+             f"{'submitted (UTC)':<19}  minor status"]
+    for job in rows:
+        lines.append(f"{job.id:>8} {job.status:<11} {job.owner:<12} {job.owner_group:<12} "
+                     f"{job.site or '-':<18} {job.submitted_at:%Y-%m-%d %H:%M:%S}  "
+                     f"{job.minor_status}")
+    lines.append(f"{len(rows)} job(s)" + (" (the newest shown; use --limit for more)"
+                                          if len(rows) == limit else ""))
+    return "\n".join(lines)
+
+
+def history_table(session: Session, job_id: int) -> str:
+    rows = session.scalars(select(JobStatusHistory).where(JobStatusHistory.job_id == job_id)
+                           .order_by(JobStatusHistory.id))
+    return "\n".join(f"    {h.at:%Y-%m-%d %H:%M:%S}  {h.status:<11} {h.source:<10} "
+                     f"{h.minor_status}" for h in rows)

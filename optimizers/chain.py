@@ -24,17 +24,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from optimizers.classads import canonical_expression
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_text
-from optimizers.resources import ResourcesConfig, eligible_queues, unmet_requirements
+from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason
+from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
-from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.models import Job
+from taskqueue.errors import InvalidRequirementsError
+from taskqueue.jobs import NewJob, add_jobs, apply_transition, lock_received_jobs
 from taskqueue.queues import QueueEntry, enqueue_jobs
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
@@ -107,12 +105,7 @@ def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000
                       ) -> ChainResult:
     """Run the chain on up to ``limit`` stored Received jobs (several optimizers may run at
     once: each takes the jobs no other one holds)."""
-    rows = session.execute(
-        select(Job.id, Job.vo, Job.owner, Job.owner_group, Job.description,
-               Job.description_format, Job.bulk_index)
-        .where(Job.status == JobStatus.RECEIVED.value).order_by(Job.id).limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all()
+    rows = lock_received_jobs(session, limit)
     work: list[tuple[int, Identity, JobDescription]] = []
     broken: dict[int, str] = {}
     for row in rows:
@@ -183,13 +176,16 @@ def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, Job
             out[job_id] = _Placement(None, None)
     for (vo, _text), members in sorted(by_requirements.items()):
         requirements: Mapping[str, Any] = members[0][1].requirements or {}
-        queues = eligible_queues(ctx.resources, requirements, vo=vo)
-        if not queues:
-            unmet = unmet_requirements(ctx.resources, requirements, vo=vo)
-            reason = ("Requirements: no queue of the grid meets "
-                      + (", ".join(unmet) if unmet else "all of the requirements together"))
+        try:
+            queues = eligible_queues(ctx.resources, requirements, vo=vo)
+            reason = None if queues else (
+                no_match_reason(ctx.resources, requirements, vo=vo)
+                or "no queue meets all of them")
+        except InvalidRequirementsError as exc:
+            queues, reason = [], exc.message
+        if reason is not None:
             for job_id, _ in members:
-                out[job_id] = reason
+                out[job_id] = f"Requirements: {reason}"
             continue
         pool_id = store_submit_pool(session, requirements, now=ctx.now)
         set_pool_queues(session, pool_id, queues, now=ctx.now)

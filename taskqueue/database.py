@@ -17,6 +17,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+__all__ = ["Session", "make_engine", "make_session_factory", "run_in_transaction"]
+
 from taskqueue.errors import ConfigurationError, ConflictError
 
 T = TypeVar("T")

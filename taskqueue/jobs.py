@@ -165,3 +165,14 @@ def _job_list_suffix(job_ids: Sequence[int]) -> str:
     shown = ", ".join(str(j) for j in list(job_ids)[:5])
     more = f" and {len(job_ids) - 5} more" if len(job_ids) > 5 else ""
     return f" (job {shown}{more})" if len(job_ids) == 1 else f" (jobs {shown}{more})"
+
+
+def lock_received_jobs(session: Session, limit: int) -> list[Any]:
+    """Up to ``limit`` Received jobs, oldest first, locked for this transaction; jobs another
+    transaction holds are skipped, so several optimizers can work side by side."""
+    return list(session.execute(
+        select(Job.id, Job.vo, Job.owner, Job.owner_group, Job.description,
+               Job.description_format, Job.bulk_index)
+        .where(Job.status == JobStatus.RECEIVED.value).order_by(Job.id).limit(limit)
+        .with_for_update(skip_locked=True)
+    ).all())

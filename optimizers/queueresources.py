@@ -1,0 +1,43 @@
+"""The resource description a pilot of a configured queue presents, built from the resources
+configuration: what ``gridpilot explain --queue`` and the demo match jobs against."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from optimizers.resources import ResourcesConfig, Value
+from taskqueue.resources import Resource, parse_resource
+
+
+def resource_for_queue(config: ResourcesConfig, site: str, ce: str, queue: str, vo: str, *,
+                       submit_pools: Iterable[str] = (), pilot_reference: str = "") -> Resource:
+    """The queue's parameters (inherited, for ``vo``) as a matcher resource description."""
+    q = config.queue(site, ce, queue)
+    params = q.parameters(vo)
+    description: dict[str, Any] = {
+        "vo": vo, "site": site, "ce": ce, "queue": queue, "pilot_reference": pilot_reference,
+        "submit_pools": sorted(submit_pools),
+        "tags": _labels(params.get("Tags")),
+        "required_tags": _labels(params.get("RequiredTags")),
+    }
+    if params.get("Platform") is not None:
+        description["platform"] = _labels(params.get("Platform"))
+    cpu = q.normalised_cpu_time(vo)
+    if cpu is not None:
+        description["cpu_time"] = int(cpu)
+    for key, field in (("NumberOfProcessors", "processors"), ("MaxRAM", "memory")):
+        value = params.get(key)
+        if isinstance(value, int | float):
+            description[field] = int(value)
+    known = {"Tags", "RequiredTags", "Platform", "NumberOfProcessors", "MaxRAM", "VO"}
+    for key, value in params.items():  # kept for ClassAd Requirements expressions
+        if key not in known:
+            description[key] = list(value) if isinstance(value, tuple) else value
+    return parse_resource(description)
+
+
+def _labels(value: Value | None) -> list[str]:
+    if value is None:
+        return []
+    return [str(v) for v in value] if isinstance(value, tuple) else [str(value)]
