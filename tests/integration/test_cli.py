@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,7 +57,13 @@ def test_unusable_database_url(tmp_path: Path) -> None:
 
 
 def test_demo_matches_every_job(tmp_path: Path) -> None:
-    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "400"], tmp_path)
+    resources = Path(__file__).resolve().parents[2] / "conf" / "resources.toml"
+    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "400"], tmp_path,
+              GRIDPILOT_RESOURCES_FILE=str(resources))
     assert out.returncode == 0, out.stderr
-    assert "Submitted 400 jobs" in out.stdout
-    assert "Jobs by status: Matched 400; left waiting: 0." in out.stdout
+    submitted = re.search(r"Submitted 400 jobs .*: (\d+) waiting, (\d+) failed", out.stdout)
+    assert submitted, out.stdout
+    waiting, failed = int(submitted[1]), int(submitted[2])
+    assert waiting + failed == 400 and failed > 0  # the demo shows a failure and its reason
+    assert "failed: Requirements: no queue offers SoftwareTag 'VO-lhcb-gauss-v99'" in out.stdout
+    assert f"Jobs by status: Failed {failed}, Matched {waiting}; left waiting: 0." in out.stdout
