@@ -21,8 +21,12 @@ from taskqueue.submitpools import canonical_requirements
 
 #: Largest job description accepted, in bytes of UTF-8.
 MAX_DESCRIPTION_BYTES = 64 * 1024
-#: Most jobs one parametric description may expand into.
+#: Most jobs one parametric description may expand into, and most bytes of text they may
+#: hold together (a 60 KB description times 10,000 jobs would take gigabytes).
 MAX_PARAMETRIC_JOBS = 10_000
+MAX_EXPANDED_BYTES = 16 * 1024 * 1024
+#: Largest absolute value a numeric parameter may reach.
+MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
 DEFAULT_JOB_TYPE = "User"
 DEFAULT_PRIORITY = 1
@@ -102,6 +106,13 @@ def build_descriptions(raw: Raw, extra: Mapping[str, JSONValue]) -> list[JobDesc
     parameters = _parameters(raw)
     if parameters is None:
         return [_build(raw, extra, None)]
+    per_job = sum(len(repr(raw[name][1])) for name in _TEMPLATED if name in raw)
+    if per_job * len(parameters) > MAX_EXPANDED_BYTES:
+        label = raw["Parameters"][0]
+        raise JobDescriptionError(
+            f"{label}: {len(parameters)} jobs of about {per_job} bytes each would be "
+            f"{per_job * len(parameters) // (1024 * 1024)} MB of job descriptions; at most "
+            f"{MAX_EXPANDED_BYTES // (1024 * 1024)} MB can be submitted at once", label)
     jobs = []
     for index, value in enumerate(parameters):
         text = _format_number(value) if not isinstance(value, str) else value
@@ -147,7 +158,7 @@ def _with_processors(desc: JobDescription, raw: Raw) -> JobDescription:
             f"{raw['NumberOfProcessors'][0]} cannot be combined with MinNumberOfProcessors or "
             "MaxNumberOfProcessors: give either an exact number or a range",
             raw["NumberOfProcessors"][0])
-    what = "a positive integer"
+    what = "a positive integer of at most 4096"
     if exact:
         n = _integer(raw, "NumberOfProcessors", 1, low=1, high=4096, what=what)
         return replace(desc, processors=n, max_processors=n)
@@ -220,10 +231,21 @@ def _parameters(raw: Raw) -> list[str | int | float] | None:
     factor = _number(raw, "ParameterFactor", 1)
     values: list[str | int | float] = []
     current = start
-    for _ in range(value):
-        values.append(current)
-        current = current * factor + step
+    for i in range(value):
+        if abs(current) > MAX_PARAMETER:
+            label = raw.get("ParameterFactor", raw.get("ParameterStep", (label, None)))[0]
+            raise JobDescriptionError(
+                f"{label} makes parameter {i} exceed {MAX_PARAMETER:.0e}; use smaller "
+                "values or fewer jobs", label)
+        values.append(_tidy(current))
+        # from the start each time when the factor is 1: no rounding errors pile up
+        current = start + (i + 1) * step if factor == 1 else current * factor + step
     return values
+
+
+def _tidy(value: int | float) -> int | float:
+    """A float parameter without the last-digit noise of binary arithmetic (0.1 * 3)."""
+    return float(f"{value:.12g}") if isinstance(value, float) else value
 
 
 def _substitute(raw: Raw, parameter: str, index: int) -> Raw:

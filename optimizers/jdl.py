@@ -1,14 +1,18 @@
 """Reading JDL (ClassAd) job descriptions with HTCondor's ``classad2``, strictly and safely.
 
-The ClassAd library silently ignores trailing text, gives one message without a position for
-every syntax error, and can crash on huge expressions; so the text is size-capped first, parsed
-with ``ExprTree(text).eval()`` (which refuses trailing text), and when it does not parse, each
-top-level attribute is tried on its own to say on which line the error is.
+The ClassAd library is lenient and fragile with untrusted text: it drops text after a stray
+``]``, keeps the last of two attributes with the same name, reads integers beyond 2**63-1 as 0,
+gives one message without a position for every syntax error, and can crash on self-referring or
+huge expressions. So before the library sees a JDL, gridpilot checks it itself on a copy whose
+strings and comments are blanked out (:func:`_code_only`): size, encoding, one outer ``[ ]``
+with nothing after it, each attribute named once, integers in range. Evaluation is depth-limited
+and every library exception becomes a :class:`JobDescriptionError` naming the field.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 from optimizers.description import (
@@ -25,6 +29,12 @@ from optimizers.description import (
 # The bindings read an HTCondor configuration at import; gridpilot needs none.
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
 import classad2
+
+#: Deepest nesting of sections and lists accepted (a self-reference would be endless).
+MAX_DEPTH = 16
+_MAX_INT = 2**63 - 1
+_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=")
+_BIG_INT = re.compile(r"(?<![\w.])\d{19,}(?![\w.])")
 
 
 def parse_jdl(text: str) -> list[JobDescription]:
@@ -48,114 +58,239 @@ def read_classad(text: str) -> classad2.ClassAd:
     """Parse untrusted ClassAd text into a ClassAd, or raise a JobDescriptionError."""
     if not isinstance(text, str):
         raise JobDescriptionError(f"a JDL must be text, got {type(text).__name__}")
-    size = len(text.encode("utf-8", errors="replace"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        raise JobDescriptionError(
+            f"the JDL contains a character that is not valid Unicode (a lone surrogate) at "
+            f"line {line}") from exc
     if size > MAX_DESCRIPTION_BYTES:
         raise JobDescriptionError(
             f"the JDL is {size} bytes long; at most {MAX_DESCRIPTION_BYTES} are accepted")
     if "\x00" in text:
         raise JobDescriptionError("the JDL contains a NUL character")
-    body = text.strip()
-    if not body:
-        raise JobDescriptionError("the JDL is empty")
-    candidates = [body] if body.startswith("[") else [f"[{body}\n]", body]
-    for candidate in candidates:
-        try:
-            value = classad2.ExprTree(candidate).eval()
-        except classad2.ClassAdException:
-            continue
-        if isinstance(value, classad2.ClassAd):
-            return value
-    raise JobDescriptionError(_syntax_error(body))
+    if not _code_only(text).strip():
+        raise JobDescriptionError("the JDL is empty" + (" (it holds only comments)"
+                                                        if text.strip() else ""))
+    ad_text = _outer_ad(text)
+    inner = ad_text[1:-1]
+    _check_attributes(ad_text, offset=1)
+    try:
+        value = classad2.ExprTree(ad_text).eval()
+    except classad2.ClassAdException:
+        value = None
+    if not isinstance(value, classad2.ClassAd):
+        raise JobDescriptionError(_syntax_error(ad_text, inner))
+    return value
 
 
-def _syntax_error(body: str) -> str:
-    inner = body[1:-1] if body.startswith("[") and body.endswith("]") else body
-    if body.startswith("[") and not body.rstrip().endswith("]"):
-        return "the JDL is not valid ClassAd syntax: the opening '[' is never closed"
-    offset = body.index(inner) if inner in body else 0
-    for start, segment in _top_level_segments(inner):
-        if not segment.strip():
-            continue
-        try:
-            classad2.ExprTree(f"[{segment}\n]").eval()
-        except classad2.ClassAdException:
-            line = body.count("\n", 0, offset + start) + 1 + _leading_newlines(segment)
-            shown = " ".join(segment.split())
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            return (f"the JDL is not valid ClassAd syntax at line {line}: cannot read "
-                    f"\"{shown}\" (expected Name = value; with strings in double quotes and "
-                    "lists in { })")
-    return ("the JDL is not valid ClassAd syntax: check for a missing ';' between attributes "
-            "or an unbalanced quote, bracket or brace")
+def _code_only(text: str) -> str:
+    """``text`` with the contents of strings and comments blanked (newlines kept), so that
+    brackets, semicolons, names and numbers can be found by position."""
+    out = list(text)
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            for k in range(i + 1, min(j, n)):
+                if out[k] != "\n":
+                    out[k] = " "
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out[i:j] = " " * (j - i)
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
+            i = j
+        else:
+            i += 1
+    return "".join(out)
 
 
-def _leading_newlines(segment: str) -> int:
-    stripped = segment.lstrip()
-    return segment[: len(segment) - len(stripped)].count("\n")
+def _outer_ad(text: str) -> str:
+    """The text of the one ClassAd: ``[ … ]`` as given (nothing may follow it), or the bare
+    attribute list wrapped in brackets."""
+    code = _code_only(text)
+    start = len(code) - len(code.lstrip())
+    if not code.startswith("[", start):
+        stray = _first_unbalanced(code)
+        if stray is not None:
+            raise JobDescriptionError(
+                f"the JDL has an unmatched '{code[stray]}' at line {_line(text, stray)}")
+        return f"[{text}\n]"
+    depth = 0
+    for i in range(start, len(code)):
+        if code[i] in "[{(":
+            depth += 1
+        elif code[i] in "]})":
+            depth -= 1
+            if depth == 0:
+                rest = code[i + 1:]
+                if rest.strip():
+                    at = i + 1 + len(rest) - len(rest.lstrip())
+                    shown = " ".join(text[at:].split())[:40]
+                    raise JobDescriptionError(
+                        f"the JDL has text after its closing ']' at line {_line(text, at)}: "
+                        f"\"{shown}\" (every attribute belongs inside the [ ])")
+                return text[start:i + 1]
+    located = _locate_error(text, start + 1, len(text))
+    hint = " (a ']' inside a // comment does not count)" if "//" in text else ""
+    raise JobDescriptionError(
+        located or f"the JDL is not valid ClassAd syntax: the opening '[' is never closed{hint}")
 
 
-def _top_level_segments(text: str) -> list[tuple[int, str]]:
-    """Split at ';' outside quotes, brackets, braces, parentheses and comments."""
-    segments: list[tuple[int, str]] = []
+def _first_unbalanced(code: str) -> int | None:
+    depth = 0
+    for i, c in enumerate(code):
+        if c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth -= 1
+            if depth < 0:
+                return i
+    return None
+
+
+def _line(text: str, index: int) -> int:
+    return text.count("\n", 0, index) + 1
+
+
+def _segments(code: str) -> list[tuple[int, int]]:
+    """Spans of the top-level attributes of an ad's inside (split at ';' at depth 0)."""
+    spans: list[tuple[int, int]] = []
     depth = 0
     start = 0
-    i = 0
-    quote = False
-    while i < len(text):
-        c = text[i]
-        if quote:
-            if c == "\\":
-                i += 1
-            elif c == '"':
-                quote = False
-        elif c == '"':
-            quote = True
-        elif text.startswith("//", i):
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-            continue
-        elif text.startswith("/*", i):
-            end = text.find("*/", i + 2)
-            i = len(text) if end < 0 else end + 2
-            continue
-        elif c in "[{(":
+    for i, c in enumerate(code):
+        if c in "[{(":
             depth += 1
         elif c in "]})":
             depth -= 1
         elif c == ";" and depth == 0:
-            segments.append((start, text[start:i]))
+            spans.append((start, i))
             start = i + 1
-        i += 1
-    segments.append((start, text[start:]))
-    return segments
+    spans.append((start, len(code)))
+    return [(a, b) for a, b in spans if code[a:b].strip()]
+
+
+def _check_attributes(ad_text: str, offset: int) -> None:
+    """Each top-level attribute once (names are case-insensitive), integers in range."""
+    code = _code_only(ad_text)
+    inner = code[offset:-1]
+    seen: dict[str, str] = {}
+    for a, b in _segments(inner):
+        m = _NAME.match(inner[a:b])
+        if m is None:
+            continue  # the syntax check reports it
+        name = m.group(1)
+        if name.lower() in seen:
+            raise JobDescriptionError(
+                f"{name} is given twice (as {seen[name.lower()]} before, at line "
+                f"{_line(ad_text, offset + a + m.start(1))}); attribute names are "
+                "case-insensitive: give it once", name)
+        seen[name.lower()] = name
+    for m in _BIG_INT.finditer(code):
+        if int(m.group()) > _MAX_INT:
+            raise JobDescriptionError(
+                f"the number {m.group()[:25]}{'...' if len(m.group()) > 25 else ''} at line "
+                f"{_line(ad_text, m.start())} is too large (at most {_MAX_INT})")
+
+
+def _syntax_error(ad_text: str, inner: str) -> str:
+    return _locate_error(ad_text, 1, len(ad_text) - 1) or (
+        "the JDL is not valid ClassAd syntax: check for a missing ';' between attributes or an "
+        "unbalanced quote, bracket or brace")
+
+
+def _locate_error(text: str, begin: int, end: int) -> str | None:
+    """The first top-level attribute of ``text[begin:end]`` that does not parse on its own,
+    with its line, or None."""
+    code = _code_only(text)[begin:end]
+    inner = text[begin:end]
+    for a, b in _segments(code):
+        try:
+            classad2.ExprTree(f"[{inner[a:b]}\n]").eval()
+        except classad2.ClassAdException:
+            first = a + len(code[a:b]) - len(code[a:b].lstrip())
+            shown = " ".join(inner[first:b].split())
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            return (f"the JDL is not valid ClassAd syntax at line {_line(text, begin + first)}:"
+                    f" cannot read \"{shown}\" (expected Name = value; with strings in double "
+                    "quotes and lists in { })")
+    return None
+
+
+def _evaluate(ad: classad2.ClassAd, key: str, label: str) -> Any:
+    try:
+        return ad.eval(key)
+    except classad2.ClassAdException as exc:
+        raise JobDescriptionError(
+            f"{label} cannot be evaluated: the expression is too long or too deeply nested",
+            label) from exc
 
 
 def _field_value(ad: classad2.ClassAd, key: str, name: str) -> Any:
     if name == "Requirements":
-        value = ad.eval(key)
+        value = _evaluate(ad, key, key)
         if isinstance(value, classad2.ClassAd):
-            return {k: _data(value, k, f"{key}.{k}") for k in value}
+            return {k: _data(value, k, f"{key}.{k}", 1) for k in value}
         if value is True:
             return {}  # "Requirements = true": no requirement at all
-        return Expression(str(ad.lookup(key)))
-    return _data(ad, key, key)
-
-
-def _data(ad: classad2.ClassAd, key: str, label: str) -> Any:
-    """The evaluated value of an attribute, as plain Python data."""
-    value = ad.eval(key)
-    if isinstance(value, classad2.Value):
+        if value is False:
+            raise JobDescriptionError(
+                f"{key} = false: no resource could ever run this job", key)
+        if isinstance(value, classad2.Value):
+            return Expression(str(ad.lookup(key)))  # refers to the resource: other.*
         raise JobDescriptionError(
-            f"{label} = {ad.lookup(key)} cannot be evaluated: it refers to an attribute that "
-            "is not defined (text values need double quotes)", label)
-    return _convert(value, label)
+            f"{key} must be a section of requirements ([ Name = value; ... ]) or a ClassAd "
+            f"expression such as other.MaxRAM >= 2000 (not in quotes), got {ad.lookup(key)}",
+            key)
+    return _data(ad, key, key, 0)
 
 
-def _convert(value: Any, label: str) -> Any:
+def _data(ad: classad2.ClassAd, key: str, label: str, depth: int) -> Any:
+    """The evaluated value of an attribute, as plain Python data."""
+    value = _evaluate(ad, key, label)
+    if isinstance(value, classad2.Value):
+        raise JobDescriptionError(_unevaluable(label, str(ad.lookup(key)), value), label)
+    return _convert(value, label, ad, depth)
+
+
+def _unevaluable(label: str, expression: str, value: classad2.Value) -> str:
+    if value == classad2.Value.Error:
+        return (f"{label} = {expression} cannot be evaluated: it is an error (a division by "
+                "zero, or text used as a number?)")
+    return (f"{label} = {expression} cannot be evaluated: it refers to an attribute that is "
+            "not defined (text values need double quotes)")
+
+
+def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise JobDescriptionError(
+            f"{label} nests too deeply (a name such as ROOT or self without quotes refers to "
+            "the job itself; text values need double quotes)", label)
     if isinstance(value, classad2.ClassAd):
-        return {k: _convert(value.eval(k), f"{label}.{k}") for k in value}
+        return {k: _convert(_evaluate(value, k, f"{label}.{k}"), f"{label}.{k}", value,
+                            depth + 1) for k in value}
+    if isinstance(value, classad2.ExprTree):
+        # A list's items come back unevaluated unless they are literals.
+        try:
+            item = value.eval(scope=scope)
+        except classad2.ClassAdException as exc:
+            raise JobDescriptionError(f"{label} holds an item that cannot be evaluated",
+                                      label) from exc
+        if isinstance(item, classad2.Value):
+            raise JobDescriptionError(_unevaluable(label, str(value), item), label)
+        return _convert(item, label, scope, depth + 1)
     if isinstance(value, list):
-        return [_convert(v, label) for v in value]
+        return [_convert(v, label, scope, depth + 1) for v in value]
     if isinstance(value, classad2.Value):
         raise JobDescriptionError(f"{label} holds a value that is not defined", label)
     if isinstance(value, str | int | float | bool):
@@ -164,12 +299,12 @@ def _convert(value: Any, label: str) -> Any:
 
 
 def _plain(ad: classad2.ClassAd, key: str) -> JSONValue:
-    """An unknown field for the payload: its value, or its expression's text."""
-    value = ad.eval(key)
-    if isinstance(value, classad2.Value):
-        return str(ad.lookup(key))
+    """An unknown field for the payload: its value, or its expression's one-line text."""
     try:
-        converted: JSONValue = _convert(value, key)
-    except JobDescriptionError:
-        return str(ad.lookup(key))
-    return converted
+        value = ad.eval(key)
+        if not isinstance(value, classad2.Value):
+            converted: JSONValue = _convert(value, key, ad, 0)
+            return converted
+    except (classad2.ClassAdException, JobDescriptionError):
+        pass
+    return " ".join(str(ad.lookup(key)).split())
