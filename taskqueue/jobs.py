@@ -7,15 +7,26 @@ not overwritten) and appends one history row per job.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Update, insert, literal, select, update
+from sqlalchemy import (
+    BigInteger,
+    ClauseElement,
+    Executable,
+    any_,
+    bindparam,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from taskqueue.bulk import in_ids, insert_rows, insert_rows_returning_ids
+from taskqueue.bulk import insert_rows, insert_rows_returning_ids
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
 from taskqueue.models import Job, JobStatusHistory, UTCDateTime, history_table, jobs_table
@@ -80,19 +91,24 @@ def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatu
             f"a job cannot go from {current} to {new}"
             + _job_list_suffix(job_ids)
         )
-    stmt = (
-        update(jobs_table)
-        .where(in_ids(jobs_table.c.id, job_ids, session.get_bind().dialect.name),
-               jobs_table.c.status == current.value)
-        .values(status=new.value, minor_status=minor_status, **(values or {}))
-    )
-    history = {"status": new.value, "minor_status": minor_status, "source": source, "at": now}
+    dialect = session.get_bind().dialect.name
+    values = values or {}
+    params: dict[str, Any] = {
+        "p_ids": list(job_ids), "p_current": current.value, "p_new": new.value,
+        "p_minor": minor_status, "p_source": source, "p_at": now,
+        **{f"v_{key}": value for key, value in values.items()},
+    }
+    if any(isinstance(v, ClauseElement) for v in values.values()):
+        # An SQL expression (e.g. a counter + 1) cannot be a parameter: built for this call.
+        stmt = _move_statement.__wrapped__(dialect, (), tuple(sorted(values.items(), key=str)))
+    else:
+        stmt = _move_statement(dialect, tuple(sorted(values)), ())
     if len(job_ids) == 1:  # one row: it changes or it does not, nothing partial to undo
-        changed = _move(session, stmt, job_ids, history)
+        changed = _move(session, stmt, job_ids, params)
     else:
         # All or nothing, even for a caller that catches the error and commits.
         savepoint = session.begin_nested()
-        changed = _move(session, stmt, job_ids, history)
+        changed = _move(session, stmt, job_ids, params)
         if changed == len(job_ids):
             savepoint.commit()
         else:
@@ -104,28 +120,45 @@ def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatu
         )
 
 
-def _move(session: Session, stmt: Update, job_ids: Sequence[int],
-          history: dict[str, Any]) -> int:
-    """Run the guarded status UPDATE and append the history rows; return the jobs moved.
+@functools.lru_cache(maxsize=64)
+def _move_statement(dialect: str, value_keys: tuple[str, ...],
+                    literal_values: tuple[tuple[str, Any], ...]) -> Executable:
+    """The guarded status UPDATE (and, on PostgreSQL, the history INSERT fed by its RETURNING,
+    one statement and one round trip), built once per dialect and set of columns."""
+    jobs = jobs_table.c
+    if dialect == "postgresql":
+        ids = jobs.id == any_(bindparam("p_ids", type_=ARRAY(BigInteger())))
+    else:
+        ids = jobs.id.in_(bindparam("p_ids", expanding=True))
+    stmt = (
+        update(jobs_table)
+        .where(ids, jobs.status == bindparam("p_current"))
+        .values(status=bindparam("p_new"), minor_status=bindparam("p_minor"),
+                **{key: bindparam(f"v_{key}", type_=jobs[key].type) for key in value_keys},
+                **dict(literal_values))
+    )
+    if dialect != "postgresql":
+        return stmt
+    moved = stmt.returning(jobs.id).cte("moved")
+    return insert(history_table).from_select(
+        ["job_id", "at", "status", "minor_status", "source"],
+        select(moved.c.id, bindparam("p_at", type_=UTCDateTime()), bindparam("p_new"),
+               bindparam("p_minor"), bindparam("p_source")),
+    ).returning(history_table.c.job_id)
 
-    On PostgreSQL both happen in one statement (the history is inserted from the UPDATE's
-    RETURNING), which saves a round trip on every claim; elsewhere in two, the history only when
-    every job moved.
-    """
+
+def _move(session: Session, stmt: Executable, job_ids: Sequence[int],
+          params: dict[str, Any]) -> int:
+    """Run the guarded status change and append the history rows; return the jobs moved
+    (elsewhere than on PostgreSQL the history is a second statement, run only when every job
+    moved)."""
     conn = session.connection()
     if conn.dialect.name == "postgresql":
-        moved = stmt.returning(jobs_table.c.id).cte("moved")
-        record = insert(history_table).from_select(
-            ["job_id", "at", "status", "minor_status", "source"],
-            select(moved.c.id, literal(history["at"], UTCDateTime()),
-                   literal(history["status"]), literal(history["minor_status"]),
-                   literal(history["source"])),
-        ).returning(history_table.c.job_id)
-        return len(conn.execute(record).all())
-    changed: int = conn.execute(stmt).rowcount
+        return len(conn.execute(stmt, params).all())
+    changed: int = conn.execute(stmt, params).rowcount
     if changed == len(job_ids):
-        _append_history(session, job_ids, JobStatus(history["status"]),
-                        history["minor_status"], history["source"], history["at"])
+        _append_history(session, job_ids, JobStatus(params["p_new"]), params["p_minor"],
+                        params["p_source"], params["p_at"])
     return changed
 
 

@@ -34,8 +34,10 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Connection,
     Select,
@@ -112,56 +114,126 @@ class QueueCount:
 def queue_conditions(resource: Resource, *, with_expressions: bool = False
                      ) -> list[ColumnElement[bool]]:
     """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``, but for
-    the queue's ClassAd expression (queues with one are left out unless ``with_expressions``)."""
-    conds: list[ColumnElement[bool]] = [tq.vo == resource.vo]
+    the queue's ClassAd expression (queues with one are left out unless ``with_expressions``).
+    The values are bound parameters: pass :func:`condition_parameters` when executing."""
+    return list(_conditions(_shape(resource, with_expressions)))
+
+
+def condition_parameters(resource: Resource) -> dict[str, Any]:
+    """The values of the parameters of :func:`queue_conditions` for ``resource``."""
+    params: dict[str, Any] = {"r_vo": resource.vo}
+    for name, value in (("r_owner", resource.owner), ("r_cpu", resource.cpu_time),
+                        ("r_procs", resource.processors), ("r_mem", resource.memory)):
+        if value is not None:
+            params[name] = value
+    for name, values in (("r_groups", resource.owner_group), ("r_types", resource.job_type),
+                         ("r_pools", resource.submit_pools), ("r_platforms", resource.platform),
+                         ("r_tags", resource.tags)):
+        if values:
+            params[name] = sorted(values)
+    for i, site in enumerate(sorted(resource.site or ())):
+        params[f"r_site_{i}"] = site
+    for i, tag in enumerate(sorted(resource.required_tags)):
+        params[f"r_req_{i}"] = tag
+    return params
+
+
+#: What the SQL of a resource's conditions depends on: which fields it sets, and how many
+#: sites and required tags it names. Statements are built and compiled once per shape.
+_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, int]
+
+
+def _shape(r: Resource, with_expressions: bool) -> _Shape:
+    tags = "any" if r.tags is None else ("some" if r.tags else "none")
+    return (with_expressions, r.owner_group is not None, r.owner is not None,
+            r.cpu_time is not None, r.processors is not None, r.memory is not None,
+            r.job_type is not None, r.submit_pools is not None,
+            -1 if r.site is None else len(r.site), r.platform is not None, tags,
+            len(r.required_tags))
+
+
+@functools.lru_cache(maxsize=256)
+def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
+    (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
+     required) = shape
+    conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
     if not with_expressions:
         conds.append(tq.expression.is_(None))
-    if resource.owner_group is not None:
-        conds.append(tq.owner_group.in_(sorted(resource.owner_group)))
-    if resource.owner is not None:
-        conds.append(tq.owner == resource.owner)
-    if resource.cpu_time is not None:
-        conds.append(tq.cpu_time <= resource.cpu_time)
-    if resource.processors is not None:
-        conds.append(tq.processors <= resource.processors)
-    if resource.memory is not None:
-        conds.append(tq.memory <= resource.memory)
-    if resource.job_type is not None:
-        conds.append(tq.job_type.in_(sorted(resource.job_type)))
-    if resource.submit_pools is not None:
+    if groups:
+        conds.append(tq.owner_group.in_(bindparam("r_groups", expanding=True)))
+    if owner:
+        conds.append(tq.owner == bindparam("r_owner"))
+    if cpu:
+        conds.append(tq.cpu_time <= bindparam("r_cpu"))
+    if procs:
+        conds.append(tq.processors <= bindparam("r_procs"))
+    if mem:
+        conds.append(tq.memory <= bindparam("r_mem"))
+    if types:
+        conds.append(tq.job_type.in_(bindparam("r_types", expanding=True)))
+    if pools:
         conds.append(or_(tq.submit_pool.is_(None),
-                         tq.submit_pool.in_(sorted(resource.submit_pools))))
+                         tq.submit_pool.in_(bindparam("r_pools", expanding=True))))
     else:
         conds.append(tq.submit_pool.is_(None))
-    if resource.site is not None:
-        conds.append(or_(*(_site_allows(site) for site in sorted(resource.site))))
-    if resource.platform is not None:
-        conds.append(_value_allows(tq_platforms_table, resource.platform))
-    if resource.tags is not None:
+    if sites >= 0:
+        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}")) for i in range(sites))))
+    if platforms:
+        conds.append(_value_allows(tq_platforms_table,
+                                   bindparam("r_platforms", expanding=True)))
+    if tags != "any":
         unmet = exists().where(tq_tags_table.c.tq_id == tq.id)
-        if resource.tags:
-            unmet = unmet.where(tq_tags_table.c.value.not_in(sorted(resource.tags)))
+        if tags == "some":
+            unmet = unmet.where(tq_tags_table.c.value.not_in(
+                bindparam("r_tags", expanding=True)))
         conds.append(~unmet)
-    for tag in sorted(resource.required_tags):
+    for i in range(required):
         conds.append(exists().where(tq_tags_table.c.tq_id == tq.id,
-                                    tq_tags_table.c.value == tag))
-    return conds
+                                    tq_tags_table.c.value == bindparam(f"r_req_{i}")))
+    return tuple(conds)
 
 
-def _site_allows(site: str) -> ColumnElement[bool]:
+def _site_allows(site: BindParameter[Any]) -> ColumnElement[bool]:
     """The queue names no site or names ``site``, and does not ban it."""
+    sites = tq_sites_table.c
     banned = tq_banned_sites_table.c
     return and_(
-        _value_allows(tq_sites_table, frozenset({site})),
+        or_(~exists().where(sites.tq_id == tq.id),
+            exists().where(sites.tq_id == tq.id, sites.value == site)),
         ~exists().where(banned.tq_id == tq.id, banned.value == site),
     )
 
 
-def _value_allows(table: Table, offered: frozenset[str]) -> ColumnElement[bool]:
+def _value_allows(table: Table, offered: BindParameter[Any]) -> ColumnElement[bool]:
     """The queue lists no value in ``table``, or lists one of ``offered``."""
     return or_(
         ~exists().where(table.c.tq_id == tq.id),
-        exists().where(table.c.tq_id == tq.id, table.c.value.in_(sorted(offered))),
+        exists().where(table.c.tq_id == tq.id, table.c.value.in_(offered)),
+    )
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """A resource shape's statements, built once (SQLAlchemy then also compiles them once)."""
+
+    #: The first batch of matching active queues in draw order, and the batch after a key.
+    first_page: Select[int, float, float, str | None]
+    next_page: Select[int, float, float, str | None]
+    first_try: Select[int, int]
+
+
+@functools.lru_cache(maxsize=256)
+def _statements(shape: _Shape) -> _Statements:
+    candidates = (select(tq.id, tq.priority, tq.draw_key, tq.expression)
+                  .where(tq.active == 1, *_conditions(shape)))
+    key: BindParameter[float] = bindparam("after_key")
+    last_id: BindParameter[int] = bindparam("after_id")
+    return _Statements(
+        first_page=candidates.order_by(tq.draw_key, tq.id).limit(CANDIDATE_BATCH),
+        next_page=candidates.where(or_(tq.draw_key > key,
+                                       and_(tq.draw_key == key, tq.id > last_id)))
+        .order_by(tq.draw_key, tq.id).limit(CANDIDATE_BATCH),
+        first_try=_first_candidate_claim(candidates),
     )
 
 
@@ -177,7 +249,8 @@ def matching_queues(session: Session, resource: Resource,
         select(tq.id, tq.priority, tq.expression, waiting.c.n)
         .join_from(task_queues_table, waiting, waiting.c.tq_id == tq.id)
         .where(*queue_conditions(resource, with_expressions=expression_check is not None))
-        .order_by(tq.id)
+        .order_by(tq.id),
+        condition_parameters(resource),
     )
     check = _memo(expression_check)
     return [QueueCount(r.id, r.priority, r.n) for r in rows
@@ -197,22 +270,20 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     conn = session.connection()
-    candidates = (
-        select(tq.id, tq.priority, tq.draw_key, tq.expression)
-        .where(tq.active == 1,
-               *queue_conditions(resource, with_expressions=expression_check is not None)))
+    statements = _statements(_shape(resource, expression_check is not None))
+    params = condition_parameters(resource)
     check = _memo(expression_check)
     # The one-statement path cannot evaluate expressions, and must not skip their queues.
     fast = conn.dialect.name == "postgresql" and expression_check is None
-    first_try = _first_candidate_claim(candidates) if fast else None
     claims: list[Claim] = []
     while len(claims) < count:
         claim = None
-        if first_try is not None:
-            row = conn.execute(first_try, {"e": rng.expovariate(1.0)}).one_or_none()
+        if fast:
+            row = conn.execute(statements.first_try,
+                               {**params, "e": rng.expovariate(1.0)}).one_or_none()
             claim = Claim(row.job_id, row.tq_id) if row is not None else None
         if claim is None:
-            claim = _claim_one(conn, candidates, now, rng, check)
+            claim = _claim_one(conn, statements, params, now, rng, check)
         if claim is None:
             break
         claims.append(claim)
@@ -259,9 +330,9 @@ def _memo(check: ExpressionCheck | None) -> ExpressionCheck:
     return functools.lru_cache(maxsize=256)(check)
 
 
-def _claim_one(conn: Connection, candidates: Select[int, float, float, str | None],
+def _claim_one(conn: Connection, statements: _Statements, params: dict[str, Any],
                now: datetime, rng: random.Random, check: ExpressionCheck) -> Claim | None:
-    for tq_id, priority, expression in _in_draw_order(conn, candidates):
+    for tq_id, priority, expression in _in_draw_order(conn, statements, params):
         if expression is not None and not check(expression):
             continue
         step = rng.expovariate(max(priority, 1e-12))
@@ -294,21 +365,17 @@ def _take_job(conn: Connection, tq_id: int, step: float) -> int | None:
     return job_id
 
 
-def _in_draw_order(conn: Connection, base: Select[int, float, float, str | None]
+def _in_draw_order(conn: Connection, statements: _Statements, params: dict[str, Any]
                    ) -> Iterator[tuple[int, float, str | None]]:
     """Matching active queues in draw order, read in batches as long as the caller wants."""
-    order = (tq.draw_key, tq.id)
-    rows = conn.execute(base.order_by(*order).limit(CANDIDATE_BATCH)).all()
+    rows = conn.execute(statements.first_page, params).all()
     while True:
         for row in rows:
             yield row.id, row.priority, row.expression
         if len(rows) < CANDIDATE_BATCH:
             return
-        key, last_id = rows[-1].draw_key, rows[-1].id
-        rows = conn.execute(
-            base.where(or_(tq.draw_key > key, and_(tq.draw_key == key, tq.id > last_id)))
-            .order_by(*order).limit(CANDIDATE_BATCH)
-        ).all()
+        rows = conn.execute(statements.next_page, {
+            **params, "after_key": rows[-1].draw_key, "after_id": rows[-1].id}).all()
 
 
 def _retire_if_empty(conn: Connection, tq_id: int, now: datetime) -> None:
