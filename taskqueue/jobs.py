@@ -14,8 +14,10 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     BigInteger,
     ClauseElement,
+    ColumnElement,
     Executable,
     any_,
     bindparam,
@@ -93,11 +95,8 @@ def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatu
         )
     dialect = session.get_bind().dialect.name
     values = values or {}
-    params: dict[str, Any] = {
-        "p_ids": list(job_ids), "p_current": current.value, "p_new": new.value,
-        "p_minor": minor_status, "p_source": source, "p_at": now,
-        **{f"v_{key}": value for key, value in values.items()},
-    }
+    params = {"p_ids": list(job_ids), **transition_parameters(
+        current, new, minor_status=minor_status, source=source, now=now, values=values)}
     if any(isinstance(v, ClauseElement) for v in values.values()):
         # An SQL expression (e.g. a counter + 1) cannot be a parameter: built for this call.
         stmt = _move_statement.__wrapped__(dialect, (), tuple(sorted(values.items(), key=str)))
@@ -127,24 +126,54 @@ def _move_statement(dialect: str, value_keys: tuple[str, ...],
     one statement and one round trip), built once per dialect and set of columns."""
     jobs = jobs_table.c
     if dialect == "postgresql":
-        ids = jobs.id == any_(bindparam("p_ids", type_=ARRAY(BigInteger())))
-    else:
-        ids = jobs.id.in_(bindparam("p_ids", expanding=True))
-    stmt = (
+        moved, recorded = status_change_ctes(
+            jobs.id == any_(bindparam("p_ids", type_=ARRAY(BigInteger()))), value_keys,
+            literal_values)
+        return select(recorded.c.job_id).add_cte(moved)
+    return (
         update(jobs_table)
-        .where(ids, jobs.status == bindparam("p_current"))
-        .values(status=bindparam("p_new"), minor_status=bindparam("p_minor"),
-                **{key: bindparam(f"v_{key}", type_=jobs[key].type) for key in value_keys},
-                **dict(literal_values))
+        .where(jobs.id.in_(bindparam("p_ids", expanding=True)),
+               jobs.status == bindparam("p_current"))
+        .values(**_set_clause(value_keys, literal_values))
     )
-    if dialect != "postgresql":
-        return stmt
-    moved = stmt.returning(jobs.id).cte("moved")
-    return insert(history_table).from_select(
+
+
+def _set_clause(value_keys: tuple[str, ...], literal_values: tuple[tuple[str, Any], ...]
+                ) -> dict[str, Any]:
+    jobs = jobs_table.c
+    return {"status": bindparam("p_new"), "minor_status": bindparam("p_minor"),
+            **{key: bindparam(f"v_{key}", type_=jobs[key].type) for key in value_keys},
+            **dict(literal_values)}
+
+
+def status_change_ctes(which: ColumnElement[bool], value_keys: tuple[str, ...],
+                       literal_values: tuple[tuple[str, Any], ...] = ()) -> tuple[CTE, CTE]:
+    """PostgreSQL: the status change of the jobs ``which`` selects as two CTEs, the guarded
+    UPDATE ("moved") and the history INSERT from its RETURNING ("recorded"), for statements
+    that do more in the same round trip (a claim). Parameters: :func:`transition_parameters`.
+    """
+    moved = (
+        update(jobs_table).where(which, jobs_table.c.status == bindparam("p_current"))
+        .values(**_set_clause(value_keys, literal_values))
+        .returning(jobs_table.c.id).cte("moved")
+    )
+    recorded = insert(history_table).from_select(
         ["job_id", "at", "status", "minor_status", "source"],
         select(moved.c.id, bindparam("p_at", type_=UTCDateTime()), bindparam("p_new"),
                bindparam("p_minor"), bindparam("p_source")),
-    ).returning(history_table.c.job_id)
+    ).returning(history_table.c.job_id).cte("recorded")
+    return moved, recorded
+
+
+def transition_parameters(current: JobStatus, new: JobStatus, *, minor_status: str,
+                          source: str, now: datetime, values: dict[str, Any] | None = None
+                          ) -> dict[str, Any]:
+    """The parameters of a status change's statements; refuses a move the table forbids."""
+    if not is_allowed(current, new):
+        raise IllegalTransitionError(f"a job cannot go from {current} to {new}")
+    return {"p_current": current.value, "p_new": new.value, "p_minor": minor_status,
+            "p_source": source, "p_at": now,
+            **{f"v_{key}": value for key, value in (values or {}).items()}}
 
 
 def _move(session: Session, stmt: Executable, job_ids: Sequence[int],

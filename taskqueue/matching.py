@@ -53,8 +53,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from taskqueue.jobs import apply_transition
+from taskqueue.errors import ConflictError
+from taskqueue.jobs import apply_transition, status_change_ctes, transition_parameters
 from taskqueue.models import (
+    jobs_table,
     task_queues_table,
     tq_banned_sites_table,
     tq_jobs_table,
@@ -67,6 +69,8 @@ from taskqueue.states import JobStatus
 
 #: Candidate queues read per query while looking for one with a claimable job.
 CANDIDATE_BATCH = 16
+#: The minor status of a job handed to a pilot.
+MATCHED_MINOR = "Assigned to pilot"
 
 tq = task_queues_table.c
 tqj = tq_jobs_table.c
@@ -219,7 +223,7 @@ class _Statements:
     #: The first batch of matching active queues in draw order, and the batch after a key.
     first_page: Select[int, float, float, str | None]
     next_page: Select[int, float, float, str | None]
-    first_try: Select[int, int]
+    first_try: Select[int, int, int]
 
 
 @functools.lru_cache(maxsize=256)
@@ -275,30 +279,36 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
     check = _memo(expression_check)
     # The one-statement path cannot evaluate expressions, and must not skip their queues.
     fast = conn.dialect.name == "postgresql" and expression_check is None
-    claims: list[Claim] = []
-    while len(claims) < count:
-        claim = None
+    values = _match_values(resource, now)
+    matched = transition_parameters(JobStatus.WAITING, JobStatus.MATCHED,
+                                    minor_status=MATCHED_MINOR, source="matcher", now=now,
+                                    values=values)
+    claims: list[Claim] = []  # moved to Matched already (the one-statement path)
+    taken: list[Claim] = []  # still to be moved
+    while len(claims) + len(taken) < count:
         if fast:
             row = conn.execute(statements.first_try,
-                               {**params, "e": rng.expovariate(1.0)}).one_or_none()
-            claim = Claim(row.job_id, row.tq_id) if row is not None else None
-        if claim is None:
-            claim = _claim_one(conn, statements, params, now, rng, check)
+                               {**params, **matched, "e": rng.expovariate(1.0)}).one_or_none()
+            if row is not None:
+                if row.moved != 1:
+                    raise ConflictError(
+                        f"job {row.job_id} was waiting in task queue {row.tq_id} but is no "
+                        "longer Waiting; the claim is abandoned")
+                claims.append(Claim(row.job_id, row.tq_id))
+                continue
+        claim = _claim_one(conn, statements, params, now, rng, check)
         if claim is None:
             break
-        claims.append(claim)
-    if claims:
-        apply_transition(
-            session, [c.job_id for c in claims], JobStatus.WAITING, JobStatus.MATCHED,
-            minor_status="Assigned to pilot", source="matcher", now=now,
-            values={"pilot_reference": resource.pilot_reference or None,
-                    "site": resource.site_for_job, "heartbeat_at": now},
-        )
-    return claims
+        taken.append(claim)
+    if taken:
+        apply_transition(session, [c.job_id for c in taken], JobStatus.WAITING,
+                         JobStatus.MATCHED, minor_status=MATCHED_MINOR, source="matcher",
+                         now=now, values=values)
+    return claims + taken
 
 
 def _first_candidate_claim(candidates: Select[int, float, float, str | None]
-                           ) -> Select[int, int]:
+                           ) -> Select[int, int, int]:
     """PostgreSQL, the common case in one statement: draw the first queue, take its best free
     job, advance its clock (by E / priority, E ~ Exp(1) given as ``e``). Returns no row when
     the first queue had no free job (or there is none); :func:`_claim_one` then walks on."""
@@ -320,7 +330,20 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
         .returning(tq.id)
         .cte("advanced")
     )
-    return select(taken.c.job_id, taken.c.tq_id).add_cte(advanced)
+    moved, recorded = status_change_ctes(
+        jobs_table.c.id == select(taken.c.job_id).scalar_subquery(), _MATCH_VALUES)
+    return select(taken.c.job_id, taken.c.tq_id,
+                  select(func.count()).select_from(recorded).scalar_subquery().label("moved"),
+                  ).add_cte(advanced, moved)
+
+
+#: Columns a claim sets besides the status (see :func:`_match_values`).
+_MATCH_VALUES = ("heartbeat_at", "pilot_reference", "site")
+
+
+def _match_values(resource: Resource, now: datetime) -> dict[str, Any]:
+    return {"pilot_reference": resource.pilot_reference or None,
+            "site": resource.site_for_job, "heartbeat_at": now}
 
 
 def _memo(check: ExpressionCheck | None) -> ExpressionCheck:
