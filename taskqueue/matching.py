@@ -237,8 +237,29 @@ def _statements(shape: _Shape) -> _Statements:
         next_page=candidates.where(or_(tq.draw_key > key,
                                        and_(tq.draw_key == key, tq.id > last_id)))
         .order_by(tq.draw_key, tq.id).limit(CANDIDATE_BATCH),
-        first_try=_first_candidate_claim(candidates),
+        first_try=_first_candidate_claim(_drawable(shape, candidates)),
     )
+
+
+def _drawable(shape: _Shape, candidates: Select[int, float, float, str | None]
+              ) -> Select[int, float, float, str | None]:
+    """What the one-statement claim draws from.
+
+    A resource that requires a tag matches few queues, and those it serves run ahead of the
+    others in draw order, so an index walk in draw order would pass over nearly all queues
+    before finding one. Instead the queues carrying the tag are found first (index on
+    tq_tags.value), materialised, and only they are ordered.
+    """
+    if shape[-1] == 0:
+        return candidates
+    required = tq_tags_table.alias("required")
+    eligible = (
+        candidates.join_from(task_queues_table, required, required.c.tq_id == tq.id)
+        .where(required.c.value == bindparam("r_req_0"))
+        .cte("eligible").prefix_with("MATERIALIZED")
+    )
+    return select(eligible.c.id, eligible.c.priority, eligible.c.draw_key,
+                  eligible.c.expression)
 
 
 #: Says whether a resource satisfies a ClassAd Requirements expression (given as its text).
@@ -312,7 +333,8 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
     """PostgreSQL, the common case in one statement: draw the first queue, take its best free
     job, advance its clock (by E / priority, E ~ Exp(1) given as ``e``). Returns no row when
     the first queue had no free job (or there is none); :func:`_claim_one` then walks on."""
-    first = candidates.order_by(tq.draw_key, tq.id).limit(1).cte("drawn")
+    columns = candidates.selected_columns
+    first = candidates.order_by(columns.draw_key, columns.id).limit(1).cte("drawn")
     taken = (
         delete(tq_jobs_table)
         .where(tqj.job_id == select(tqj.job_id)

@@ -208,6 +208,8 @@ class TaskQueuePlatform(_TaskQueueValue, Base):
 
 class TaskQueueTag(_TaskQueueValue, Base):
     __tablename__ = "tq_tags"
+    #: Finds the queues carrying a tag a resource requires, without walking all queues.
+    __table_args__ = (Index(None, "value", "tq_id"),)
 
 
 class TaskQueueJob(Base):

@@ -260,6 +260,10 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("tq_id", "value", name=op.f("pk_tq_tags")),
     )
+    with op.batch_alter_table("tq_tags", schema=None) as batch_op:
+        batch_op.create_index(
+            batch_op.f("ix_tq_tags_value_tq_id"), ["value", "tq_id"], unique=False
+        )
 
 
 def downgrade() -> None:
