@@ -180,7 +180,9 @@ class TaskQueue(Base):
     emptied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     __table_args__ = (
-        Index(None, "active", "vo", "draw_key"),
+        # With the id, ORDER BY draw_key, id LIMIT n reads the index in order and stops at
+        # the first matching queue; without it, every matching queue is read and sorted.
+        Index(None, "active", "vo", "draw_key", "id"),
         Index(None, "owner_group", "owner"),
     )
 

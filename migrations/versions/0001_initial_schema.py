@@ -157,8 +157,8 @@ def upgrade() -> None:
     )
     with op.batch_alter_table("task_queues", schema=None) as batch_op:
         batch_op.create_index(
-            batch_op.f("ix_task_queues_active_vo_draw_key"),
-            ["active", "vo", "draw_key"],
+            batch_op.f("ix_task_queues_active_vo_draw_key_id"),
+            ["active", "vo", "draw_key", "id"],
             unique=False,
         )
         batch_op.create_index(
@@ -281,7 +281,7 @@ def downgrade() -> None:
     op.drop_table("job_status_history")
     with op.batch_alter_table("task_queues", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_task_queues_owner_group_owner"))
-        batch_op.drop_index(batch_op.f("ix_task_queues_active_vo_draw_key"))
+        batch_op.drop_index(batch_op.f("ix_task_queues_active_vo_draw_key_id"))
 
     op.drop_table("task_queues")
     with op.batch_alter_table("submit_pool_queues", schema=None) as batch_op:
