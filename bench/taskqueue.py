@@ -7,8 +7,11 @@ Q distinct task-queue definitions; that path is timed (the "insert" line). It st
 ``--insert-seconds`` (or ``--insert-jobs``), and the benchmark then bulk-loads the remaining jobs
 itself, in the state the library leaves them (COPY on PostgreSQL; the "bulk_fill" line), so that
 ``--jobs`` jobs wait at every Q without hours of inserting. The fair share is recomputed once, as
-the priority agent would. Then 1 and 4 worker processes (spawned) claim with ``claim_jobs``, one
-claim per transaction, each transaction timed, for ``--claims`` claims or ``--claim-seconds``.
+the priority agent would, and the planner statistics refreshed (on PostgreSQL with VACUUM
+ANALYZE, and the claim tables are vacuumed before each claim measurement: autovacuum may be off
+on a test server; ``--no-vacuum`` skips this). Then 1 and 4 worker processes (spawned) claim with
+``claim_jobs``, one claim per transaction, each transaction timed, for ``--claims`` claims or
+``--claim-seconds``. The first line describes the server (version, durability settings).
 
 One JSON line per measurement goes to stdout; progress goes to stderr. Commits stay durable:
 the benchmark changes no synchronous_commit/fsync setting. Run from the repository root::
@@ -52,10 +55,20 @@ from dataclasses import dataclass, field  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from typing import Any  # noqa: E402
 
-from sqlalchemy import Engine, create_engine, func, insert, select, text, update  # noqa: E402
+from sqlalchemy import (  # noqa: E402
+    Engine,
+    Table,
+    create_engine,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import URL, make_url  # noqa: E402
 from sqlalchemy.exc import DBAPIError  # noqa: E402
 from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy.schema import ColumnDefault  # noqa: E402
 
 from gridpilot import schema  # noqa: E402
 from taskqueue.database import is_retryable, make_engine, make_session_factory  # noqa: E402
@@ -368,11 +381,6 @@ def _fill_jobs_insert(session: Session, numbers: range, queues: int, tq_of: list
         for i, jid in zip(numbers, ids, strict=True)])
 
 
-_JOB_COLUMNS = ("id", "vo", "owner", "owner_group", "status", "minor_status", "description",
-                "job_type", "user_priority", "cpu_time", "processors", "memory", "submit_pool",
-                "submitted_at", "reschedule_count")
-
-
 def _fill_jobs_copy(session: Session, numbers: range, queues: int, tq_of: list[int],
                     now: datetime) -> None:
     """The same rows as :func:`_fill_jobs_insert`, by PostgreSQL COPY (several times faster).
@@ -386,14 +394,15 @@ def _fill_jobs_copy(session: Session, numbers: range, queues: int, tq_of: list[i
                         {"n": n}).scalar_one()
     ids = range(last - n + 1, last + 1)
     naive_now = now.astimezone(UTC).replace(tzinfo=None)  # UTCDateTime stores naive UTC
+    columns = ["id", *_job_row(0, 0, now)]
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cur:
-        with cur.copy(f"COPY jobs ({', '.join(_JOB_COLUMNS)}) FROM STDIN") as copy:
+        with cur.copy(f"COPY jobs ({', '.join(columns)}) FROM STDIN") as copy:
             for i, jid in zip(numbers, ids, strict=True):
                 row = _job_row(i, i % queues, now)
                 row["id"] = jid
                 row["submitted_at"] = naive_now
-                copy.write_row([row[c] for c in _JOB_COLUMNS])
+                copy.write_row([row[c] for c in columns])
         with cur.copy("COPY job_status_history (job_id, at, status, minor_status, source) "
                       "FROM STDIN") as copy:
             for jid in ids:
@@ -416,12 +425,13 @@ def _queue_row(d: TaskQueueDefinition, now: datetime, draw_key: float, queues: i
                n_jobs: int, q: int) -> dict[str, Any]:
     # Queue q holds jobs q, q + Q, q + 2Q, ... (fixed up by _refresh_queue_statistics).
     numbers = range(q, n_jobs, queues)
-    return {"digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
-            "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
-            "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
-            "mean_job_priority": sum(priority_of(i) for i in numbers) / max(len(numbers), 1),
-            "jobs_inserted": len(numbers),
-            "active": 1, "created_at": now, "emptied_at": None, "draw_key": draw_key}
+    return _with_defaults(task_queues_table, {
+        "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
+        "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
+        "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
+        "mean_job_priority": sum(priority_of(i) for i in numbers) / max(len(numbers), 1),
+        "jobs_inserted": len(numbers),
+        "active": 1, "created_at": now, "emptied_at": None, "draw_key": draw_key})
 
 
 def _refresh_queue_statistics(session: Session) -> None:
@@ -437,12 +447,23 @@ def _refresh_queue_statistics(session: Session) -> None:
 
 def _job_row(i: int, q: int, now: datetime) -> dict[str, Any]:
     req = requirements_for(q)
-    return {"vo": req.vo, "owner": req.owner, "owner_group": req.owner_group,
-            "status": JobStatus.WAITING.value, "minor_status": "Pilot Agent Submission",
-            "description": description_for(i, q), "job_type": req.job_type,
-            "user_priority": priority_of(i), "cpu_time": req.cpu_time,
-            "processors": req.processors, "memory": req.memory,
-            "submit_pool": req.submit_pool, "submitted_at": now, "reschedule_count": 0}
+    return _with_defaults(jobs_table, {
+        "vo": req.vo, "owner": req.owner, "owner_group": req.owner_group,
+        "status": JobStatus.WAITING.value, "minor_status": "Pilot Agent Submission",
+        "description": description_for(i, q), "job_type": req.job_type,
+        "user_priority": priority_of(i), "cpu_time": req.cpu_time,
+        "processors": req.processors, "memory": req.memory,
+        "submit_pool": req.submit_pool, "submitted_at": now, "reschedule_count": 0})
+
+
+def _with_defaults(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` plus the model's scalar Python-side defaults for the columns it leaves out (the
+    schema grows; a bulk row must hold every NOT NULL column, for COPY too)."""
+    for column in table.columns:
+        default = column.default
+        if column.name not in row and isinstance(default, ColumnDefault) and default.is_scalar:
+            row[column.name] = default.arg
+    return row
 
 
 def recompute(url: str, backend: str, queues: int, settings: Settings) -> None:
@@ -460,13 +481,18 @@ def recompute(url: str, backend: str, queues: int, settings: Settings) -> None:
           "seconds": round(seconds, 2), "changed": len(changed)})
 
 
-def analyze(url: str, backend: str) -> None:
-    """Refresh the planner statistics, as autovacuum/auto-analyze would in a running system."""
+def analyze(url: str, backend: str, *, vacuum: bool) -> None:
+    """Refresh the planner statistics after the load, as autovacuum would in a running system;
+    on PostgreSQL also VACUUM (the load leaves every row it moved between statuses dead)."""
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
             if backend == "postgresql":
-                conn.execute(text("ANALYZE"))
+                t0 = time.perf_counter()
+                conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+                    text("VACUUM ANALYZE" if vacuum else "ANALYZE"))
+                log(f"  {'VACUUM ANALYZE' if vacuum else 'ANALYZE'} took "
+                    f"{time.perf_counter() - t0:.0f} s")
             elif backend == "mariadb":
                 for table in ("jobs", "job_status_history", "task_queues", "task_queue_jobs",
                               "tq_tags"):
@@ -476,6 +502,47 @@ def analyze(url: str, backend: str) -> None:
             conn.commit()
     finally:
         engine.dispose()
+
+
+#: The tables a claim scans and rewrites, vacuumed before each claim measurement (PostgreSQL).
+_HOT_TABLES = ("task_queues", "task_queue_jobs")
+
+
+def vacuum_hot_tables(url: str) -> None:
+    """VACUUM the claim path's tables, so that one measurement does not inherit the previous
+    one's dead rows; stands in for autovacuum, which may be off on the server."""
+    engine = make_engine(url)
+    try:
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text(f"VACUUM {', '.join(_HOT_TABLES)}"))
+    finally:
+        engine.dispose()
+
+
+def server_info(url: str, backend: str) -> dict[str, Any]:
+    """The server's version and the settings that bear on the numbers (read, never changed)."""
+    engine = make_engine(url)
+    info: dict[str, Any] = {"measure": "server", "backend": backend}
+    try:
+        with engine.connect() as conn:
+            if backend == "postgresql":
+                info["version"] = conn.execute(text("SHOW server_version")).scalar_one()
+                for name in ("synchronous_commit", "fsync", "autovacuum", "shared_buffers",
+                             "max_wal_size"):
+                    info[name] = conn.execute(text(f"SHOW {name}")).scalar_one()
+            elif backend == "mariadb":
+                info["version"] = conn.execute(text("SELECT VERSION()")).scalar_one()
+                for name in ("innodb_flush_log_at_trx_commit", "innodb_buffer_pool_size",
+                             "sync_binlog"):
+                    info[name] = conn.execute(text(f"SELECT @@{name}")).scalar_one()
+            else:
+                info["version"] = conn.execute(text("SELECT sqlite_version()")).scalar_one()
+                for name in ("journal_mode", "synchronous"):
+                    info[name] = conn.execute(text(f"PRAGMA {name}")).scalar_one()
+    finally:
+        engine.dispose()
+    info["cpus"] = os.cpu_count()
+    return info
 
 
 def database_state(url: str, resource: Resource) -> tuple[int, int, int]:
@@ -678,6 +745,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--insert-seconds", type=float, default=200.0,
                         help="stop the library insert path after the batch that crosses this "
                              "many seconds (default 200, 0 = no limit) and bulk-fill the rest")
+    parser.add_argument("--no-vacuum", action="store_true",
+                        help="PostgreSQL: only ANALYZE after the load, and do not VACUUM the "
+                             "claim tables before each claim measurement")
     parser.add_argument("--keep", action="store_true", help="do not drop the databases")
     args = parser.parse_args(argv)
     if (args.claims < 1 or args.batch < 1 or args.multi_count < 1
@@ -708,12 +778,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (resource, jobs per claim) in the order run; each with every process count.
     # The selective run goes first: the generic resource also drains the Special queues.
     plan = [("selective", 1), ("generic", 1), ("generic", args.multi_count)]
+    server_printed = False
     try:
         for queues in args.queues:
             if queues > n_jobs:
                 log(f"skipping Q={queues}: more queues than jobs ({n_jobs})")
                 continue
             with fresh_database(base_url, f"q{queues}", keep=args.keep, tmpdir=tmpdir) as db:
+                if not server_printed:
+                    emit(server_info(db.url, backend))
+                    server_printed = True
                 log(f"Q={queues}: inserting {n_jobs:,} jobs into {_safe(db.url)}")
                 limit = min(args.insert_jobs or n_jobs, n_jobs)
                 inserted = insert_jobs(db.url, backend, queues, limit, args.batch, settings,
@@ -723,11 +797,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     log(f"Q={queues}: bulk-filling jobs {inserted:,}..{n_jobs - 1:,}")
                     bulk_fill(db.url, backend, queues, inserted, n_jobs, settings)
                 recompute(db.url, backend, queues, settings)
-                analyze(db.url, backend)
+                analyze(db.url, backend, vacuum=not args.no_vacuum)
                 for resource_name, count in plan:
                     for processes in args.processes:
                         log(f"Q={queues}: claims, {resource_name} resource, count={count}, "
                             f"{processes} process(es)")
+                        if backend == "postgresql" and not args.no_vacuum:
+                            vacuum_hot_tables(db.url)
                         emit(measure_claims(db.url, backend, queues, resource_name, processes,
                                             args.claims, count, args.claim_seconds))
             log(f"elapsed so far {time.perf_counter() - started:.0f} s")
