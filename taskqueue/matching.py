@@ -227,17 +227,19 @@ class _Statements:
 
 
 @functools.lru_cache(maxsize=256)
-def _statements(shape: _Shape) -> _Statements:
+def _statements(shape: _Shape, dialect: str) -> _Statements:
     candidates = (select(tq.id, tq.priority, tq.draw_key, tq.expression)
                   .where(tq.active == 1, *_conditions(shape)))
+    drawable = _drawable(shape, candidates) if dialect == "postgresql" else candidates
+    columns = drawable.selected_columns
     key: BindParameter[float] = bindparam("after_key")
     last_id: BindParameter[int] = bindparam("after_id")
     return _Statements(
-        first_page=candidates.order_by(tq.draw_key, tq.id).limit(CANDIDATE_BATCH),
-        next_page=candidates.where(or_(tq.draw_key > key,
-                                       and_(tq.draw_key == key, tq.id > last_id)))
-        .order_by(tq.draw_key, tq.id).limit(CANDIDATE_BATCH),
-        first_try=_first_candidate_claim(_drawable(shape, candidates)),
+        first_page=drawable.order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
+        next_page=drawable.where(or_(columns.draw_key > key,
+                                     and_(columns.draw_key == key, columns.id > last_id)))
+        .order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
+        first_try=_first_candidate_claim(drawable),
     )
 
 
@@ -248,7 +250,8 @@ def _drawable(shape: _Shape, candidates: Select[int, float, float, str | None]
     A resource that requires a tag matches few queues, and those it serves run ahead of the
     others in draw order, so an index walk in draw order would pass over nearly all queues
     before finding one. Instead the queues carrying the tag are found first (index on
-    tq_tags.value), materialised, and only they are ordered.
+    tq_tags.value), materialised, and only they are ordered. (PostgreSQL only: MariaDB has no
+    MATERIALIZED hint; its optimizer is left to choose.)
     """
     if shape[-1] == 0:
         return candidates
@@ -295,7 +298,8 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     conn = session.connection()
-    statements = _statements(_shape(resource, expression_check is not None))
+    statements = _statements(_shape(resource, expression_check is not None),
+                             conn.dialect.name)
     params = condition_parameters(resource)
     check = _memo(expression_check)
     # The one-statement path cannot evaluate expressions, and must not skip their queues.
