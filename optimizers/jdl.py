@@ -70,12 +70,13 @@ def read_classad(text: str) -> classad2.ClassAd:
             f"the JDL is {size} bytes long; at most {MAX_DESCRIPTION_BYTES} are accepted")
     if "\x00" in text:
         raise JobDescriptionError("the JDL contains a NUL character")
-    if not _code_only(text).strip():
+    code = _code_only(text)
+    if not code.strip():
         raise JobDescriptionError("the JDL is empty" + (" (it holds only comments)"
                                                         if text.strip() else ""))
-    ad_text = _outer_ad(text)
+    ad_text, ad_code = _outer_ad(text, code)
     inner = ad_text[1:-1]
-    _check_attributes(ad_text, offset=1)
+    _check_attributes(ad_text, ad_code)
     try:
         value = classad2.ExprTree(ad_text).eval()
     except classad2.ClassAdException:
@@ -85,47 +86,32 @@ def read_classad(text: str) -> classad2.ClassAd:
     return value
 
 
+_BLANKED = re.compile(r'"(?:\\.|[^"\\])*(?:"|$)|//[^\n]*|/\*.*?(?:\*/|$)', re.DOTALL)
+
+
 def _code_only(text: str) -> str:
-    """``text`` with the contents of strings and comments blanked (newlines kept), so that
-    brackets, semicolons, names and numbers can be found by position."""
-    out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            for k in range(i + 1, min(j, n)):
-                if out[k] != "\n":
-                    out[k] = " "
-            i = j + 1
-        elif text.startswith("//", i):
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-            out[i:j] = " " * (j - i)
-            i = j
-        elif text.startswith("/*", i):
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out[i:j] = [ch if ch == "\n" else " " for ch in text[i:j]]
-            i = j
-        else:
-            i += 1
-    return "".join(out)
+    """``text`` with the contents of strings and comments blanked (same length, newlines
+    kept), so that brackets, semicolons, names and numbers can be found by position."""
+    def blank(m: re.Match[str]) -> str:
+        found = m.group()
+        if found.startswith('"'):
+            inside = re.sub(r"[^\n]", " ", found[1:-1] if len(found) > 1 and found.endswith('"')
+                            and not found.endswith('\\"') else found[1:])
+            return '"' + inside + ('"' if len(inside) + 1 < len(found) else "")
+        return re.sub(r"[^\n]", " ", found)
+    return _BLANKED.sub(blank, text)
 
 
-def _outer_ad(text: str) -> str:
-    """The text of the one ClassAd: ``[ … ]`` as given (nothing may follow it), or the bare
-    attribute list wrapped in brackets."""
-    code = _code_only(text)
+def _outer_ad(text: str, code: str) -> tuple[str, str]:
+    """The text of the one ClassAd, and its blanked form: ``[ … ]`` as given (nothing may
+    follow it), or the bare attribute list wrapped in brackets."""
     start = len(code) - len(code.lstrip())
     if not code.startswith("[", start):
         stray = _first_unbalanced(code)
         if stray is not None:
             raise JobDescriptionError(
                 f"the JDL has an unmatched '{code[stray]}' at line {_line(text, stray)}")
-        return f"[{text}\n]"
+        return f"[{text}\n]", f"[{code}\n]"
     depth = 0
     for i in range(start, len(code)):
         if code[i] in "[{(":
@@ -140,7 +126,7 @@ def _outer_ad(text: str) -> str:
                     raise JobDescriptionError(
                         f"the JDL has text after its closing ']' at line {_line(text, at)}: "
                         f"\"{shown}\" (every attribute belongs inside the [ ])")
-                return text[start:i + 1]
+                return text[start:i + 1], code[start:i + 1]
     located = _locate_error(text, start + 1, len(text))
     hint = " (a ']' inside a // comment does not count)" if "//" in text else ""
     raise JobDescriptionError(
@@ -180,9 +166,9 @@ def _segments(code: str) -> list[tuple[int, int]]:
     return [(a, b) for a, b in spans if code[a:b].strip()]
 
 
-def _check_attributes(ad_text: str, offset: int) -> None:
+def _check_attributes(ad_text: str, code: str) -> None:
     """Each top-level attribute once (names are case-insensitive), integers in range."""
-    code = _code_only(ad_text)
+    offset = 1
     inner = code[offset:-1]
     seen: dict[str, str] = {}
     for a, b in _segments(inner):
