@@ -13,7 +13,7 @@ import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
@@ -123,7 +123,9 @@ def build_descriptions(raw: Raw, extra: Mapping[str, JSONValue]) -> list[JobDesc
 def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> JobDescription:
     executable = _string(raw, "Executable", required=True)
     assert executable is not None
-    desc = JobDescription(
+    processors, max_processors = _processors(raw)
+    requirements, expression = _requirements(raw)
+    return JobDescription(
         executable=executable,
         arguments=_arguments(raw),
         environment=_environment(raw),
@@ -143,14 +145,16 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         platforms=frozenset(_labels(raw, "Platform")),
         tags=frozenset(_labels(raw, "Tags")),
         memory=_integer(raw, "MaxRAM", 0, low=0, what="a non-negative integer number of MB"),
+        processors=processors,
+        max_processors=max_processors,
+        requirements=requirements,
+        requirements_expression=expression,
         parameter=parameter,
         extra=dict(extra),
     )
-    desc = _with_processors(desc, raw)
-    return _with_requirements(desc, raw)
 
 
-def _with_processors(desc: JobDescription, raw: Raw) -> JobDescription:
+def _processors(raw: Raw) -> tuple[int, int | None]:
     exact = "NumberOfProcessors" in raw
     ranged = "MinNumberOfProcessors" in raw or "MaxNumberOfProcessors" in raw
     if exact and ranged:
@@ -161,7 +165,7 @@ def _with_processors(desc: JobDescription, raw: Raw) -> JobDescription:
     what = "a positive integer of at most 4096"
     if exact:
         n = _integer(raw, "NumberOfProcessors", 1, low=1, high=4096, what=what)
-        return replace(desc, processors=n, max_processors=n)
+        return n, n
     low = _integer(raw, "MinNumberOfProcessors", 1, low=1, high=4096, what=what)
     high = (_integer(raw, "MaxNumberOfProcessors", 1, low=1, high=4096, what=what)
             if "MaxNumberOfProcessors" in raw else None)
@@ -169,20 +173,21 @@ def _with_processors(desc: JobDescription, raw: Raw) -> JobDescription:
         raise JobDescriptionError(
             f"{raw['MaxNumberOfProcessors'][0]} ({high}) must not be smaller than "
             f"MinNumberOfProcessors ({low})", raw["MaxNumberOfProcessors"][0])
-    return replace(desc, processors=low, max_processors=high)
+    return low, high
 
 
-def _with_requirements(desc: JobDescription, raw: Raw) -> JobDescription:
+def _requirements(raw: Raw) -> tuple[Mapping[str, Any] | None, str | None]:
+    """The RFC 7 requirements section and the ClassAd expression (at most one is given)."""
     if "Requirements" not in raw:
-        return desc
+        return None, None
     label, value = raw["Requirements"]
     if isinstance(value, Expression):
-        return replace(desc, requirements_expression=value.text)
+        return None, value.text
     if isinstance(value, Mapping):
         if not value:
-            return desc
+            return None, None
         try:
-            return replace(desc, requirements=canonical_requirements(value))
+            return canonical_requirements(value), None
         except InvalidRequirementsError as exc:
             raise JobDescriptionError(f"{label}: {exc.message}", label) from exc
     raise JobDescriptionError(

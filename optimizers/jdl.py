@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from optimizers.description import (
@@ -94,6 +95,11 @@ def _code_only(text: str) -> str:
     kept), so that brackets, semicolons, names and numbers can be found by position."""
     def blank(m: re.Match[str]) -> str:
         found = m.group()
+        if "\n" not in found:
+            if found.startswith('"'):
+                closed = len(found) > 1 and found.endswith('"') and not found.endswith('\\"')
+                return '"' + " " * (len(found) - 1 - closed) + ('"' if closed else "")
+            return " " * len(found)
         if found.startswith('"'):
             inside = re.sub(r"[^\n]", " ", found[1:-1] if len(found) > 1 and found.endswith('"')
                             and not found.endswith('\\"') else found[1:])
@@ -102,47 +108,46 @@ def _code_only(text: str) -> str:
     return _BLANKED.sub(blank, text)
 
 
+_STRUCTURE = re.compile(r"[\[\]{}();]")
+
+
+def _depths(code: str) -> Iterator[tuple[int, str, int]]:
+    """Each bracket, brace, parenthesis and semicolon of blanked code, with the nesting depth
+    after it (a regex finds them: a Python loop over every character is several times slower)."""
+    depth = 0
+    for m in _STRUCTURE.finditer(code):
+        c = m.group()
+        if c in "[{(":
+            depth += 1
+        elif c in "]})":
+            depth -= 1
+        yield m.start(), c, depth
+
+
 def _outer_ad(text: str, code: str) -> tuple[str, str]:
     """The text of the one ClassAd, and its blanked form: ``[ … ]`` as given (nothing may
     follow it), or the bare attribute list wrapped in brackets."""
     start = len(code) - len(code.lstrip())
     if not code.startswith("[", start):
-        stray = _first_unbalanced(code)
+        stray = next((i for i, _c, depth in _depths(code) if depth < 0), None)
         if stray is not None:
             raise JobDescriptionError(
                 f"the JDL has an unmatched '{code[stray]}' at line {_line(text, stray)}")
         return f"[{text}\n]", f"[{code}\n]"
-    depth = 0
-    for i in range(start, len(code)):
-        if code[i] in "[{(":
-            depth += 1
-        elif code[i] in "]})":
-            depth -= 1
-            if depth == 0:
-                rest = code[i + 1:]
-                if rest.strip():
-                    at = i + 1 + len(rest) - len(rest.lstrip())
-                    shown = " ".join(text[at:].split())[:40]
-                    raise JobDescriptionError(
-                        f"the JDL has text after its closing ']' at line {_line(text, at)}: "
-                        f"\"{shown}\" (every attribute belongs inside the [ ])")
-                return text[start:i + 1], code[start:i + 1]
+    for i, c, depth in _depths(code):
+        if depth == 0 and c in "]})":
+            rest = code[i + 1:]
+            if rest.strip():
+                at = i + 1 + len(rest) - len(rest.lstrip())
+                shown = " ".join(text[at:].split())[:40]
+                raise JobDescriptionError(
+                    f"the JDL has text after its closing ']' at line {_line(text, at)}: "
+                    f"\"{shown}\" (every attribute belongs inside the [ ])")
+            return text[start:i + 1], code[start:i + 1]
     located = _locate_error(text, start + 1, len(text))
     hint = " (a ']' inside a // comment does not count)" if "//" in text else ""
     raise JobDescriptionError(
         located or f"the JDL is not valid ClassAd syntax: the opening '[' is never closed{hint}")
-
-
-def _first_unbalanced(code: str) -> int | None:
-    depth = 0
-    for i, c in enumerate(code):
-        if c in "[{(":
-            depth += 1
-        elif c in "]})":
-            depth -= 1
-            if depth < 0:
-                return i
-    return None
 
 
 def _line(text: str, index: int) -> int:
@@ -152,14 +157,9 @@ def _line(text: str, index: int) -> int:
 def _segments(code: str) -> list[tuple[int, int]]:
     """Spans of the top-level attributes of an ad's inside (split at ';' at depth 0)."""
     spans: list[tuple[int, int]] = []
-    depth = 0
     start = 0
-    for i, c in enumerate(code):
-        if c in "[{(":
-            depth += 1
-        elif c in "]})":
-            depth -= 1
-        elif c == ";" and depth == 0:
+    for i, c, depth in _depths(code):
+        if c == ";" and depth == 0:
             spans.append((start, i))
             start = i + 1
     spans.append((start, len(code)))
