@@ -31,7 +31,16 @@ from taskqueue.database import make_engine, make_session_factory, run_in_transac
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.explain import RuleResult, explain_match
-from taskqueue.models import Job, SubmitPool, TaskQueue, TaskQueueJob
+from taskqueue.models import (
+    Job,
+    SubmitPool,
+    TaskQueue,
+    TaskQueueBannedSite,
+    TaskQueueJob,
+    TaskQueuePlatform,
+    TaskQueueSite,
+    TaskQueueTag,
+)
 from taskqueue.resources import Resource, parse_resource
 from taskqueue.settings import Settings
 from taskqueue.submitpools import get_submit_pools_for_queue, submit_pool_id
@@ -174,13 +183,6 @@ def _definition_of(session: Session, job: Job, settings: Settings
 
 
 def _stored_definition(session: Session, tq: TaskQueue) -> TaskQueueDefinition:
-    from taskqueue.models import (
-        TaskQueueBannedSite,
-        TaskQueuePlatform,
-        TaskQueueSite,
-        TaskQueueTag,
-    )
-
     def values(table: Any) -> frozenset[str]:
         return frozenset(session.scalars(select(table.value).where(table.tq_id == tq.id)))
 

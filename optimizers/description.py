@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from taskqueue.definitions import DEFAULT_JOB_TYPE
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
 from taskqueue.submitpools import canonical_requirements
 
@@ -28,7 +29,6 @@ MAX_EXPANDED_BYTES = 16 * 1024 * 1024
 #: Largest absolute value a numeric parameter may reach.
 MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
-DEFAULT_JOB_TYPE = "User"
 DEFAULT_PRIORITY = 1
 
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]

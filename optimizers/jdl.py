@@ -76,14 +76,13 @@ def read_classad(text: str) -> classad2.ClassAd:
         raise JobDescriptionError("the JDL is empty" + (" (it holds only comments)"
                                                         if text.strip() else ""))
     ad_text, ad_code = _outer_ad(text, code)
-    inner = ad_text[1:-1]
     _check_attributes(ad_text, ad_code)
     try:
         value = classad2.ExprTree(ad_text).eval()
     except classad2.ClassAdException:
         value = None
     if not isinstance(value, classad2.ClassAd):
-        raise JobDescriptionError(_syntax_error(ad_text, inner))
+        raise JobDescriptionError(_syntax_error(ad_text))
     return value
 
 
@@ -189,7 +188,7 @@ def _check_attributes(ad_text: str, code: str) -> None:
                 f"{_line(ad_text, m.start())} is too large (at most {_MAX_INT})")
 
 
-def _syntax_error(ad_text: str, inner: str) -> str:
+def _syntax_error(ad_text: str) -> str:
     return _locate_error(ad_text, 1, len(ad_text) - 1) or (
         "the JDL is not valid ClassAd syntax: check for a missing ';' between attributes or an "
         "unbalanced quote, bracket or brace")

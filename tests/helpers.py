@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+import pytest
 from sqlalchemy.orm import Session
 
+from optimizers.description import JobDescriptionError
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
 from taskqueue.matching import Claim, ExpressionCheck, claim_jobs
@@ -46,3 +49,14 @@ def claim(session: Session, now: datetime, count: int = 1, rng: random.Random | 
     resource.setdefault("pilot_reference", "pilot-1")
     return claim_jobs(session, parse_resource(resource), now=now, count=count, rng=rng,
                       expression_check=expression_check)
+
+
+def refusal(parse: Callable[[str], object], text: str) -> JobDescriptionError:
+    """The error ``parse`` raises for ``text``: exactly a JobDescriptionError, nothing else."""
+    try:
+        parse(text)
+    except Exception as exc:
+        assert type(exc) is JobDescriptionError, (
+            f"{type(exc).__name__} raised instead of JobDescriptionError: {exc}")
+        return exc
+    pytest.fail("accepted, but should have been refused")

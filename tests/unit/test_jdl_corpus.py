@@ -29,6 +29,7 @@ from optimizers.description import (
     JobDescriptionError,
 )
 from optimizers.jdl import parse_jdl
+from tests.helpers import refusal as assert_refused
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data" / "jdl"
@@ -58,14 +59,8 @@ def read_error(path: Path) -> str:
 
 
 def refusal(text: str) -> JobDescriptionError:
-    """The error parse_jdl raises for ``text``: exactly a JobDescriptionError, nothing else."""
-    try:
-        parse_jdl(text)
-    except Exception as exc:
-        assert type(exc) is JobDescriptionError, (
-            f"{type(exc).__name__} raised instead of JobDescriptionError: {exc}")
-        return exc
-    pytest.fail("accepted, but should have been refused")
+    """The error parse_jdl raises for ``text``: exactly a JobDescriptionError."""
+    return assert_refused(parse_jdl, text)
 
 
 # -- the corpus -------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_text
+from tests.helpers import refusal as assert_refused
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 JSON_DIR = DATA / "json"
@@ -29,13 +30,7 @@ MB = 1024 * 1024
 
 def refusal(text: str) -> JobDescriptionError:
     """The error parse_json_text raises for ``text``: exactly a JobDescriptionError."""
-    try:
-        parse_json_text(text)
-    except Exception as exc:
-        assert type(exc) is JobDescriptionError, (
-            f"{type(exc).__name__} raised instead of JobDescriptionError: {exc}")
-        return exc
-    pytest.fail("accepted, but should have been refused")
+    return assert_refused(parse_json_text, text)
 
 
 def test_there_are_enough_cases() -> None:
