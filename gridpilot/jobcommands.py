@@ -7,10 +7,8 @@ import json
 import random
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 import click
-from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from gridpilot.reports import history_table, jobs_table
@@ -19,31 +17,19 @@ from optimizers.chain import (
     Identity,
     Submission,
     optimize_received,
-    parse_description,
     submissions_from_text,
     submit,
 )
-from optimizers.classads import expression_check
-from optimizers.description import JobDescription, JobDescriptionError
-from optimizers.queueresources import resource_for_queue
-from optimizers.resources import ResourcesConfig, explain_requirements, load_resources
+from optimizers.description import JobDescriptionError
+from optimizers.jobexplain import explain_job
+from optimizers.resources import load_resources
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.errors import InvalidInputError, NotFoundError
-from taskqueue.explain import RuleResult, explain_match
 from taskqueue.models import (
     Job,
-    SubmitPool,
-    TaskQueue,
-    TaskQueueBannedSite,
-    TaskQueueJob,
-    TaskQueuePlatform,
-    TaskQueueSite,
-    TaskQueueTag,
 )
 from taskqueue.resources import Resource, parse_resource
 from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue, submit_pool_id
 
 
 def _factory(settings: Settings) -> sessionmaker[Session]:
@@ -125,84 +111,17 @@ def explain(settings: Settings, job_id: int, queue: str | None, resource_file: P
     """Each matching rule for the job against a queue of the resources file or a resource
     description; returns whether all hold, and the text."""
     resources = load_resources(Path(settings.resources.file))
+    resource = _resource_from_file(resource_file) if resource_file is not None else None
     with _factory(settings)() as session:
         job = session.get(Job, job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} does not exist")
-        definition, desc = _definition_of(session, job, settings)
-        lines: list[str] = []
-        rfc7: list[tuple[str, bool, str]] = []
-        if queue is not None:
-            resource, where = _queue_resource(session, resources, job.vo, queue)
-            if desc.requirements:
-                site, ce, name = where
-                rfc7 = explain_requirements(resources, desc.requirements, site, ce, name,
-                                            vo=job.vo)
-        else:
-            assert resource_file is not None
-            resource = _resource_from_file(resource_file)
-        results = explain_match(definition, resource, expression_check(resource))
-        if desc.requirements and queue is not None:
-            results = [r for r in results if r.rule != "SubmitPool"]
-        lines.append(f"job {job.id} ({job.status}) against "
-                     + (f"queue {queue}" if queue else f"resource {resource_file}") + ":")
-        for r in results:
-            lines.append(_line(r))
-        for name, holds, detail in rfc7:
-            lines.append(_line(RuleResult(f"requirement {name}", holds, detail)))
-        ok = all(r.holds for r in results) and all(h for _, h, _ in rfc7)
-        lines.append("=> it can run there" if ok else "=> it cannot run there")
-        return ok, "\n".join(lines)
-
-
-def _line(r: RuleResult) -> str:
-    return f"  [{'ok' if r.holds else 'NO'}] {r.rule}: {r.detail}"
-
-
-def _definition_of(session: Session, job: Job, settings: Settings
-                   ) -> tuple[TaskQueueDefinition, JobDescription]:
-    try:
-        jobs = parse_description(job.description, job.description_format)
-    except JobDescriptionError as exc:
-        raise InvalidInputError(f"job {job.id}'s description cannot be read: {exc}") from exc
-    desc = jobs[job.bulk_index or 0]
-    waiting = session.execute(
-        select(TaskQueue).join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
-        .where(TaskQueueJob.job_id == job.id)).scalar_one_or_none()
-    if waiting is not None:
-        return _stored_definition(session, waiting), desc
-    pool = (submit_pool_id(desc.requirements) if desc.requirements else None)
-    if pool is not None and session.get(SubmitPool, pool) is None:
-        pool = None
-    req = JobRequirements(
-        vo=job.vo, owner=job.owner, owner_group=job.owner_group, cpu_time=desc.cpu_time,
-        processors=desc.processors, memory=desc.memory, job_type=desc.job_type,
-        submit_pool=pool, expression=desc.requirements_expression, sites=desc.sites,
-        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags)
-    return TaskQueueDefinition.for_job(req, settings), desc
-
-
-def _stored_definition(session: Session, tq: TaskQueue) -> TaskQueueDefinition:
-    def values(table: Any) -> frozenset[str]:
-        return frozenset(session.scalars(select(table.value).where(table.tq_id == tq.id)))
-
-    return TaskQueueDefinition(
-        vo=tq.vo, owner_group=tq.owner_group, owner=tq.owner, cpu_time=tq.cpu_time,
-        processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
-        submit_pool=tq.submit_pool, expression=tq.expression,
-        sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
-        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
-
-
-def _queue_resource(session: Session, resources: ResourcesConfig, vo: str, path: str
-                    ) -> tuple[Resource, tuple[str, str, str]]:
-    parts = path.split("/")
-    if len(parts) != 3 or not all(parts):
-        raise InvalidInputError(f"--queue must be SITE/CE/QUEUE, got {path!r}")
-    site, ce, name = parts
-    pools = get_submit_pools_for_queue(session, site, ce, name)
-    return resource_for_queue(resources, site, ce, name, vo, submit_pools=pools), (site, ce,
-                                                                                    name)
+        result = explain_job(session, settings, resources, job, queue=queue, resource=resource)
+        lines = [f"job {job.id} ({job.status}) against "
+                 + (f"queue {queue}" if queue else f"resource {resource_file}") + ":"]
+        lines += [f"  [{'ok' if r.holds else 'NO'}] {r.rule}: {r.detail}" for r in result.rules]
+        lines.append("=> it can run there" if result.can_run else "=> it cannot run there")
+        return result.can_run, "\n".join(lines)
 
 
 def _resource_from_file(path: Path) -> Resource:

@@ -101,11 +101,12 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
                                for job_id, s in zip(ids, submissions, strict=True)], ctx)
 
 
-def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000
-                      ) -> ChainResult:
-    """Run the chain on up to ``limit`` stored Received jobs (several optimizers may run at
-    once: each takes the jobs no other one holds)."""
-    rows = lock_received_jobs(session, limit)
+def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000,
+                      job_ids: Sequence[int] | None = None) -> ChainResult:
+    """Run the chain on up to ``limit`` stored Received jobs, or on those of ``job_ids`` that
+    are Received (several optimizers may run at once: each takes the jobs no other one
+    holds)."""
+    rows = lock_received_jobs(session, limit, job_ids)
     work: list[tuple[int, Identity, JobDescription]] = []
     broken: dict[int, str] = {}
     for row in rows:

@@ -48,3 +48,7 @@ class ConflictError(GridpilotError):
     """The stored state changed under the caller (another process got there first)."""
 
     retryable = True
+
+
+class ForbiddenError(GridpilotError):
+    """The caller may not act on this object (a pilot reporting on a job it was not given)."""

@@ -229,12 +229,15 @@ def _job_list_suffix(job_ids: Sequence[int]) -> str:
     return f" (job {shown}{more})" if len(job_ids) == 1 else f" (jobs {shown}{more})"
 
 
-def lock_received_jobs(session: Session, limit: int) -> list[Any]:
-    """Up to ``limit`` Received jobs, oldest first, locked for this transaction; jobs another
-    transaction holds are skipped, so several optimizers can work side by side."""
+def lock_received_jobs(session: Session, limit: int,
+                       job_ids: Sequence[int] | None = None) -> list[Any]:
+    """Up to ``limit`` Received jobs (of ``job_ids``, if given), oldest first, locked for this
+    transaction; jobs another transaction holds are skipped, so several optimizers can work
+    side by side."""
+    stmt = (select(Job.id, Job.vo, Job.owner, Job.owner_group, Job.description,
+                   Job.description_format, Job.bulk_index)
+            .where(Job.status == JobStatus.RECEIVED.value))
+    if job_ids is not None:
+        stmt = stmt.where(Job.id.in_(list(job_ids)))
     return list(session.execute(
-        select(Job.id, Job.vo, Job.owner, Job.owner_group, Job.description,
-               Job.description_format, Job.bulk_index)
-        .where(Job.status == JobStatus.RECEIVED.value).order_by(Job.id).limit(limit)
-        .with_for_update(skip_locked=True)
-    ).all())
+        stmt.order_by(Job.id).limit(limit).with_for_update(skip_locked=True)).all())

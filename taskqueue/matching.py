@@ -109,23 +109,42 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Exclusions:
+    """Queue attribute values held back from a claim (by site limits, see taskqueue.limits)."""
+
+    job_types: frozenset[str] = frozenset()
+    owner_groups: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.job_types or self.owner_groups)
+
+
+NO_EXCLUSIONS = Exclusions()
+
+
+@dataclass(frozen=True)
 class QueueCount:
     tq_id: int
     priority: float
     waiting: int
 
 
-def queue_conditions(resource: Resource, *, with_expressions: bool = False
-                     ) -> list[ColumnElement[bool]]:
+def queue_conditions(resource: Resource, *, with_expressions: bool = False,
+                     exclusions: Exclusions = NO_EXCLUSIONS) -> list[ColumnElement[bool]]:
     """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``, but for
     the queue's ClassAd expression (queues with one are left out unless ``with_expressions``).
     The values are bound parameters: pass :func:`condition_parameters` when executing."""
-    return list(_conditions(_shape(resource, with_expressions)))
+    return list(_conditions(_shape(resource, with_expressions, exclusions)))
 
 
-def condition_parameters(resource: Resource) -> dict[str, Any]:
+def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSIONS
+                         ) -> dict[str, Any]:
     """The values of the parameters of :func:`queue_conditions` for ``resource``."""
     params: dict[str, Any] = {"r_vo": resource.vo}
+    if exclusions.job_types:
+        params["x_types"] = sorted(exclusions.job_types)
+    if exclusions.owner_groups:
+        params["x_groups"] = sorted(exclusions.owner_groups)
     for name, value in (("r_owner", resource.owner), ("r_cpu", resource.cpu_time),
                         ("r_procs", resource.processors), ("r_mem", resource.memory)):
         if value is not None:
@@ -143,24 +162,30 @@ def condition_parameters(resource: Resource) -> dict[str, Any]:
 
 
 #: What the SQL of a resource's conditions depends on: which fields it sets, and how many
-#: sites and required tags it names. Statements are built and compiled once per shape.
-_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, int]
+#: sites and required tags it names, and which attributes limits exclude. Statements are built
+#: and compiled once per shape. The number of required tags comes last (see _drawable).
+_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, bool, bool, int]
 
 
-def _shape(r: Resource, with_expressions: bool) -> _Shape:
+def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCLUSIONS
+           ) -> _Shape:
     tags = "any" if r.tags is None else ("some" if r.tags else "none")
     return (with_expressions, r.owner_group is not None, r.owner is not None,
             r.cpu_time is not None, r.processors is not None, r.memory is not None,
             r.job_type is not None, r.submit_pools is not None,
             -1 if r.site is None else len(r.site), r.platform is not None, tags,
-            len(r.required_tags))
+            bool(exclusions.job_types), bool(exclusions.owner_groups), len(r.required_tags))
 
 
 @functools.lru_cache(maxsize=256)
 def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
     (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
-     required) = shape
+     excluded_types, excluded_groups, required) = shape
     conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
+    if excluded_types:
+        conds.append(tq.job_type.not_in(bindparam("x_types", expanding=True)))
+    if excluded_groups:
+        conds.append(tq.owner_group.not_in(bindparam("x_groups", expanding=True)))
     if not with_expressions:
         conds.append(tq.expression.is_(None))
     if groups:
@@ -270,15 +295,17 @@ ExpressionCheck = Callable[[str], bool]
 
 
 def matching_queues(session: Session, resource: Resource,
-                    expression_check: ExpressionCheck | None = None) -> list[QueueCount]:
+                    expression_check: ExpressionCheck | None = None, *,
+                    exclusions: Exclusions = NO_EXCLUSIONS) -> list[QueueCount]:
     """The non-empty queues ``resource`` could serve, with their waiting-job counts."""
     waiting = (select(tqj.tq_id, func.count().label("n")).group_by(tqj.tq_id).subquery())
     rows = session.connection().execute(
         select(tq.id, tq.priority, tq.expression, waiting.c.n)
         .join_from(task_queues_table, waiting, waiting.c.tq_id == tq.id)
-        .where(*queue_conditions(resource, with_expressions=expression_check is not None))
+        .where(*queue_conditions(resource, with_expressions=expression_check is not None,
+                                 exclusions=exclusions))
         .order_by(tq.id),
-        condition_parameters(resource),
+        condition_parameters(resource, exclusions),
     )
     check = _memo(expression_check)
     return [QueueCount(r.id, r.priority, r.n) for r in rows
@@ -287,20 +314,22 @@ def matching_queues(session: Session, resource: Resource,
 
 def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: int = 1,
                rng: random.Random | None = None,
-               expression_check: ExpressionCheck | None = None) -> list[Claim]:
+               expression_check: ExpressionCheck | None = None,
+               exclusions: Exclusions = NO_EXCLUSIONS) -> list[Claim]:
     """Claim up to ``count`` jobs for ``resource``: each one is Matched to the resource's pilot
     in the caller's transaction. An empty list means no job the resource can run is waiting.
 
     Queues whose jobs carry a ClassAd Requirements expression are considered only when
     ``expression_check`` is given (the optimizers package evaluates ClassAds; this one cannot).
+    Queues whose job type or owner group ``exclusions`` names are passed over.
     """
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     conn = session.connection()
-    statements = _statements(_shape(resource, expression_check is not None),
+    statements = _statements(_shape(resource, expression_check is not None, exclusions),
                              conn.dialect.name)
-    params = condition_parameters(resource)
+    params = condition_parameters(resource, exclusions)
     check = _memo(expression_check)
     # The one-statement path cannot evaluate expressions, and must not skip their queues.
     fast = conn.dialect.name == "postgresql" and expression_check is None
@@ -364,12 +393,13 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
 
 
 #: Columns a claim sets besides the status (see :func:`_match_values`).
-_MATCH_VALUES = ("heartbeat_at", "pilot_reference", "site")
+_MATCH_VALUES = ("ce", "heartbeat_at", "pilot_reference", "site")
 
 
 def _match_values(resource: Resource, now: datetime) -> dict[str, Any]:
     return {"pilot_reference": resource.pilot_reference or None,
-            "site": resource.site_for_job, "heartbeat_at": now}
+            "site": resource.site_for_job, "ce": resource.ce if resource.site_for_job else None,
+            "heartbeat_at": now}
 
 
 def _memo(check: ExpressionCheck | None) -> ExpressionCheck:

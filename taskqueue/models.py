@@ -1,4 +1,5 @@
-"""The SQL schema: jobs and their history, task queues, SubmitPools and pilots.
+"""The SQL schema: jobs and their history, task queues, SubmitPools, pilots, and the
+operators' site mask, site limits and shares.
 
 Keys, uniqueness and cascades live here, in the schema, so that every database enforces them
 whatever the code does. Times are timezone-aware UTC (see :class:`UTCDateTime`).
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -91,17 +93,27 @@ class Job(Base):
         ForeignKey("submit_pools.id", ondelete="SET NULL"), default=None
     )
     site: Mapped[str | None] = mapped_column(String(128), default=None)
+    ce: Mapped[str | None] = mapped_column(String(255), default=None)
     pilot_reference: Mapped[str | None] = mapped_column(String(255), default=None)
     submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     reschedule_count: Mapped[int] = mapped_column(Integer, default=0)
+    #: What the pilot last said: CPU seconds the payload used, its progress (free text), and
+    #: at the end its exit code and the tail of its standard output and error.
+    cpu_used: Mapped[float | None] = mapped_column(Float, default=None)
+    progress: Mapped[str | None] = mapped_column(String(255), default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    output_tail: Mapped[str | None] = mapped_column(Text, default=None)
 
     __table_args__ = (
         Index(None, "status", "id"),
         Index(None, "owner", "status"),
         Index(None, "submit_pool", "status"),
+        # Running limits count a site's running jobs.
+        Index(None, "site", "status", "ce"),
+        Index(None, "pilot_reference"),
     )
 
 
@@ -244,8 +256,55 @@ class Pilot(Base):
     __table_args__ = (Index(None, "site", "ce", "queue", "status"),)
 
 
+class SiteBan(Base):
+    """A site of a VO's site mask that is banned: its pilots get no job."""
+
+    __tablename__ = "site_bans"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    site: Mapped[str] = mapped_column(String(128), primary_key=True)
+    reason: Mapped[str] = mapped_column(String(255))
+    banned_by: Mapped[str] = mapped_column(String(255))
+    banned_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SiteLimit(Base):
+    """A limit on the jobs with one attribute value at a site (or one CE of it): at most
+    ``max_running`` of them running at once, and/or at least ``matching_delay`` seconds between
+    two matches of them. Every matcher process reads and locks these rows when it matches."""
+
+    __tablename__ = "site_limits"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    vo: Mapped[str] = mapped_column(String(64))
+    site: Mapped[str] = mapped_column(String(128))
+    #: "" for every CE of the site.
+    ce: Mapped[str] = mapped_column(String(255))
+    #: The job attribute limited: "job_type" or "owner_group" (see taskqueue.limits).
+    attribute: Mapped[str] = mapped_column(String(32))
+    value: Mapped[str] = mapped_column(String(128))
+    max_running: Mapped[int | None] = mapped_column(Integer)
+    matching_delay: Mapped[int | None] = mapped_column(Integer)
+    last_matched_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (UniqueConstraint("vo", "site", "ce", "attribute", "value"),)
+
+
+class GroupShare(Base):
+    """An owner group's fair share set by an operator; it overrides the settings file."""
+
+    __tablename__ = "group_shares"
+
+    owner_group: Mapped[str] = mapped_column(String(128), primary_key=True)
+    share: Mapped[float] = mapped_column(Float)
+    updated_by: Mapped[str] = mapped_column(String(255))
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 # Core table handles, for the hot paths (claims, bulk inserts) that skip the ORM layer.
 jobs_table = cast(Table, Job.__table__)
+pilots_table = cast(Table, Pilot.__table__)
 history_table = cast(Table, JobStatusHistory.__table__)
 task_queues_table = cast(Table, TaskQueue.__table__)
 tq_jobs_table = cast(Table, TaskQueueJob.__table__)

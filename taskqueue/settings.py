@@ -53,6 +53,9 @@ class TaskQueueSettings:
     empty_queue_grace: int = 600
     #: Seconds a SubmitPool without pending jobs is kept before it is deleted.
     submit_pool_grace: int = 3600
+    #: Times a job may be rescheduled (by its owner, its pilot or an agent); the next
+    #: reschedule fails it instead.
+    max_reschedules: int = 3
 
     def __post_init__(self) -> None:
         segs = self.cpu_time_segments
@@ -70,7 +73,7 @@ class TaskQueueSettings:
         if self.default_share <= 0:
             raise ConfigurationError(
                 f"taskqueue.default_share must be a positive number, got {self.default_share}")
-        for name in ("empty_queue_grace", "submit_pool_grace"):
+        for name in ("empty_queue_grace", "submit_pool_grace", "max_reschedules"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"taskqueue.{name} must not be negative, got {getattr(self, name)}")

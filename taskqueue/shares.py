@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from sqlalchemy import bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from taskqueue.models import TaskQueue, task_queues_table
+from taskqueue.errors import InvalidInputError, NotFoundError
+from taskqueue.models import GroupShare, TaskQueue, task_queues_table
 from taskqueue.settings import Settings
 
 #: The smallest priority a queue gets, as a fraction of its entity's share: a queue whose jobs
@@ -77,7 +79,8 @@ def recompute_priorities(session: Session, settings: Settings,
     rows = [r for r in session.execute(stmt) if wanted is None or (r.vo, r.owner_group) in wanted]
     inputs = [QueueShareInput(r.id, r.vo, r.owner_group, r.owner, r.mean_job_priority)
               for r in rows]
-    new = compute_priorities(inputs, settings.taskqueue.shares, settings.taskqueue.default_share)
+    new = compute_priorities(inputs, shares_in_force(session, settings),
+                             settings.taskqueue.default_share)
     by_id = {r.id: r for r in rows}
     write = set(only) if only is not None else set(new)
     changed = {tq: p for tq, p in new.items()
@@ -100,6 +103,45 @@ _SET_PRIORITY = (
     update(task_queues_table).where(task_queues_table.c.id == bindparam("b_id"))
     .values(priority=bindparam("b_priority"), draw_key=bindparam("b_key"))
 )
+
+
+def shares_in_force(session: Session, settings: Settings) -> dict[str, float]:
+    """Each group's share: the settings file's, overridden by those operators set."""
+    shares = dict(settings.taskqueue.shares)
+    shares.update({row.owner_group: row.share for row in session.execute(
+        select(GroupShare.owner_group, GroupShare.share))})
+    return shares
+
+
+def set_share(session: Session, settings: Settings, group: str, share: float, *, by: str,
+              now: datetime) -> dict[int, float]:
+    """Set a group's share and bring its queues' priorities up to date at once."""
+    if not group.strip():
+        raise InvalidInputError("a group name must not be empty")
+    if not share > 0 or share == float("inf"):
+        raise InvalidInputError(f"a share must be a positive number, got {share}")
+    row = session.get(GroupShare, group, with_for_update=True)
+    if row is None:
+        session.add(GroupShare(owner_group=group, share=share, updated_by=by, updated_at=now))
+    else:
+        row.share, row.updated_by, row.updated_at = share, by, now
+    session.flush()
+    return _recompute_group(session, settings, group)
+
+
+def reset_share(session: Session, settings: Settings, group: str) -> dict[int, float]:
+    """Drop an operator's share for a group: the settings file's (or the default) applies."""
+    row = session.get(GroupShare, group, with_for_update=True)
+    if row is None:
+        raise NotFoundError(f"no share was set for group {group}")
+    session.delete(row)
+    session.flush()
+    return _recompute_group(session, settings, group)
+
+
+def _recompute_group(session: Session, settings: Settings, group: str) -> dict[int, float]:
+    vos = session.scalars(select(TaskQueue.vo).where(TaskQueue.owner_group == group).distinct())
+    return recompute_priorities(session, settings, [(vo, group) for vo in vos])
 
 
 def rescaled_key(key: float, now: float, old_rate: float, new_rate: float) -> float:

@@ -1,0 +1,106 @@
+"""Why a job can or cannot run somewhere: each matching rule for a stored job against a queue
+of the resources configuration or a pilot's resource description (the CLI's and the API's
+``explain``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from optimizers.chain import parse_description
+from optimizers.classads import expression_check
+from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.queueresources import resource_for_queue
+from optimizers.resources import ResourcesConfig, explain_requirements
+from taskqueue.definitions import JobRequirements, TaskQueueDefinition
+from taskqueue.errors import InvalidInputError
+from taskqueue.explain import RuleResult, explain_match
+from taskqueue.models import (
+    Job,
+    SubmitPool,
+    TaskQueue,
+    TaskQueueBannedSite,
+    TaskQueueJob,
+    TaskQueuePlatform,
+    TaskQueueSite,
+    TaskQueueTag,
+)
+from taskqueue.resources import Resource
+from taskqueue.settings import Settings
+from taskqueue.submitpools import get_submit_pools_for_queue, submit_pool_id
+
+
+@dataclass(frozen=True)
+class Explanation:
+    rules: list[RuleResult]
+
+    @property
+    def can_run(self) -> bool:
+        return all(r.holds for r in self.rules)
+
+
+def explain_job(session: Session, settings: Settings, resources: ResourcesConfig, job: Job, *,
+                queue: str | None = None, resource: Resource | None = None) -> Explanation:
+    """Each rule for ``job`` against ``queue`` ("SITE/CE/QUEUE") or ``resource``."""
+    if (queue is None) == (resource is None):
+        raise InvalidInputError("explain needs either a queue (SITE/CE/QUEUE) or a resource")
+    definition, desc = _definition_of(session, job, settings)
+    rfc7: list[RuleResult] = []
+    if queue is not None:
+        site, ce, name = parse_queue_path(queue)
+        pools = get_submit_pools_for_queue(session, site, ce, name)
+        resource = resource_for_queue(resources, site, ce, name, job.vo, submit_pools=pools)
+        if desc.requirements:
+            rfc7 = [RuleResult(f"requirement {key}", holds, detail) for key, holds, detail
+                    in explain_requirements(resources, desc.requirements, site, ce, name,
+                                            vo=job.vo)]
+    assert resource is not None
+    results = explain_match(definition, resource, expression_check(resource))
+    if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
+        results = [r for r in results if r.rule != "SubmitPool"]
+    return Explanation(results + rfc7)
+
+
+def parse_queue_path(path: str) -> tuple[str, str, str]:
+    parts = path.split("/")
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise InvalidInputError(f"a queue is named SITE/CE/QUEUE, got {path!r}")
+    return parts[0], parts[1], parts[2]
+
+
+def _definition_of(session: Session, job: Job, settings: Settings
+                   ) -> tuple[TaskQueueDefinition, JobDescription]:
+    try:
+        jobs = parse_description(job.description, job.description_format)
+    except JobDescriptionError as exc:
+        raise InvalidInputError(f"job {job.id}'s description cannot be read: {exc}") from exc
+    desc = jobs[job.bulk_index or 0]
+    waiting = session.execute(
+        select(TaskQueue).join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
+        .where(TaskQueueJob.job_id == job.id)).scalar_one_or_none()
+    if waiting is not None:
+        return _stored_definition(session, waiting), desc
+    pool = (submit_pool_id(desc.requirements) if desc.requirements else None)
+    if pool is not None and session.get(SubmitPool, pool) is None:
+        pool = None
+    req = JobRequirements(
+        vo=job.vo, owner=job.owner, owner_group=job.owner_group, cpu_time=desc.cpu_time,
+        processors=desc.processors, memory=desc.memory, job_type=desc.job_type,
+        submit_pool=pool, expression=desc.requirements_expression, sites=desc.sites,
+        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags)
+    return TaskQueueDefinition.for_job(req, settings), desc
+
+
+def _stored_definition(session: Session, tq: TaskQueue) -> TaskQueueDefinition:
+    def values(table: Any) -> frozenset[str]:
+        return frozenset(session.scalars(select(table.value).where(table.tq_id == tq.id)))
+
+    return TaskQueueDefinition(
+        vo=tq.vo, owner_group=tq.owner_group, owner=tq.owner, cpu_time=tq.cpu_time,
+        processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
+        submit_pool=tq.submit_pool, expression=tq.expression,
+        sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
+        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
