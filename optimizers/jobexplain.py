@@ -5,29 +5,18 @@ of the resources configuration or a pilot's resource description (the CLI's and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import select
-from sqlalchemy.orm import Session
 
 from optimizers.chain import parse_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, explain_requirements
+from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.errors import InvalidInputError
 from taskqueue.explain import RuleResult, explain_match
-from taskqueue.models import (
-    Job,
-    SubmitPool,
-    TaskQueue,
-    TaskQueueBannedSite,
-    TaskQueueJob,
-    TaskQueuePlatform,
-    TaskQueueSite,
-    TaskQueueTag,
-)
+from taskqueue.models import Job, SubmitPool
+from taskqueue.queues import waiting_definition
 from taskqueue.resources import Resource
 from taskqueue.settings import Settings
 from taskqueue.submitpools import get_submit_pools_for_queue, submit_pool_id
@@ -78,11 +67,9 @@ def _definition_of(session: Session, job: Job, settings: Settings
     except JobDescriptionError as exc:
         raise InvalidInputError(f"job {job.id}'s description cannot be read: {exc}") from exc
     desc = jobs[job.bulk_index or 0]
-    waiting = session.execute(
-        select(TaskQueue).join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
-        .where(TaskQueueJob.job_id == job.id)).scalar_one_or_none()
+    waiting = waiting_definition(session, job.id)
     if waiting is not None:
-        return _stored_definition(session, waiting), desc
+        return waiting, desc
     pool = (submit_pool_id(desc.requirements) if desc.requirements else None)
     if pool is not None and session.get(SubmitPool, pool) is None:
         pool = None
@@ -93,14 +80,3 @@ def _definition_of(session: Session, job: Job, settings: Settings
         banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags)
     return TaskQueueDefinition.for_job(req, settings), desc
 
-
-def _stored_definition(session: Session, tq: TaskQueue) -> TaskQueueDefinition:
-    def values(table: Any) -> frozenset[str]:
-        return frozenset(session.scalars(select(table.value).where(table.tq_id == tq.id)))
-
-    return TaskQueueDefinition(
-        vo=tq.vo, owner_group=tq.owner_group, owner=tq.owner, cpu_time=tq.cpu_time,
-        processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
-        submit_pool=tq.submit_pool, expression=tq.expression,
-        sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
-        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))

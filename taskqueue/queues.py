@@ -14,6 +14,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Select, Table, bindparam, delete, exists, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
@@ -24,7 +25,11 @@ from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.jobs import apply_transition
 from taskqueue.models import (
     TaskQueue,
+    TaskQueueBannedSite,
     TaskQueueJob,
+    TaskQueuePlatform,
+    TaskQueueSite,
+    TaskQueueTag,
     jobs_table,
     task_queues_table,
     tq_banned_sites_table,
@@ -276,3 +281,22 @@ def _mark_empty(session: Session, candidates: Select[int], now: datetime) -> Non
             .values(active=0, emptied_at=now)
             .execution_options(synchronize_session=False)
         )
+
+
+def waiting_definition(session: Session, job_id: int) -> TaskQueueDefinition | None:
+    """The definition of the task queue the job waits in, or None if it waits in none."""
+    tq = session.execute(
+        select(TaskQueue).join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
+        .where(TaskQueueJob.job_id == job_id)).scalar_one_or_none()
+    if tq is None:
+        return None
+
+    def values(table: Any) -> frozenset[str]:
+        return frozenset(session.scalars(select(table.value).where(table.tq_id == tq.id)))
+
+    return TaskQueueDefinition(
+        vo=tq.vo, owner_group=tq.owner_group, owner=tq.owner, cpu_time=tq.cpu_time,
+        processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
+        submit_pool=tq.submit_pool, expression=tq.expression,
+        sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
+        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
