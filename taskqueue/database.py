@@ -17,11 +17,14 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-__all__ = ["Session", "make_engine", "make_session_factory", "run_in_transaction"]
-
 from taskqueue.errors import ConfigurationError, ConflictError
 
+__all__ = ["Session", "SessionFactory", "make_engine", "make_session_factory",
+           "run_in_transaction"]
+
 T = TypeVar("T")
+#: What makes sessions (and transactions, with ``.begin()``) on one engine.
+SessionFactory = sessionmaker[Session]
 
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock

@@ -241,3 +241,35 @@ def lock_received_jobs(session: Session, limit: int,
         stmt = stmt.where(Job.id.in_(list(job_ids)))
     return list(session.execute(
         stmt.order_by(Job.id).limit(limit).with_for_update(skip_locked=True)).all())
+
+
+@dataclass(frozen=True)
+class JobFilter:
+    """Which jobs a listing shows: a VO's, narrowed by any of the other fields."""
+
+    vo: str
+    status: str | None = None
+    site: str | None = None
+    owner: str | None = None
+    owner_group: str | None = None
+    job_type: str | None = None
+
+
+def find_jobs(session: Session, which: JobFilter, *, after: int = 0, limit: int = 100
+              ) -> list[Job]:
+    """A page of the jobs ``which`` selects, by ascending id, those after ``after``."""
+    stmt = select(Job).where(Job.vo == which.vo, Job.id > after)
+    for column, value in ((Job.status, which.status), (Job.site, which.site),
+                          (Job.owner, which.owner), (Job.owner_group, which.owner_group),
+                          (Job.job_type, which.job_type)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return list(session.scalars(stmt.order_by(Job.id).limit(limit)))
+
+
+def jobs_by_id(session: Session, job_ids: Sequence[int]) -> list[Job]:
+    """The jobs of ``job_ids`` that exist, by ascending id."""
+    if not job_ids:
+        return []
+    return list(session.scalars(select(Job).where(Job.id.in_(list(job_ids)))
+                                .order_by(Job.id)))

@@ -331,8 +331,9 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
                              conn.dialect.name)
     params = condition_parameters(resource, exclusions)
     check = _memo(expression_check)
-    # The one-statement path cannot evaluate expressions, and must not skip their queues.
-    fast = conn.dialect.name == "postgresql" and expression_check is None
+    # The one-statement path takes a job only when the first queue in draw order carries no
+    # expression; otherwise it returns nothing and the walk below evaluates expressions.
+    fast = conn.dialect.name == "postgresql"
     values = _match_values(resource, now)
     matched = transition_parameters(JobStatus.WAITING, JobStatus.MATCHED,
                                     minor_status=MATCHED_MINOR, source="matcher", now=now,
@@ -365,13 +366,15 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
                            ) -> Select[int, int, int]:
     """PostgreSQL, the common case in one statement: draw the first queue, take its best free
     job, advance its clock (by E / priority, E ~ Exp(1) given as ``e``). Returns no row when
-    the first queue had no free job (or there is none); :func:`_claim_one` then walks on."""
+    the first queue had no free job or carries a ClassAd expression (or there is no queue);
+    :func:`_claim_one` then walks on, evaluating expressions."""
     columns = candidates.selected_columns
     first = candidates.order_by(columns.draw_key, columns.id).limit(1).cte("drawn")
+    plain = select(first.c.id).where(first.c.expression.is_(None)).scalar_subquery()
     taken = (
         delete(tq_jobs_table)
         .where(tqj.job_id == select(tqj.job_id)
-               .where(tqj.tq_id == select(first.c.id).scalar_subquery())
+               .where(tqj.tq_id == plain)
                .order_by(tqj.rank, tqj.job_id).limit(1)
                .with_for_update(skip_locked=True).scalar_subquery())
         .returning(tqj.job_id, tqj.tq_id)

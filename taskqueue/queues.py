@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, delete, exists, select, update
+from sqlalchemy import Select, Table, bindparam, delete, exists, func, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -300,3 +300,55 @@ def waiting_definition(session: Session, job_id: int) -> TaskQueueDefinition | N
         submit_pool=tq.submit_pool, expression=tq.expression,
         sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
         platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    """A task queue as listings show it."""
+
+    queue: TaskQueue
+    waiting: int
+    values: dict[str, list[str]]
+
+
+def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100
+               ) -> list[QueueInfo]:
+    """A page of the VO's task queues by ascending id, with their waiting jobs and their
+    sites, banned sites, platforms and tags."""
+    queues = list(session.scalars(select(TaskQueue).where(TaskQueue.vo == vo,
+                                                          TaskQueue.id > after)
+                                  .order_by(TaskQueue.id).limit(limit)))
+    ids = [q.id for q in queues]
+    if not ids:
+        return []
+    waiting = dict(session.execute(
+        select(TaskQueueJob.tq_id, func.count()).where(TaskQueueJob.tq_id.in_(ids))
+        .group_by(TaskQueueJob.tq_id)).tuples().all())
+    values: dict[int, dict[str, list[str]]] = {i: {} for i in ids}
+    for label, table in (("sites", TaskQueueSite), ("banned_sites", TaskQueueBannedSite),
+                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag)):
+        for tq_id, value in session.execute(
+                select(table.tq_id, table.value).where(table.tq_id.in_(ids))
+                .order_by(table.tq_id, table.value)):
+            values[tq_id].setdefault(label, []).append(value)
+    return [QueueInfo(q, waiting.get(q.id, 0), values[q.id]) for q in queues]
+
+
+@dataclass(frozen=True)
+class WaitingCount:
+    tq_id: int
+    vo: str
+    owner_group: str
+    job_type: str
+    waiting: int
+
+
+def waiting_counts(session: Session, *, largest: int) -> list[WaitingCount]:
+    """The ``largest`` task queues by waiting jobs, with their counts."""
+    n = func.count().label("n")
+    rows = session.execute(
+        select(TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group, TaskQueue.job_type, n)
+        .join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
+        .group_by(TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group, TaskQueue.job_type)
+        .order_by(n.desc(), TaskQueue.id).limit(largest))
+    return [WaitingCount(r.id, r.vo, r.owner_group, r.job_type, r.n) for r in rows]

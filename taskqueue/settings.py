@@ -99,11 +99,75 @@ class SubmitSettings:
 
 
 @dataclass(frozen=True)
+class MatcherSettings:
+    """The HTTP service (``gridpilot serve``)."""
+
+    #: Where gunicorn listens, and the URL pilots and clients use to reach the service.
+    bind: str = "127.0.0.1:8080"
+    url: str = "http://127.0.0.1:8080"
+    #: gunicorn worker processes; each holds its own database connections.
+    workers: int = 2
+    #: Seconds a worker may spend on one request before gunicorn restarts it.
+    timeout: int = 30
+    #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).
+    max_requests: int = 20000
+    #: Largest request body accepted, in bytes.
+    max_body_bytes: int = 1024 * 1024
+    #: Most jobs one match request may ask for.
+    max_jobs_per_match: int = 64
+    #: Jobs and task queues listed per page by default, and at most.
+    page_size: int = 100
+    max_page_size: int = 1000
+    #: Folder where each worker process leaves its metrics for /metrics to add up;
+    #: empty: "metrics" beside the SQLite database, or the system's temporary folder.
+    metrics_dir: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("workers", "timeout", "max_body_bytes", "max_jobs_per_match", "page_size",
+                     "max_page_size"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(
+                    f"matcher.{name} must be at least 1, got {getattr(self, name)}")
+        if self.page_size > self.max_page_size:
+            raise ConfigurationError("matcher.page_size must not exceed matcher.max_page_size")
+
+
+@dataclass(frozen=True)
+class AuthSettings:
+    """Bearer tokens: signed JWTs (HS256) carrying a role, a VO, a group and a subject."""
+
+    #: The signing secret; keep it out of files others can read (GRIDPILOT_AUTH_SECRET).
+    secret: str = ""
+    #: Or a file holding it (first line), for deployments that mount secrets as files.
+    secret_file: str = ""
+    #: Seconds a token issued by ``gridpilot token issue`` stays valid by default.
+    token_lifetime: int = 86400
+
+    def signing_secret(self) -> str:
+        """The secret, read from ``secret_file`` when that is set; refuses an empty one."""
+        secret = self.secret
+        if self.secret_file:
+            try:
+                secret = Path(self.secret_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"auth.secret_file {self.secret_file} cannot be read: {exc}") from exc
+        if len(secret) < 16:
+            raise ConfigurationError(
+                "auth.secret (or auth.secret_file) must hold a secret of at least 16 "
+                "characters: set GRIDPILOT_AUTH_SECRET, e.g. to the output of "
+                "'python3 -c \"import secrets; print(secrets.token_urlsafe(32))\"'")
+        return secret
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
     resources: ResourcesSettings = field(default_factory=ResourcesSettings)
     submit: SubmitSettings = field(default_factory=SubmitSettings)
+    matcher: MatcherSettings = field(default_factory=MatcherSettings)
+    auth: AuthSettings = field(default_factory=AuthSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

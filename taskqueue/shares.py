@@ -113,6 +113,23 @@ def shares_in_force(session: Session, settings: Settings) -> dict[str, float]:
     return shares
 
 
+@dataclass(frozen=True)
+class ShareEntry:
+    owner_group: str
+    share: float
+    #: "operator" (set through the API, stored in the database) or "settings" (the file's).
+    source: str
+
+
+def share_table(session: Session, settings: Settings) -> list[ShareEntry]:
+    """Every group with a share of its own, and where that share comes from."""
+    entries = {group: ShareEntry(group, share, "settings")
+               for group, share in settings.taskqueue.shares.items()}
+    for row in session.execute(select(GroupShare.owner_group, GroupShare.share)):
+        entries[row.owner_group] = ShareEntry(row.owner_group, row.share, "operator")
+    return [entries[g] for g in sorted(entries)]
+
+
 def set_share(session: Session, settings: Settings, group: str, share: float, *, by: str,
               now: datetime) -> dict[int, float]:
     """Set a group's share and bring its queues' priorities up to date at once."""

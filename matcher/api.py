@@ -1,0 +1,170 @@
+"""How an endpoint is declared: one decorator registers the Flask route, checks the token's
+role, reads and validates the body and the query, and records the operation for the OpenAPI
+document, so that what is served and what is documented cannot drift apart."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+
+from matcher.auth import Principal, principal_from_header, require_role
+from matcher.problems import Problem
+from matcher.runtime import Runtime, runtime_of
+from matcher.validation import Schema, SchemaError, validate
+
+JSON = "application/json"
+JDL = "text/plain"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A query parameter."""
+
+    name: str
+    description: str
+    type: str = "string"  # "string" or "integer"
+    minimum: int | None = None
+    maximum: int | None = None
+    enum: tuple[str, ...] | None = None
+    required: bool = False
+
+    def schema(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        if self.minimum is not None:
+            out["minimum"] = self.minimum
+        if self.maximum is not None:
+            out["maximum"] = self.maximum
+        if self.enum is not None:
+            out["enum"] = list(self.enum)
+        return out
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One documented endpoint."""
+
+    method: str
+    rule: str  # the Flask rule, under the API prefix
+    summary: str
+    tag: str
+    roles: tuple[str, ...] | None  # None: no token needed
+    body: Mapping[str, Schema] | None  # media type -> schema (text bodies: {"type": "string"})
+    query: tuple[Param, ...]
+    responses: Mapping[int, tuple[str, Schema | None]]
+    operation_id: str
+
+
+#: Every operation declared with :func:`endpoint`, in declaration order.
+OPERATIONS: list[Operation] = []
+
+
+@dataclass
+class Call:
+    """What a view receives."""
+
+    principal: Principal
+    runtime: Runtime
+    now: datetime
+    #: The body: decoded JSON, and its exact text (a JDL body is text only).
+    body: Any = None
+    text: str = ""
+    media: str | None = None
+    query: dict[str, Any] = field(default_factory=dict)
+
+
+View = Callable[..., Any]
+
+
+def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
+             roles: tuple[str, ...] | None, responses: Mapping[int, tuple[str, Schema | None]],
+             body: Mapping[str, Schema] | None = None, query: tuple[Param, ...] = ()
+             ) -> Callable[[View], View]:
+    def register(view: View) -> View:
+        OPERATIONS.append(Operation(method, f"{bp.url_prefix or ''}{rule}", summary, tag, roles,
+                                    body, query, responses, view.__name__))
+
+        @functools.wraps(view)
+        def handle(**path: Any) -> Response:
+            runtime = runtime_of(current_app)
+            if roles is None:
+                principal = Principal("anonymous", "none", "", "")
+            else:
+                principal = principal_from_header(request.headers.get("Authorization"),
+                                                  runtime.secret)
+                require_role(principal, roles)
+            call = Call(principal, runtime, datetime.now(UTC))
+            if body is not None:
+                call.media, call.text, call.body = _read_body(body)
+            call.query = _read_query(query, runtime.settings.matcher.page_size)
+            result = view(call, **path)
+            if isinstance(result, Response):
+                return result
+            payload, status = result if isinstance(result, tuple) else (result, 200)
+            response = jsonify(payload)
+            response.status_code = status
+            return response
+
+        bp.add_url_rule(rule, view.__name__, handle, methods=[method])
+        return view
+
+    return register
+
+
+def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
+    media = (request.mimetype or "").lower()
+    if media not in accepted:
+        raise Problem(415, f"send the body as {' or '.join(accepted)}"
+                      + (f", not {media}" if media else " (no Content-Type was given)"))
+    raw = request.get_data(cache=False)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Problem(400, f"the body is not UTF-8 text (byte {exc.start} is not)") from exc
+    value: Any = text
+    if media == JSON:
+        try:
+            value = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            where = (f": {exc.msg} at line {exc.lineno} column {exc.colno}"
+                     if isinstance(exc, json.JSONDecodeError) else ": nested too deeply")
+            raise Problem(400, f"the body is not valid JSON{where}") from exc
+    try:
+        validate(value, accepted[media])
+    except SchemaError as exc:
+        raise Problem(422, str(exc)) from exc
+    return media, text, value
+
+
+def _read_query(params: tuple[Param, ...], page_size: int) -> dict[str, Any]:
+    known = {p.name: p for p in params}
+    unknown = sorted(set(request.args) - set(known))
+    if unknown:
+        raise Problem(400, f"unknown query parameter {unknown[0]!r}"
+                      + (f" (known: {', '.join(sorted(known))})" if known else ""))
+    values: dict[str, Any] = {}
+    for name, param in known.items():
+        text = request.args.get(name)
+        if text is None:
+            if param.required:
+                raise Problem(400, f"query parameter {name} is required: {param.description}")
+            continue
+        value: Any = text
+        if param.type == "integer":
+            if not re.fullmatch(r"-?\d{1,18}", text.strip()):
+                raise Problem(400, f"query parameter {name} must be an integer, got {text!r}")
+            value = int(text)
+        try:
+            validate(value, param.schema(), f"query parameter {name}")
+        except SchemaError as exc:
+            raise Problem(400, str(exc)) from exc
+        values[name] = value
+    if "limit" in known:
+        values.setdefault("limit", page_size)
+    return values

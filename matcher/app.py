@@ -1,0 +1,56 @@
+"""The application factory."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+from flask import Flask, Response, current_app, g, request
+
+from matcher import jobs, operator, pilots, problems, service, taskqueues
+from matcher.metrics import Metrics
+from matcher.runtime import EXTENSION, Runtime, runtime_of
+from taskqueue.settings import Settings
+
+
+def create_app(settings: Settings) -> Flask:
+    """The matcher service for ``settings``; refuses to start without a signing secret."""
+    secret = settings.auth.signing_secret()
+    app = Flask("gridpilot.matcher")
+    app.config.update(MAX_CONTENT_LENGTH=settings.matcher.max_body_bytes, JSON_SORT_KEYS=False)
+    app.json.sort_keys = False  # type: ignore[attr-defined]
+    app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)))
+    for bp in (jobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp):
+        app.register_blueprint(bp)
+    problems.install(app)
+    app.before_request(_start_clock)
+    app.after_request(_count)
+    return app
+
+
+def metrics_dir(settings: Settings) -> Path:
+    """Where this host's worker processes leave their metrics."""
+    if settings.matcher.metrics_dir:
+        return Path(settings.matcher.metrics_dir)
+    url = settings.database.url
+    if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
+        return Path(url.removeprefix("sqlite:///")).parent / "metrics"
+    return Path(tempfile.gettempdir()) / "gridpilot-metrics"
+
+
+def _start_clock() -> None:
+    g.started = time.perf_counter()
+
+
+def _count(response: Response) -> Response:
+    runtime = runtime_of(current_app)
+    rule = request.url_rule.rule if request.url_rule is not None else "unmatched"
+    labels = {"endpoint": rule, "method": request.method, "status": str(response.status_code)}
+    runtime.metrics.inc("gridpilot_http_requests_total", labels)
+    started = g.get("started")
+    if started is not None:
+        runtime.metrics.observe("gridpilot_http_request_duration_seconds", {"endpoint": rule},
+                                time.perf_counter() - started)
+    runtime.metrics.flush()
+    return response

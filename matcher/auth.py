@@ -1,0 +1,106 @@
+"""Bearer tokens: signed JWTs (HS256) that say who calls, in which role, VO and group.
+
+Roles: ``user`` (submits and acts on its own jobs), ``pilot`` (matches jobs of its VO, and of
+its site when the token names one; reports only on jobs it was given) and ``operator`` (acts on
+every job of its VO and on the VO's site mask, limits and shares). A pilot token may also name
+the one pilot reference it may speak for.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+
+from matcher.problems import Problem
+
+ALGORITHM = "HS256"
+ISSUER = "gridpilot"
+ROLES: tuple[str, ...] = ("user", "pilot", "operator")
+USER, PILOT, OPERATOR = ROLES
+
+
+@dataclass(frozen=True)
+class Principal:
+    subject: str
+    role: str
+    vo: str
+    group: str
+    #: Pilot tokens only: the site the pilot runs at, and the one reference it speaks for.
+    site: str | None = None
+    pilot: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}:{self.subject}"
+
+
+def issue_token(secret: str, *, subject: str, role: str, vo: str, group: str,
+                lifetime: int, site: str | None = None, pilot: str | None = None,
+                now: float | None = None) -> str:
+    """A signed token for the claims given, valid for ``lifetime`` seconds."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    if (site or pilot) and role != PILOT:
+        raise ValueError("only a pilot token names a site or a pilot reference")
+    for name, value in (("subject", subject), ("vo", vo), ("group", group)):
+        if not value.strip():
+            raise ValueError(f"a token's {name} must not be empty")
+    if lifetime < 1:
+        raise ValueError(f"a token's lifetime must be at least one second, got {lifetime}")
+    issued = int(now if now is not None else time.time())
+    claims: dict[str, Any] = {"iss": ISSUER, "sub": subject, "role": role, "vo": vo,
+                              "group": group, "iat": issued, "exp": issued + lifetime}
+    if site:
+        claims["site"] = site
+    if pilot:
+        claims["pilot"] = pilot
+    return jwt.encode(claims, secret, algorithm=ALGORITHM)
+
+
+def principal_from_header(header: str | None, secret: str) -> Principal:
+    """The caller named by an ``Authorization: Bearer`` header; 401 when there is none or it is
+    not valid."""
+    if not header:
+        raise Problem(401, "this endpoint needs a token: send 'Authorization: Bearer <token>' "
+                      "(gridpilot token issue makes one)")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Problem(401, "the Authorization header must be 'Bearer <token>'")
+    try:
+        claims = jwt.decode(token.strip(), secret, algorithms=[ALGORITHM], issuer=ISSUER,
+                            options={"require": ["exp", "iat", "iss", "sub"]})
+    except jwt.ExpiredSignatureError as exc:
+        raise Problem(401, "the token has expired; ask for a new one") from exc
+    except jwt.InvalidTokenError as exc:
+        raise Problem(401, f"the token is not valid: {exc}") from exc
+    return _principal(claims)
+
+
+def _principal(claims: Mapping[str, Any]) -> Principal:
+    fields = {}
+    for name in ("sub", "role", "vo", "group"):
+        value = claims.get(name)
+        if not isinstance(value, str) or not value.strip():
+            raise Problem(401, f"the token's claim {name!r} is missing or empty")
+        fields[name] = value
+    if fields["role"] not in ROLES:
+        raise Problem(401, f"the token's role {fields['role']!r} is not one of "
+                      f"{', '.join(ROLES)}")
+    optional = {}
+    for name in ("site", "pilot"):
+        value = claims.get(name)
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise Problem(401, f"the token's claim {name!r} must be a non-empty string")
+        optional[name] = value
+    return Principal(fields["sub"], fields["role"], fields["vo"], fields["group"],
+                     optional["site"], optional["pilot"])
+
+
+def require_role(principal: Principal, roles: tuple[str, ...]) -> None:
+    if principal.role not in roles:
+        raise Problem(403, f"a {principal.role} token may not do this; it needs the role "
+                      f"{' or '.join(roles)}")

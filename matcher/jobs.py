@@ -1,0 +1,160 @@
+"""/api/v1/jobs: submit, list, inspect, kill, reschedule and delete jobs, and read their
+output."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint
+
+from matcher import schemas
+from matcher.access import accessible_job
+from matcher.api import JDL, JSON, Call, Param, endpoint
+from matcher.auth import OPERATOR, USER
+from matcher.views import iso, job_summary
+from optimizers.chain import Identity, optimize_received, submissions_from_text, submit
+from taskqueue.database import Session
+from taskqueue.jobcontrol import delete_job, kill_job, reschedule_job
+from taskqueue.jobs import JobFilter, find_jobs, job_history, jobs_by_id
+from taskqueue.models import Job
+from taskqueue.states import JobStatus
+
+bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
+OWNERS = (USER, OPERATOR)
+
+
+@endpoint(bp, "POST", "", tag="jobs", roles=OWNERS,
+          summary="Submit a job: one JDL (text/plain) or JSON description, a JSON list of them "
+                  "(a bulk), or a parametric job; returns the new jobs' ids",
+          body={JSON: schemas.SUBMIT_JSON, JDL: schemas.SUBMIT_JDL},
+          responses={201: ("The jobs were stored and went through the optimizer chain",
+                           schemas.SUBMITTED)})
+def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
+    fmt = "json" if call.media == JSON else "jdl"
+    submissions = submissions_from_text(call.text, fmt)
+    identity = Identity(call.principal.vo, call.principal.subject, call.principal.group)
+    ctx = call.runtime.chain_context(call.now)
+
+    def work(session: Session) -> list[dict[str, Any]]:
+        result = submit(session, submissions, identity, ctx)
+        ids = sorted(result.waiting + list(result.failed))
+        return [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
+                for j in jobs_by_id(session, ids)]
+
+    jobs = call.runtime.transaction(work)
+    return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs}, 201
+
+
+@endpoint(bp, "GET", "", tag="jobs", roles=OWNERS,
+          summary="List jobs (a user's own; an operator's whole VO), newest last, a page at a "
+                  "time: pass the answer's next_after as 'after' for the next page",
+          query=(Param("status", "only jobs in this status",
+                       enum=tuple(s.value for s in JobStatus)),
+                 Param("site", "only jobs at this site"),
+                 Param("owner", "only this owner's jobs (operators)"),
+                 Param("owner_group", "only this group's jobs"),
+                 Param("job_type", "only jobs of this type"),
+                 Param("after", "only jobs with a larger id", "integer", minimum=0),
+                 Param("limit", "jobs per page", "integer", minimum=1)),
+          responses={200: ("A page of jobs", schemas.JOB_LIST)})
+def list_jobs(call: Call) -> dict[str, Any]:
+    q = call.query
+    limit = min(q["limit"], call.runtime.settings.matcher.max_page_size)
+    owner = call.principal.subject if call.principal.role == USER else q.get("owner")
+
+    which = JobFilter(call.principal.vo, status=q.get("status"), site=q.get("site"),
+                      owner=owner, owner_group=q.get("owner_group"), job_type=q.get("job_type"))
+    rows = call.runtime.transaction(
+        lambda session: find_jobs(session, which, after=q.get("after", 0), limit=limit))
+    return {"jobs": [job_summary(r) for r in rows],
+            "next_after": rows[-1].id if len(rows) == limit else None}
+
+
+@endpoint(bp, "GET", "/<int:job_id>", tag="jobs", roles=OWNERS,
+          summary="A job: status, minor status, site, pilot, times, what its pilot reported, "
+                  "and its status history",
+          responses={200: ("The job", schemas.JOB)})
+def get_job(call: Call, job_id: int) -> dict[str, Any]:
+    def work(session: Session) -> dict[str, Any]:
+        job = accessible_job(session, call.principal, job_id)
+        history = [{"at": iso(h.at), "status": h.status, "minor_status": h.minor_status,
+                    "source": h.source} for h in job_history(session, job_id)]
+        return {**job_summary(job), "ce": job.ce, "pilot_reference": job.pilot_reference,
+                "started_at": iso(job.started_at), "heartbeat_at": iso(job.heartbeat_at),
+                "reschedule_count": job.reschedule_count, "cpu_time": job.cpu_time,
+                "processors": job.processors, "memory": job.memory,
+                "user_priority": job.user_priority, "submit_pool": job.submit_pool,
+                "bulk_index": job.bulk_index, "cpu_used": job.cpu_used,
+                "progress": job.progress, "exit_code": job.exit_code, "history": history}
+
+    return call.runtime.transaction(work)
+
+
+@endpoint(bp, "GET", "/<int:job_id>/output", tag="jobs", roles=OWNERS,
+          summary="The exit code and the tail of standard output and error the job's pilot "
+                  "uploaded",
+          responses={200: ("The job's output tail", schemas.JOB_OUTPUT)})
+def get_output(call: Call, job_id: int) -> dict[str, Any]:
+    def work(session: Session) -> dict[str, Any]:
+        job = accessible_job(session, call.principal, job_id)
+        return {"job_id": job.id, "status": job.status, "exit_code": job.exit_code,
+                "output_tail": job.output_tail}
+
+    return call.runtime.transaction(work)
+
+
+@endpoint(bp, "POST", "/<int:job_id>/kill", tag="jobs", roles=OWNERS,
+          summary="Kill a job: a waiting job leaves its queue; a running one is stopped by its "
+                  "pilot at its next heartbeat",
+          body={JSON: schemas.REASON},
+          responses={200: ("The job is Killed", schemas.JOB_STATUS)})
+def kill(call: Call, job_id: int) -> dict[str, Any]:
+    reason = (call.body or {}).get("reason") or ""
+
+    def work(session: Session) -> dict[str, Any]:
+        accessible_job(session, call.principal, job_id)
+        kill_job(session, job_id, by=call.principal.name, now=call.now,
+                 reason=f"Killed by {call.principal.name}" + (f": {reason}" if reason else ""))
+        return _status(session, job_id)
+
+    return call.runtime.transaction(work)
+
+
+@endpoint(bp, "POST", "/<int:job_id>/reschedule", tag="jobs", roles=OWNERS,
+          summary="Run a job again from the start: it goes back through the optimizer chain "
+                  "into a task queue (refused once it was rescheduled the maximum number of "
+                  "times)",
+          body={JSON: schemas.REASON},
+          responses={200: ("The job's status after the chain ran", schemas.JOB_STATUS)})
+def reschedule(call: Call, job_id: int) -> dict[str, Any]:
+    reason = (call.body or {}).get("reason") or f"Rescheduled by {call.principal.name}"
+    ctx = call.runtime.chain_context(call.now)
+
+    def work(session: Session) -> dict[str, Any]:
+        accessible_job(session, call.principal, job_id)
+        reschedule_job(session, job_id, by=call.principal.name, now=call.now,
+                       reason=reason,
+                       max_reschedules=call.runtime.settings.taskqueue.max_reschedules,
+                       fail_when_exhausted=False)
+        optimize_received(session, ctx, job_ids=[job_id])
+        return _status(session, job_id)
+
+    return call.runtime.transaction(work)
+
+
+@endpoint(bp, "DELETE", "/<int:job_id>", tag="jobs", roles=OWNERS,
+          summary="Delete a job (an active job is killed first)",
+          responses={200: ("The job is Deleted", schemas.JOB_STATUS)})
+def delete(call: Call, job_id: int) -> dict[str, Any]:
+    def work(session: Session) -> dict[str, Any]:
+        accessible_job(session, call.principal, job_id)
+        delete_job(session, job_id, by=call.principal.name, now=call.now)
+        return _status(session, job_id)
+
+    return call.runtime.transaction(work)
+
+
+def _status(session: Session, job_id: int) -> dict[str, Any]:
+    job = session.get(Job, job_id, populate_existing=True)
+    assert job is not None
+    return {"job_id": job.id, "status": job.status, "minor_status": job.minor_status}

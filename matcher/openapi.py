@@ -1,0 +1,113 @@
+"""The OpenAPI 3 document, built from the operations the endpoints declared (matcher.api)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Flask
+
+from matcher import schemas
+from matcher.api import OPERATIONS, Operation
+
+#: Problems every endpoint may answer with, besides its own.
+_COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
+           413: "The body is larger than the service accepts",
+           415: "The body's media type is not one this endpoint reads",
+           422: "The body is well-formed but wrong: the detail names the field"}
+_AUTH = {401: "No token, or a token that is not valid or has expired",
+         403: "The token's role, VO, site or pilot may not do this"}
+_RULE_PARAM = re.compile(r"<(?:(\w+):)?(\w+)>")
+
+
+def openapi_path(rule: str) -> str:
+    """A Flask rule in OpenAPI's notation: ``/jobs/<int:job_id>`` → ``/jobs/{job_id}``."""
+    return _RULE_PARAM.sub(r"{\2}", rule)
+
+
+def document(app: Flask) -> dict[str, Any]:
+    paths: dict[str, dict[str, Any]] = {}
+    for op in OPERATIONS:
+        paths.setdefault(openapi_path(op.rule), {})[op.method.lower()] = _operation(op)
+    paths["/api/v1/openapi.json"] = {"get": {
+        "operationId": "openapi", "summary": "This document (no token needed)",
+        "tags": ["service"], "security": [],
+        "responses": {"200": {"description": "The OpenAPI document",
+                              "content": {"application/json": {"schema": {"type": "object"}}}}},
+    }}
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "gridpilot matcher", "version": "1",
+                 "description": "Jobs, pilots and task queues of a grid workload management "
+                                "system. Every error is application/problem+json."},
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
+                                                      "bearerFormat": "JWT"}},
+                       "schemas": {"Problem": _openapi_schema(schemas.PROBLEM)}},
+        "paths": paths,
+    }
+
+
+def _operation(op: Operation) -> dict[str, Any]:
+    out: dict[str, Any] = {"operationId": op.operation_id, "summary": op.summary,
+                           "tags": [op.tag]}
+    if op.roles is None:
+        out["security"] = []
+    else:
+        out["description"] = f"Roles allowed: {', '.join(op.roles)}."
+    params: list[dict[str, Any]] = []
+    for kind, name in _RULE_PARAM.findall(op.rule):
+        params.append({"name": name, "in": "path", "required": True,
+                       "schema": {"type": "integer", "minimum": 0} if kind == "int"
+                       else {"type": "string", "minLength": 1}})
+    for p in op.query:
+        params.append({"name": p.name, "in": "query", "required": p.required,
+                       "description": p.description, "schema": p.schema()})
+    if params:
+        out["parameters"] = params
+    if op.body is not None:
+        out["requestBody"] = {"required": True, "content": {
+            media: {"schema": _openapi_schema(schema)} for media, schema in op.body.items()}}
+    responses: dict[str, Any] = {}
+    for status, (description, schema) in op.responses.items():
+        media = "application/problem+json" if status >= 400 else (
+            "application/json" if schema is not None else "text/plain")
+        responses[str(status)] = {"description": description, "content": {
+            media: {"schema": _openapi_schema(schema) if schema is not None
+                    else {"type": "string"}}}}
+    extra = dict(_COMMON)
+    if op.roles is not None:
+        extra.update(_AUTH)
+    if "<" in op.rule:
+        extra[404] = "No such object"
+    if op.method != "GET":
+        extra[409] = "The change conflicts with the object's state (e.g. a job already ended)"
+    for status, description in extra.items():
+        responses.setdefault(str(status), {"description": description, "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
+    out["responses"] = responses
+    return out
+
+
+def _openapi_schema(schema: Any) -> Any:
+    """Our JSON Schema in OpenAPI 3.0's dialect: a type list with "null" becomes nullable."""
+    if isinstance(schema, list):
+        return [_openapi_schema(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _openapi_schema(v) for k, v in schema.items()}
+    kind = out.get("type")
+    if isinstance(kind, list):
+        nullable = "null" in kind
+        kinds = [k for k in kind if k != "null"]
+        out.pop("type")
+        if len(kinds) == 1:
+            out["type"] = kinds[0]
+        else:
+            out = {"oneOf": [{**out, "type": k} for k in kinds]}
+        if nullable:
+            out["nullable"] = True
+    if "properties" in out:
+        out["properties"] = {k: _openapi_schema(v) for k, v in schema["properties"].items()}
+    return out

@@ -1,0 +1,190 @@
+"""/api/v1/pilots: what pilots call. Match (a resource description in, jobs or a no-match
+reason out), heartbeats, status reports, their SubmitPools, and their own registration."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from typing import Any
+
+from flask import Blueprint
+
+from matcher import schemas
+from matcher.api import JSON, Call, Param, endpoint
+from matcher.auth import OPERATOR, PILOT, Principal
+from matcher.problems import Problem
+from matcher.views import iso
+from optimizers.chain import optimize_received, parse_description
+from optimizers.classads import expression_check
+from optimizers.description import JobDescriptionError
+from pilot import protocol
+from pilot.protocol import JobPayload
+from taskqueue.database import Session
+from taskqueue.jobs import jobs_by_id
+from taskqueue.limits import claim_for_pilot
+from taskqueue.models import Job
+from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
+from taskqueue.pilots import PilotInfo, register_pilot
+from taskqueue.resources import Resource, parse_resource
+from taskqueue.states import JobStatus
+from taskqueue.submitpools import get_submit_pools_for_queue
+
+bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
+_rng = random.SystemRandom()
+
+
+def pilot_resource(principal: Principal, data: dict[str, Any]) -> Resource:
+    """The pilot's resource description, held to what its token allows: its VO, and its site
+    and pilot reference when the token names them."""
+    resource = parse_resource(data)
+    if resource.vo != principal.vo:
+        raise Problem(403, f"this token is for VO {principal.vo}, not {resource.vo}")
+    if principal.site is not None:
+        if resource.site is not None and resource.site != {principal.site}:
+            raise Problem(403, f"this pilot token is for site {principal.site} only, not "
+                          f"{', '.join(sorted(resource.site))}")
+        resource = replace(resource, site=frozenset({principal.site}))
+    if principal.pilot is not None:
+        if resource.pilot_reference and resource.pilot_reference != principal.pilot:
+            raise Problem(403, f"this token speaks for pilot {principal.pilot} only")
+        resource = replace(resource, pilot_reference=principal.pilot)
+    return resource
+
+
+def _own_reference(principal: Principal, reference: str) -> str:
+    if principal.pilot is not None and reference != principal.pilot:
+        raise Problem(403, f"this token speaks for pilot {principal.pilot} only, not "
+                      f"{reference}")
+    return reference
+
+
+@endpoint(bp, "POST", protocol.MATCH_PATH.removeprefix("/pilots"), tag="pilots",
+          roles=(PILOT,),
+          summary="Match: the pilot's resource description in; up to 'count' jobs it can run "
+                  "out (each Matched to it), or no job and the reason",
+          body={JSON: schemas.MATCH_REQUEST},
+          responses={200: ("Jobs, or a no-match reason", schemas.MATCH_RESPONSE)})
+def match(call: Call) -> dict[str, Any]:
+    resource = pilot_resource(call.principal, call.body["resource"])
+    if not resource.pilot_reference:
+        raise Problem(422, "body.resource.pilot_reference is required: the jobs handed out "
+                      "are recorded against it")
+    count = call.body.get("count", 1)
+    most = call.runtime.settings.matcher.max_jobs_per_match
+    if count > most:
+        raise Problem(422, f"body.count must be at most {most}, got {count}")
+    check = expression_check(resource)
+
+    def work(session: Session) -> tuple[list[Job], str | None, str]:
+        outcome = claim_for_pilot(session, resource, now=call.now, count=count, rng=_rng,
+                                  expression_check=check)
+        return (jobs_by_id(session, [c.job_id for c in outcome.claims]), outcome.reason,
+                outcome.detail)
+
+    jobs, reason, detail = call.runtime.transaction(work)
+    metrics = call.runtime.metrics
+    if not jobs:
+        metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
+        metrics.inc("gridpilot_no_matches_total", {"reason": reason or ""})
+        return {"jobs": [], "no_match": {"reason": reason, "detail": detail}}
+    metrics.inc("gridpilot_match_requests_total", {"outcome": "matched"})
+    metrics.inc("gridpilot_jobs_matched_total", {}, len(jobs))
+    return {"jobs": [payload(job).to_dict() for job in jobs], "no_match": None}
+
+
+def payload(job: Job) -> JobPayload:
+    """What a pilot needs to run ``job``, from its stored description."""
+    try:
+        desc = parse_description(job.description, job.description_format)[job.bulk_index or 0]
+    except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
+        raise Problem(500, f"job {job.id}'s stored description cannot be read: {exc}") from exc
+    return JobPayload(
+        job_id=job.id, vo=job.vo, owner=job.owner, owner_group=job.owner_group,
+        job_type=job.job_type, executable=desc.executable, arguments=list(desc.arguments),
+        environment=dict(desc.environment), cpu_time=desc.cpu_time,
+        processors=desc.processors, memory=desc.memory,
+        input_sandbox=list(desc.input_sandbox), output_sandbox=list(desc.output_sandbox),
+        stdout=desc.stdout, stderr=desc.stderr, job_name=desc.job_name,
+        description=job.description, description_format=job.description_format,
+        extra=dict(desc.extra))
+
+
+@endpoint(bp, "POST", protocol.HEARTBEAT_PATH.removeprefix("/pilots"), tag="pilots",
+          roles=(PILOT,),
+          summary="Heartbeat: the CPU time and progress of the pilot's jobs in; commands out "
+                  "(kill: the job is no longer this pilot's to run)",
+          body={JSON: schemas.HEARTBEAT_REQUEST},
+          responses={200: ("Commands for the pilot", schemas.HEARTBEAT_RESPONSE)})
+def beat(call: Call) -> dict[str, Any]:
+    reference = _own_reference(call.principal, call.body["pilot_reference"])
+    beats = [Beat(j["job_id"], j.get("cpu_used"), j.get("progress"))
+             for j in call.body.get("jobs", [])]
+    commands = call.runtime.transaction(lambda session: heartbeat(
+        session, vo=call.principal.vo, pilot_reference=reference, beats=beats, now=call.now))
+    return {"commands": [{"job_id": job_id, "command": command}
+                         for job_id, command in sorted(commands.items())]}
+
+
+@endpoint(bp, "POST", "/jobs/<int:job_id>/status", tag="pilots", roles=(PILOT,),
+          summary="Status report on one of the pilot's jobs: Running, Completing, Done or "
+                  "Failed (with exit code and output tail), or Rescheduled (the pilot must "
+                  "stop before the job ends; it runs again elsewhere)",
+          body={JSON: schemas.STATUS_REPORT},
+          responses={200: ("The job's status afterwards", schemas.STATUS_ANSWER)})
+def report(call: Call, job_id: int) -> dict[str, Any]:
+    body = call.body
+    reference = _own_reference(call.principal, body["pilot_reference"])
+    status_report = StatusReport(JobStatus(body["status"]), body.get("minor_status", ""),
+                                 body.get("exit_code"), body.get("output_tail"),
+                                 body.get("cpu_used"))
+    ctx = call.runtime.chain_context(call.now)
+
+    def work(session: Session) -> str:
+        status = report_status(session, job_id, status_report, vo=call.principal.vo,
+                               pilot_reference=reference, now=call.now,
+                               max_reschedules=call.runtime.settings.taskqueue.max_reschedules)
+        if status == JobStatus.RECEIVED:  # rescheduled: through the chain again at once
+            optimize_received(session, ctx, job_ids=[job_id])
+            job = session.get(Job, job_id, populate_existing=True)
+            assert job is not None
+            return job.status
+        return status.value
+
+    return {"job_id": job_id, "status": call.runtime.transaction(work)}
+
+
+@endpoint(bp, "GET", protocol.SUBMIT_POOLS_PATH.removeprefix("/pilots"), tag="pilots",
+          roles=(PILOT, OPERATOR),
+          summary="getSubmitPoolsForQueue: the SubmitPools whose requirements a queue meets",
+          query=(Param("site", "the queue's site", required=True),
+                 Param("ce", "the queue's CE", required=True),
+                 Param("queue", "the queue's name", required=True)),
+          responses={200: ("The queue's SubmitPools", schemas.SUBMIT_POOLS)})
+def submit_pools(call: Call) -> dict[str, Any]:
+    site, ce, queue = call.query["site"], call.query["ce"], call.query["queue"]
+    if call.principal.site is not None and site != call.principal.site:
+        raise Problem(403, f"this pilot token is for site {call.principal.site} only")
+    pools = call.runtime.transaction(
+        lambda session: get_submit_pools_for_queue(session, site, ce, queue))
+    return {"site": site, "ce": ce, "queue": queue, "submit_pools": pools}
+
+
+@endpoint(bp, "PUT", "/<reference>", tag="pilots", roles=(PILOT, OPERATOR),
+          summary="Register a pilot, or update its site, CE, queue and status",
+          body={JSON: schemas.PILOT_REGISTRATION},
+          responses={200: ("The pilot's record", schemas.PILOT)})
+def put_pilot(call: Call, reference: str) -> dict[str, Any]:
+    _own_reference(call.principal, reference)
+    body = call.body
+    if call.principal.site is not None and body["site"] != call.principal.site:
+        raise Problem(403, f"this pilot token is for site {call.principal.site} only")
+    info = PilotInfo(reference, body["site"], body["ce"], body["queue"], body["status"])
+
+    def work(session: Session) -> dict[str, Any]:
+        pilot = register_pilot(session, call.principal.vo, info, now=call.now)
+        return {"reference": pilot.reference, "vo": pilot.vo, "site": pilot.site,
+                "ce": pilot.ce, "queue": pilot.queue, "status": pilot.status,
+                "submitted_at": iso(pilot.submitted_at),
+                "last_seen_at": iso(pilot.last_seen_at)}
+
+    return call.runtime.transaction(work)

@@ -1,0 +1,76 @@
+"""What one matcher process holds: its settings, its database engine and the resources
+configuration. Nothing here must agree between processes; all shared state is in the
+database."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TypeVar
+
+from flask import Flask
+
+from matcher.metrics import Metrics
+from optimizers.chain import ChainContext
+from optimizers.resources import ResourcesConfig, load_resources
+from taskqueue.database import (
+    Session,
+    SessionFactory,
+    make_engine,
+    make_session_factory,
+    run_in_transaction,
+)
+from taskqueue.settings import Settings
+
+T = TypeVar("T")
+EXTENSION = "gridpilot"
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    secret: str
+    metrics: Metrics
+    _pid: int = -1
+    _factory: SessionFactory | None = None
+    _resources: tuple[float, ResourcesConfig] | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def session_factory(self) -> SessionFactory:
+        """The process's session factory, made on first use (after any fork)."""
+        if self._factory is None or self._pid != os.getpid():
+            with self._lock:
+                if self._factory is None or self._pid != os.getpid():
+                    engine = make_engine(self.settings.database.url,
+                                         echo=self.settings.database.echo)
+                    self._factory = make_session_factory(engine)
+                    self._pid = os.getpid()
+        return self._factory
+
+    def transaction(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction, retried on a deadlock or serialisation failure."""
+        return run_in_transaction(self.session_factory(), work)
+
+    def resources(self) -> ResourcesConfig:
+        """The resources configuration, read again when its file changes."""
+        path = Path(self.settings.resources.file)
+        mtime = path.stat().st_mtime if path.exists() else -1.0
+        cached = self._resources
+        if cached is None or cached[0] != mtime:
+            cached = (mtime, load_resources(path))
+            self._resources = cached
+        return cached[1]
+
+    def chain_context(self, now: datetime) -> ChainContext:
+        return ChainContext(self.settings, self.resources(), now, random.Random())
+
+
+def runtime_of(app: Flask) -> Runtime:
+    runtime = app.extensions[EXTENSION]
+    assert isinstance(runtime, Runtime)
+    return runtime

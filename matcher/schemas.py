@@ -1,0 +1,169 @@
+"""The JSON Schemas of request and response bodies: request bodies are validated against them
+(matcher.validation) and the OpenAPI document publishes them (matcher.openapi)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pilot.protocol import KILL, NO_MATCH_REASONS
+from taskqueue.pilotreports import REPORTABLE
+from taskqueue.pilots import PILOT_STATES
+
+Schema = dict[str, Any]
+
+
+def obj(properties: dict[str, Schema], required: tuple[str, ...] = (), *,
+        closed: bool = True) -> Schema:
+    out: Schema = {"type": "object", "properties": properties}
+    if required:
+        out["required"] = list(required)
+    if closed:
+        out["additionalProperties"] = False
+    return out
+
+
+def nullable(schema: Schema) -> Schema:
+    kind = schema["type"]
+    return {**schema, "type": [*(kind if isinstance(kind, list) else [kind]), "null"]}
+
+
+STRING: Schema = {"type": "string"}
+NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 255}
+INTEGER: Schema = {"type": "integer"}
+COUNT: Schema = {"type": "integer", "minimum": 0}
+ID: Schema = {"type": "integer", "minimum": 1}
+NUMBER: Schema = {"type": "number"}
+TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
+LABELS: Schema = {"oneOf": [{"type": "string"},
+                            {"type": "array", "items": {"type": "string"}, "maxItems": 1000}]}
+STRINGS: Schema = {"type": "array", "items": STRING}
+
+PROBLEM = obj({"type": STRING, "title": STRING, "status": INTEGER, "detail": STRING},
+              ("title", "status", "detail"), closed=False)
+
+RESOURCE = obj({
+    "vo": NAME, "pilot_reference": {"type": "string", "maxLength": 255},
+    "site": LABELS, "ce": STRING, "queue": STRING, "platform": LABELS, "job_type": LABELS,
+    "owner_group": LABELS, "owner": STRING, "submit_pools": LABELS, "tags": LABELS,
+    "required_tags": LABELS, "cpu_time": COUNT, "processors": COUNT, "memory": COUNT,
+}, ("vo",), closed=False)
+
+JOB_PAYLOAD = obj({
+    "job_id": ID, "vo": STRING, "owner": STRING, "owner_group": STRING, "job_type": STRING,
+    "executable": STRING, "arguments": STRINGS,
+    "environment": {"type": "object", "additionalProperties": STRING},
+    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "input_sandbox": STRINGS,
+    "output_sandbox": STRINGS, "stdout": nullable(STRING), "stderr": nullable(STRING),
+    "job_name": nullable(STRING), "description": STRING, "description_format": STRING,
+    "extra": {"type": "object"},
+}, ("job_id", "vo", "owner", "owner_group", "job_type", "executable"))
+
+MATCH_REQUEST = obj({"resource": RESOURCE, "count": {"type": "integer", "minimum": 1}},
+                    ("resource",))
+MATCH_RESPONSE = obj({
+    "jobs": {"type": "array", "items": JOB_PAYLOAD},
+    "no_match": {"type": ["object", "null"], "properties": {
+        "reason": {"type": "string", "enum": list(NO_MATCH_REASONS)}, "detail": STRING}},
+}, ("jobs",))
+
+HEARTBEAT_REQUEST = obj({
+    "pilot_reference": NAME,
+    "jobs": {"type": "array", "maxItems": 1000, "items": obj({
+        "job_id": ID, "cpu_used": {"type": "number", "minimum": 0},
+        "progress": {"type": "string", "maxLength": 255}}, ("job_id",))},
+}, ("pilot_reference",))
+HEARTBEAT_RESPONSE = obj({"commands": {"type": "array", "items": obj(
+    {"job_id": ID, "command": {"type": "string", "enum": [KILL]}}, ("job_id", "command"))}},
+    ("commands",))
+
+STATUS_REPORT = obj({
+    "pilot_reference": NAME,
+    "status": {"type": "string", "enum": sorted(s.value for s in REPORTABLE)},
+    "minor_status": {"type": "string", "maxLength": 255},
+    "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
+    "output_tail": {"type": "string", "maxLength": 256 * 1024},
+    "cpu_used": {"type": "number", "minimum": 0},
+}, ("pilot_reference", "status"))
+STATUS_ANSWER = obj({"job_id": ID, "status": STRING}, ("job_id", "status"))
+
+PILOT_REGISTRATION = obj({"site": NAME, "ce": NAME, "queue": NAME,
+                          "status": {"type": "string", "enum": list(PILOT_STATES)}},
+                         ("site", "ce", "queue", "status"))
+PILOT = obj({"reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
+             "status": STRING, "submitted_at": TIME, "last_seen_at": TIME})
+SUBMIT_POOLS = obj({"site": STRING, "ce": STRING, "queue": STRING,
+                    "submit_pools": STRINGS}, ("submit_pools",))
+
+SUBMIT_JSON: Schema = {"type": ["object", "array"]}
+SUBMIT_JDL: Schema = {"type": "string", "minLength": 1}
+SUBMITTED = obj({
+    "job_ids": {"type": "array", "items": ID},
+    "jobs": {"type": "array", "items": obj({"job_id": ID, "status": STRING,
+                                            "minor_status": STRING})},
+}, ("job_ids", "jobs"))
+
+HISTORY_ENTRY = obj({"at": TIME, "status": STRING, "minor_status": STRING, "source": STRING})
+JOB_SUMMARY_FIELDS: dict[str, Schema] = {
+    "job_id": ID, "vo": STRING, "owner": STRING, "owner_group": STRING, "status": STRING,
+    "minor_status": STRING, "job_type": STRING, "site": nullable(STRING),
+    "submitted_at": TIME, "ended_at": TIME,
+}
+JOB_SUMMARY = obj(JOB_SUMMARY_FIELDS)
+JOB = obj({
+    **JOB_SUMMARY_FIELDS, "ce": nullable(STRING), "pilot_reference": nullable(STRING),
+    "started_at": TIME, "heartbeat_at": TIME, "reschedule_count": COUNT,
+    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "user_priority": INTEGER,
+    "submit_pool": nullable(STRING), "bulk_index": nullable(INTEGER),
+    "cpu_used": nullable(NUMBER), "progress": nullable(STRING), "exit_code": nullable(INTEGER),
+    "history": {"type": "array", "items": HISTORY_ENTRY},
+})
+JOB_LIST = obj({"jobs": {"type": "array", "items": JOB_SUMMARY},
+                "next_after": nullable(INTEGER)}, ("jobs", "next_after"))
+JOB_OUTPUT = obj({"job_id": ID, "status": STRING, "exit_code": nullable(INTEGER),
+                  "output_tail": nullable(STRING)})
+JOB_STATUS = obj({"job_id": ID, "status": STRING, "minor_status": STRING})
+REASON = obj({"reason": {"type": "string", "maxLength": 255}})
+
+TASK_QUEUE = obj({
+    "tq_id": ID, "vo": STRING, "owner_group": STRING, "owner": nullable(STRING),
+    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "job_type": STRING,
+    "submit_pool": nullable(STRING), "expression": nullable(STRING), "priority": NUMBER,
+    "active": {"type": "boolean"}, "waiting": COUNT, "sites": STRINGS,
+    "banned_sites": STRINGS, "platforms": STRINGS, "tags": STRINGS,
+})
+TASK_QUEUE_LIST = obj({"task_queues": {"type": "array", "items": TASK_QUEUE},
+                       "next_after": nullable(INTEGER)}, ("task_queues", "next_after"))
+MATCHING_QUEUES = obj({
+    "task_queues": {"type": "array", "items": obj({"tq_id": ID, "priority": NUMBER,
+                                                   "waiting": COUNT})},
+    "waiting": COUNT,
+}, ("task_queues", "waiting"))
+EXPLAIN_REQUEST = obj({"job_id": ID, "queue": {"type": "string", "maxLength": 1000},
+                       "resource": RESOURCE}, ("job_id",))
+EXPLANATION = obj({
+    "job_id": ID, "can_run": {"type": "boolean"},
+    "rules": {"type": "array", "items": obj({"rule": STRING, "holds": {"type": "boolean"},
+                                             "detail": STRING})},
+}, ("job_id", "can_run", "rules"))
+
+SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})
+SITE_MASK = obj({"banned": {"type": "array", "items": SITE_BAN}}, ("banned",))
+LIMIT_REQUEST = obj({
+    "site": NAME, "ce": {"type": "string", "maxLength": 255},
+    "attribute": {"type": "string", "enum": ["job_type", "owner_group"]}, "value": NAME,
+    "max_running": nullable({"type": "integer", "minimum": 0}),
+    "matching_delay": nullable({"type": "integer", "minimum": 0, "maximum": 10**7}),
+}, ("site", "attribute", "value"))
+LIMIT = obj({
+    "limit_id": ID, "site": STRING, "ce": STRING, "attribute": STRING, "value": STRING,
+    "max_running": nullable(INTEGER), "matching_delay": nullable(INTEGER),
+    "last_matched_at": TIME,
+})
+LIMIT_LIST = obj({"limits": {"type": "array", "items": LIMIT}}, ("limits",))
+SHARE_REQUEST = obj({"share": {"type": "number", "minimum": 1e-9, "maximum": 1e9}},
+                    ("share",))
+SHARE = obj({"owner_group": STRING, "share": NUMBER,
+             "source": {"type": "string", "enum": ["operator", "settings"]}})
+SHARE_LIST = obj({"default_share": NUMBER, "shares": {"type": "array", "items": SHARE}},
+                 ("default_share", "shares"))
+HEALTH = obj({"status": STRING, "database": STRING})

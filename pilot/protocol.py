@@ -1,0 +1,79 @@
+"""The wire format between pilots and the matcher: paths, the job a match hands out, the
+no-match reasons and the commands a heartbeat answers with.
+
+Standard library only: the pilot imports this module, and so does the matcher, which builds
+its answers with these classes so that both sides agree by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: Prefix of every API path.
+API_PREFIX = "/api/v1"
+MATCH_PATH = "/pilots/match"
+HEARTBEAT_PATH = "/pilots/heartbeat"
+SUBMIT_POOLS_PATH = "/pilots/submitpools"
+#: Format with ``job_id``.
+JOB_STATUS_PATH = "/pilots/jobs/{job_id}/status"
+#: Format with ``reference``.
+PILOT_PATH = "/pilots/{reference}"
+
+#: Why a match request found no job.
+NO_MATCHING_JOB = "no_matching_job"
+HELD_BY_LIMITS = "held_by_limits"
+SITE_BANNED = "site_banned"
+NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNED)
+
+#: The one command a heartbeat answer carries for a job: stop it, it is not this pilot's any
+#: more (killed, deleted, rescheduled, or never given to it).
+KILL = "kill"
+
+#: Statuses a pilot reports on its jobs.
+RUNNING = "Running"
+DONE = "Done"
+FAILED = "Failed"
+RESCHEDULED = "Rescheduled"
+
+
+@dataclass(frozen=True)
+class JobPayload:
+    """Everything a pilot needs to run one job."""
+
+    job_id: int
+    vo: str
+    owner: str
+    owner_group: str
+    job_type: str
+    executable: str
+    arguments: list[str] = field(default_factory=list)
+    environment: dict[str, str] = field(default_factory=dict)
+    #: Requested CPU time in normalised seconds, processors and memory in MB (0: not given).
+    cpu_time: int = 0
+    processors: int = 1
+    memory: int = 0
+    input_sandbox: list[str] = field(default_factory=list)
+    output_sandbox: list[str] = field(default_factory=list)
+    stdout: str | None = None
+    stderr: str | None = None
+    job_name: str | None = None
+    #: The description exactly as submitted, and its format ("jdl" or "json").
+    description: str = ""
+    description_format: str = "jdl"
+    #: Fields gridpilot does not interpret, for the payload.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobPayload:
+        """Read a payload from a match answer; raises ValueError naming a missing field."""
+        known = {f for f in cls.__dataclass_fields__}
+        missing = [name for name in ("job_id", "vo", "owner", "owner_group", "job_type",
+                                     "executable") if name not in data]
+        if missing:
+            raise ValueError(f"a job in the match answer lacks {', '.join(missing)}")
+        return cls(**{k: v for k, v in data.items() if k in known})
