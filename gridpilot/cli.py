@@ -244,5 +244,54 @@ def demo(settings: Settings, work: Path, n_jobs: int, seed: int) -> None:
     run_demo(settings, work, n_jobs=n_jobs, seed=seed, echo=click.echo)
 
 
+@cli.command()
+@click.option("--bind", default=None, help="HOST:PORT to listen on (default: matcher.bind).")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="gunicorn worker processes (default: matcher.workers).")
+@click.pass_obj
+@_friendly
+def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
+    """Run the matcher HTTP service under gunicorn."""
+    from gridpilot.server import serve as run_server
+
+    run_server(settings, bind=bind, workers=workers)
+
+
+@cli.group()
+def token() -> None:
+    """Bearer tokens for users, pilots and operators."""
+
+
+@token.command("issue")
+@click.option("--role", type=click.Choice(["user", "pilot", "operator"]), required=True)
+@click.option("--subject", required=True,
+              help="Who: the user's name (it owns the jobs it submits), the pilot's or "
+                   "director's name, the operator's name.")
+@click.option("--vo", default=None, help="VO (default: submit.vo).")
+@click.option("--group", default=None, help="Group (default: submit.owner_group).")
+@click.option("--site", default=None, help="Pilot tokens: the one site the pilot may match "
+                                           "for.")
+@click.option("--pilot", "pilot_reference", default=None,
+              help="Pilot tokens: the one pilot reference the token speaks for.")
+@click.option("--lifetime", type=click.IntRange(1), default=None,
+              help="Seconds the token is valid (default: auth.token_lifetime).")
+@click.pass_obj
+@_friendly
+def token_issue(settings: Settings, role: str, subject: str, vo: str | None,
+                group: str | None, site: str | None, pilot_reference: str | None,
+                lifetime: int | None) -> None:
+    """Print a signed token made with the configured secret."""
+    from matcher.auth import issue_token
+
+    try:
+        click.echo(issue_token(settings.auth.signing_secret(), subject=subject, role=role,
+                               vo=vo or settings.submit.vo,
+                               group=group or settings.submit.owner_group,
+                               lifetime=lifetime or settings.auth.token_lifetime, site=site,
+                               pilot=pilot_reference))
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
 def main() -> None:
     sys.exit(cli())  # pragma: no cover

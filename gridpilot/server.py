@@ -1,0 +1,51 @@
+"""``gridpilot serve``: the matcher under gunicorn, configured from the settings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask
+from gunicorn.app.base import BaseApplication
+
+from matcher import create_app
+from taskqueue.settings import Settings
+
+
+class MatcherServer(BaseApplication):  # type: ignore[misc]
+    """gunicorn running the matcher: each worker builds its own app (and database engine)
+    after the fork, so nothing is shared between workers but the database."""
+
+    def __init__(self, settings: Settings, options: dict[str, Any]) -> None:
+        self.settings = settings
+        self.options = options
+        super().__init__()
+
+    def load_config(self) -> None:
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self) -> Flask:
+        return create_app(self.settings)
+
+
+def gunicorn_options(settings: Settings, *, bind: str | None = None,
+                     workers: int | None = None) -> dict[str, Any]:
+    m = settings.matcher
+    return {
+        "bind": bind or m.bind,
+        "workers": workers or m.workers,
+        "timeout": m.timeout,
+        "graceful_timeout": m.timeout,
+        "max_requests": m.max_requests,
+        # Spread restarts so that the workers are not all recycled at once.
+        "max_requests_jitter": max(1, m.max_requests // 10),
+        "accesslog": None,
+        "errorlog": "-",
+        "loglevel": "warning",
+        "proc_name": "gridpilot-matcher",
+    }
+
+
+def serve(settings: Settings, *, bind: str | None = None, workers: int | None = None) -> None:
+    create_app(settings)  # fail here, with a clear message, rather than in every worker
+    MatcherServer(settings, gunicorn_options(settings, bind=bind, workers=workers)).run()
