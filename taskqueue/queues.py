@@ -323,7 +323,7 @@ def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100
         return []
     waiting = dict(session.execute(
         select(TaskQueueJob.tq_id, func.count()).where(TaskQueueJob.tq_id.in_(ids))
-        .group_by(TaskQueueJob.tq_id)).tuples().all())
+        .group_by(TaskQueueJob.tq_id)).all())
     values: dict[int, dict[str, list[str]]] = {i: {} for i in ids}
     for label, table in (("sites", TaskQueueSite), ("banned_sites", TaskQueueBannedSite),
                          ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag)):

@@ -1,0 +1,299 @@
+"""/api/v1/pilots through the Flask test client, on every database: match, heartbeats, status
+reports, SubmitPools and the pilot registry."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from flask import Flask
+
+from taskqueue.settings import Settings
+from tests.api.conftest import SECRET
+from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api, assert_problem
+
+CERN_CONDOR = {"site": SITE, "ce": "ce503.cern.ch", "queue": "condor"}
+CNAF_HTC = {"site": OTHER_SITE, "ce": "ce01-htc.cr.cnaf.infn.it", "queue": "htc"}
+
+
+def history(client: Api, token: str, job_id: int) -> list[str]:
+    return [h["status"] for h in client.job(token, job_id)["history"]]
+
+
+def test_match_one_job(client: Api, user_token: str, site_pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "/bin/echo"; Arguments = "a b";')[0]
+    answer = client.match(site_pilot_token, pilot_reference=PILOT_REF, ce="ce503.cern.ch")
+    assert answer["no_match"] is None
+    assert len(answer["jobs"]) == 1
+    payload = answer["jobs"][0]
+    assert payload["job_id"] == job_id
+    assert (payload["vo"], payload["owner"], payload["owner_group"]) == (VO, "alice",
+                                                                         "lhcb_user")
+    assert payload["executable"] == "/bin/echo" and payload["arguments"] == ["a", "b"]
+    assert payload["job_type"] == "User"
+    assert payload["description_format"] == "jdl"
+    assert "/bin/echo" in payload["description"]
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Matched"
+    assert job["pilot_reference"] == PILOT_REF
+    assert job["site"] == SITE  # from the token's site claim
+    again = client.match(site_pilot_token, pilot_reference=PILOT_REF)
+    assert again["jobs"] == []
+    assert again["no_match"]["reason"] == "no_matching_job"
+
+
+def test_match_several_jobs_with_count(client: Api, user_token: str, pilot_token: str) -> None:
+    ids = [client.submit_jdl(user_token)[0] for _ in range(5)]
+    answer = client.match(pilot_token, count=3, pilot_reference=PILOT_REF, site=SITE)
+    got = [p["job_id"] for p in answer["jobs"]]
+    assert len(got) == 3 and len(set(got)) == 3 and set(got) <= set(ids)
+    rest = client.match(pilot_token, count=10, pilot_reference="pilot-2", site=SITE)
+    assert sorted(p["job_id"] for p in rest["jobs"]) == sorted(set(ids) - set(got))
+    for job_id in got:
+        assert client.job(user_token, job_id)["pilot_reference"] == PILOT_REF
+
+
+def test_count_above_the_maximum_is_422(make_app: Callable[[Settings], Flask],
+                                        api_settings: Settings, pilot_token: str) -> None:
+    settings = replace(api_settings, matcher=replace(api_settings.matcher,
+                                                     max_jobs_per_match=4))
+    api = Api(make_app(settings).test_client(), settings, SECRET)
+    response = api.call("POST", "/api/v1/pilots/match", pilot_token,
+                        json_body={"resource": {"vo": VO, "pilot_reference": "p"}, "count": 5})
+    assert_problem(response, 422, "body.count", "4")
+    response = api.call("POST", "/api/v1/pilots/match", pilot_token,
+                        json_body={"resource": {"vo": VO, "pilot_reference": "p"}, "count": 0})
+    assert_problem(response, 422, "body.count")
+
+
+def test_no_matching_job(client: Api, user_token: str, pilot_token: str) -> None:
+    empty = client.match(pilot_token, pilot_reference=PILOT_REF)
+    assert empty == {"jobs": [], "no_match": {"reason": "no_matching_job",
+                                              "detail": empty["no_match"]["detail"]}}
+    assert empty["no_match"]["detail"]
+    client.submit_jdl(user_token, 'Executable = "x"; Site = "LCG.RAL.uk";')
+    elsewhere = client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
+    assert elsewhere["no_match"]["reason"] == "no_matching_job"
+    there = client.match(pilot_token, pilot_reference=PILOT_REF, site="LCG.RAL.uk")
+    assert len(there["jobs"]) == 1
+
+
+def test_no_match_site_banned(client: Api, user_token: str, operator_token: str,
+                              site_pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.ok("PUT", f"/api/v1/sitemask/{SITE}", operator_token, json_body={"reason": "down"})
+    answer = client.match(site_pilot_token, pilot_reference=PILOT_REF)
+    assert answer["jobs"] == []
+    assert answer["no_match"]["reason"] == "site_banned"
+    assert SITE in answer["no_match"]["detail"]
+    assert client.job(user_token, job_id)["status"] == "Waiting"
+
+
+def test_match_needs_a_pilot_reference(client: Api, pilot_token: str) -> None:
+    response = client.call("POST", "/api/v1/pilots/match", pilot_token,
+                           json_body={"resource": {"vo": VO}})
+    assert_problem(response, 422, "pilot_reference")
+
+
+def test_pilot_claim_supplies_the_reference(client: Api, user_token: str,
+                                            own_pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    answer = client.match(own_pilot_token)
+    assert [p["job_id"] for p in answer["jobs"]] == [job_id]
+    assert client.job(user_token, job_id)["pilot_reference"] == PILOT_REF
+
+
+def test_heartbeat(client: Api, user_token: str, pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    answer = client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token, json_body={
+        "pilot_reference": PILOT_REF,
+        "jobs": [{"job_id": job_id, "cpu_used": 12.5, "progress": "event 10/100"}]})
+    assert answer == {"commands": []}
+    job = client.job(user_token, job_id)
+    assert job["heartbeat_at"] is not None
+    assert job["cpu_used"] == 12.5 and job["progress"] == "event 10/100"
+    assert client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token,
+                     json_body={"pilot_reference": PILOT_REF}) == {"commands": []}
+
+
+def test_heartbeat_kills_a_killed_job(client: Api, user_token: str, pilot_token: str) -> None:
+    kept, killed = client.submit_jdl(user_token)[0], client.submit_jdl(user_token)[0]
+    matched = client.match(pilot_token, count=2, pilot_reference=PILOT_REF)
+    assert sorted(p["job_id"] for p in matched["jobs"]) == [kept, killed]
+    client.report(pilot_token, killed, "Running")
+    client.ok("POST", f"/api/v1/jobs/{killed}/kill", user_token, json_body={})
+    answer = client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token, json_body={
+        "pilot_reference": PILOT_REF, "jobs": [{"job_id": kept}, {"job_id": killed}]})
+    assert answer["commands"] == [{"job_id": killed, "command": "kill"}]
+
+
+def test_heartbeat_for_a_job_not_given_to_the_pilot(client: Api, user_token: str,
+                                                    pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    answer = client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token, json_body={
+        "pilot_reference": "someone-else", "jobs": [{"job_id": job_id}]})
+    assert answer["commands"] == [{"job_id": job_id, "command": "kill"}]
+    assert client.job(user_token, job_id)["status"] == "Matched"
+
+
+def test_status_reports_running_then_done(client: Api, user_token: str,
+                                          pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
+    running = client.report(pilot_token, job_id, "Running")
+    assert running.status_code == 200
+    assert running.get_json() == {"job_id": job_id, "status": "Running"}
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Running" and job["started_at"] is not None
+    done = client.report(pilot_token, job_id, "Done", exit_code=0, output_tail="all good\n",
+                         cpu_used=42.0)
+    assert done.get_json() == {"job_id": job_id, "status": "Done"}
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Done" and job["exit_code"] == 0 and job["cpu_used"] == 42.0
+    assert job["ended_at"] is not None
+    assert history(client, user_token, job_id)[-3:] == ["Matched", "Running", "Done"]
+    output = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
+    assert output["output_tail"] == "all good\n" and output["exit_code"] == 0
+
+
+def test_status_report_failed(client: Api, user_token: str, pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    answer = client.report(pilot_token, job_id, "Failed", exit_code=3, output_tail="Error\n")
+    assert answer.get_json() == {"job_id": job_id, "status": "Failed"}
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Failed" and job["exit_code"] == 3
+    assert "3" in job["minor_status"]
+    assert client.ok("GET", f"/api/v1/jobs/{job_id}/output",
+                     user_token)["output_tail"] == "Error\n"
+
+
+def test_long_output_keeps_the_tail(client: Api, user_token: str, pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    text = "".join(f"line {i}\n" for i in range(5000))
+    client.report(pilot_token, job_id, "Done", exit_code=0, output_tail=text)
+    tail = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)["output_tail"]
+    assert text.endswith(tail) and len(tail) < len(text)
+    assert tail.endswith("line 4999\n")
+
+
+def test_repeated_done_report_is_idempotent(client: Api, user_token: str,
+                                            pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    first = client.report(pilot_token, job_id, "Done", exit_code=0, output_tail="x")
+    second = client.report(pilot_token, job_id, "Done", exit_code=0, output_tail="x")
+    assert first.status_code == second.status_code == 200
+    assert first.get_json() == second.get_json() == {"job_id": job_id, "status": "Done"}
+    assert history(client, user_token, job_id).count("Done") == 1
+    assert client.job(user_token, job_id)["exit_code"] == 0
+
+
+def test_rescheduled_report_puts_the_job_back(client: Api, user_token: str,
+                                              pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
+    client.report(pilot_token, job_id, "Running")
+    answer = client.report(pilot_token, job_id, "Rescheduled", minor_status="out of time")
+    assert answer.status_code == 200
+    assert answer.get_json() == {"job_id": job_id, "status": "Waiting"}
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Waiting" and job["reschedule_count"] == 1
+    assert job["pilot_reference"] is None and job["site"] is None
+    assert "Rescheduled" in history(client, user_token, job_id)
+    beat = client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token,
+                     json_body={"pilot_reference": PILOT_REF, "jobs": [{"job_id": job_id}]})
+    assert beat["commands"] == [{"job_id": job_id, "command": "kill"}]
+    again = client.match(pilot_token, pilot_reference="pilot-2")
+    assert [p["job_id"] for p in again["jobs"]] == [job_id]
+
+
+def test_rescheduled_report_past_the_maximum_fails_the_job(
+        make_app: Callable[[Settings], Flask], api_settings: Settings, user_token: str,
+        pilot_token: str) -> None:
+    settings = replace(api_settings,
+                       taskqueue=replace(api_settings.taskqueue, max_reschedules=1))
+    api = Api(make_app(settings).test_client(), settings, SECRET)
+    job_id = api.submit_jdl(user_token)[0]
+    api.match(pilot_token, pilot_reference=PILOT_REF)
+    assert api.report(pilot_token, job_id, "Rescheduled").get_json()["status"] == "Waiting"
+    api.match(pilot_token, pilot_reference=PILOT_REF)
+    last = api.report(pilot_token, job_id, "Rescheduled")
+    assert last.status_code == 200 and last.get_json()["status"] == "Failed"
+    assert api.job(user_token, job_id)["status"] == "Failed"
+
+
+def test_report_on_another_pilots_job_is_403(client: Api, user_token: str,
+                                             pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    response = client.report(pilot_token, job_id, "Done", reference="pilot-2", exit_code=0)
+    assert_problem(response, 403, "pilot-2")
+    assert client.job(user_token, job_id)["status"] == "Matched"
+
+
+def test_report_on_a_waiting_job_is_403(client: Api, user_token: str,
+                                        pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    assert_problem(client.report(pilot_token, job_id, "Running"), 403)
+    assert client.job(user_token, job_id)["status"] == "Waiting"
+
+
+def test_report_on_an_unknown_job_is_404(client: Api, pilot_token: str) -> None:
+    assert_problem(client.report(pilot_token, 424242, "Running"), 404, "424242")
+
+
+def test_report_on_a_killed_job_keeps_it_killed(client: Api, user_token: str,
+                                                pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    client.match(pilot_token, pilot_reference=PILOT_REF)
+    client.ok("POST", f"/api/v1/jobs/{job_id}/kill", user_token, json_body={})
+    answer = client.report(pilot_token, job_id, "Done", exit_code=0, output_tail="late")
+    assert answer.status_code == 200 and answer.get_json()["status"] == "Killed"
+    assert client.job(user_token, job_id)["status"] == "Killed"
+
+
+def test_submitpools_for_a_queue(client: Api, user_token: str, pilot_token: str,
+                                 operator_token: str) -> None:
+    jdl = '[Executable = "x"; Requirements = [MaxRAM = 3000; Platform = "x86_64-el9";];]'
+    job_id = client.submit_jdl(user_token, jdl)[0]
+    job = client.job(user_token, job_id)
+    assert job["status"] == "Waiting", job["minor_status"]
+    pool = job["submit_pool"]
+    assert isinstance(pool, str) and len(pool) == 64
+    for token in (pilot_token, operator_token):
+        cnaf = client.ok("GET", "/api/v1/pilots/submitpools", token, query=CNAF_HTC)
+        assert cnaf == {**CNAF_HTC, "submit_pools": [pool]}
+        cern = client.ok("GET", "/api/v1/pilots/submitpools", token, query=CERN_CONDOR)
+        assert cern["submit_pools"] == []  # 2048 MB there
+
+
+def test_submitpools_needs_site_ce_and_queue(client: Api, pilot_token: str) -> None:
+    response = client.call("GET", "/api/v1/pilots/submitpools", pilot_token,
+                           query={"site": SITE, "ce": "ce503.cern.ch"})
+    assert_problem(response, 400, "queue")
+
+
+def test_register_and_update_a_pilot(client: Api, pilot_token: str) -> None:
+    registered = client.ok("PUT", "/api/v1/pilots/pilot-7", pilot_token,
+                           json_body={**CERN_CONDOR, "status": "Submitted"})
+    assert {k: registered[k] for k in ("reference", "vo", "site", "ce", "queue", "status")} == {
+        "reference": "pilot-7", "vo": VO, **CERN_CONDOR, "status": "Submitted"}
+    assert registered["submitted_at"] and registered["last_seen_at"]
+    updated = client.ok("PUT", "/api/v1/pilots/pilot-7", pilot_token,
+                        json_body={**CERN_CONDOR, "status": "Running"})
+    assert updated["status"] == "Running"
+    assert updated["submitted_at"] == registered["submitted_at"]
+    assert updated["last_seen_at"] >= registered["last_seen_at"]
+
+
+def test_pilot_registration_is_validated(client: Api, pilot_token: str) -> None:
+    response = client.call("PUT", "/api/v1/pilots/pilot-7", pilot_token,
+                           json_body={**CERN_CONDOR, "status": "Happy"})
+    assert_problem(response, 422, "body.status")
+    response = client.call("PUT", "/api/v1/pilots/pilot-7", pilot_token,
+                           json_body={"site": SITE, "status": "Running"})
+    assert_problem(response, 422, "body.ce")

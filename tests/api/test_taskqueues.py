@@ -1,0 +1,156 @@
+"""/api/v1/taskqueues through the Flask test client, on every database: the queue listing with
+waiting counts, the queues a resource could be served from, and explain."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.api.helpers import SITE, VO, Api, assert_problem
+
+CERN_CONDOR = "LCG.CERN.cern/ce503.cern.ch/condor"
+CERN_ARM = "LCG.CERN.cern/ce-arm01.cern.ch/arm64"
+
+
+def rules(answer: dict[str, Any]) -> dict[str, bool]:
+    return {r["rule"]: r["holds"] for r in answer["rules"]}
+
+
+def test_list_with_waiting_counts(client: Api, user_token: str, other_user_token: str,
+                                  operator_token: str) -> None:
+    for _ in range(3):
+        client.submit_jdl(user_token)
+    client.submit_jdl(user_token, 'Executable = "x"; CPUTime = 100; Site = "LCG.RAL.uk";')
+    client.submit_jdl(other_user_token)
+    answer = client.ok("GET", "/api/v1/taskqueues", operator_token)
+    queues = answer["task_queues"]
+    assert answer["next_after"] is None
+    assert len(queues) == 3
+    assert [q["tq_id"] for q in queues] == sorted(q["tq_id"] for q in queues)
+    by_shape = {(q["owner"], tuple(q["sites"])): q for q in queues}
+    assert by_shape[("alice", ())]["waiting"] == 3
+    assert by_shape[("alice", ("LCG.RAL.uk",))]["waiting"] == 1
+    assert by_shape[("bob", ())]["waiting"] == 1
+    one = by_shape[("alice", ())]
+    assert (one["vo"], one["owner_group"], one["job_type"]) == (VO, "lhcb_user", "User")
+    assert one["active"] is True and one["priority"] > 0
+    assert one["banned_sites"] == [] and one["platforms"] == [] and one["tags"] == []
+    assert by_shape[("alice", ("LCG.RAL.uk",))]["cpu_time"] < one["cpu_time"]
+    users_view = client.ok("GET", "/api/v1/taskqueues", user_token)["task_queues"]
+    assert len(users_view) == 3
+
+
+def test_list_is_paged(client: Api, user_token: str, operator_token: str) -> None:
+    for cpu in (100, 1000, 5000):
+        client.submit_jdl(user_token, f'Executable = "x"; CPUTime = {cpu};')
+    first = client.ok("GET", "/api/v1/taskqueues", operator_token, query={"limit": 2})
+    assert len(first["task_queues"]) == 2
+    assert first["next_after"] == first["task_queues"][-1]["tq_id"]
+    second = client.ok("GET", "/api/v1/taskqueues", operator_token,
+                       query={"limit": 2, "after": first["next_after"]})
+    assert len(second["task_queues"]) == 1 and second["next_after"] is None
+    assert {q["tq_id"] for q in first["task_queues"]}.isdisjoint(
+        q["tq_id"] for q in second["task_queues"])
+
+
+def test_list_shows_only_the_tokens_vo(client: Api, user_token: str,
+                                       other_vo_operator_token: str) -> None:
+    client.submit_jdl(user_token)
+    answer = client.ok("GET", "/api/v1/taskqueues", other_vo_operator_token)
+    assert answer == {"task_queues": [], "next_after": None}
+
+
+def test_matching_queues_for_a_resource(client: Api, user_token: str, operator_token: str,
+                                        pilot_token: str) -> None:
+    client.submit_jdl(user_token)
+    client.submit_jdl(user_token)
+    client.submit_jdl(user_token, 'Executable = "x"; Platform = "aarch64-el9";')
+    for token in (operator_token, pilot_token):
+        x86 = client.ok("POST", "/api/v1/taskqueues/matching", token,
+                        json_body={"resource": {"vo": VO, "site": SITE,
+                                                "platform": "x86_64-el9"}})
+        assert x86["waiting"] == 2 and len(x86["task_queues"]) == 1
+        assert x86["task_queues"][0]["waiting"] == 2 and x86["task_queues"][0]["priority"] > 0
+        anything = client.ok("POST", "/api/v1/taskqueues/matching", token,
+                             json_body={"resource": {"vo": VO, "site": SITE}})
+        assert anything["waiting"] == 3 and len(anything["task_queues"]) == 2
+        small = client.ok("POST", "/api/v1/taskqueues/matching", token,
+                          json_body={"resource": {"vo": VO, "cpu_time": 10}})
+        assert small == {"task_queues": [], "waiting": 0}
+
+
+def test_matching_for_another_vo_is_403(client: Api, operator_token: str,
+                                        pilot_token: str) -> None:
+    for token in (operator_token, pilot_token):
+        response = client.call("POST", "/api/v1/taskqueues/matching", token,
+                               json_body={"resource": {"vo": "belle"}})
+        assert_problem(response, 403, "lhcb")
+
+
+def test_explain_with_a_queue_of_the_resources_file(client: Api, user_token: str,
+                                                    operator_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "x"; Platform = "x86_64-el9";')[0]
+    for token in (user_token, operator_token):
+        good = client.ok("POST", "/api/v1/taskqueues/explain", token,
+                         json_body={"job_id": job_id, "queue": CERN_CONDOR})
+        assert good["job_id"] == job_id and good["can_run"] is True
+        assert good["rules"] and all(r["holds"] and r["detail"] for r in good["rules"])
+        assert {"VO", "site", "CPU time"} <= set(rules(good))
+    arm = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                    json_body={"job_id": job_id, "queue": CERN_ARM})
+    assert arm["can_run"] is False
+    failing = [r for r in arm["rules"] if not r["holds"]]
+    assert [r["rule"] for r in failing] == ["platform"]
+    assert "aarch64-el9" in failing[0]["detail"]
+
+
+def test_explain_with_rfc7_requirements(client: Api, user_token: str) -> None:
+    jdl = '[Executable = "x"; Requirements = [MaxRAM = 3000;];]'
+    job_id = client.submit_jdl(user_token, jdl)[0]
+    cern = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                     json_body={"job_id": job_id, "queue": CERN_CONDOR})
+    assert cern["can_run"] is False
+    assert [r["rule"] for r in cern["rules"] if not r["holds"]] == ["requirement MaxRAM"]
+    cnaf = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                     json_body={"job_id": job_id,
+                                "queue": "LCG.CNAF.it/ce01-htc.cr.cnaf.infn.it/htc"})
+    assert cnaf["can_run"] is True
+
+
+def test_explain_with_a_resource(client: Api, user_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "x"; BannedSites = "LCG.RAL.uk";')[0]
+    ok = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                   json_body={"job_id": job_id, "resource": {"vo": VO, "site": SITE}})
+    assert ok["can_run"] is True
+    banned = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                       json_body={"job_id": job_id,
+                                  "resource": {"vo": VO, "site": "LCG.RAL.uk"}})
+    assert banned["can_run"] is False
+    assert rules(banned)["site"] is False
+
+
+def test_explain_needs_exactly_one_of_queue_and_resource(client: Api,
+                                                         user_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    both = client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                       json_body={"job_id": job_id, "queue": CERN_CONDOR,
+                                  "resource": {"vo": VO}})
+    assert_problem(both, 422, "body.queue", "body.resource")
+    neither = client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                          json_body={"job_id": job_id})
+    assert_problem(neither, 422, "body.queue")
+
+
+def test_explain_with_a_malformed_or_unknown_queue(client: Api, user_token: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    malformed = client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                            json_body={"job_id": job_id, "queue": "LCG.CERN.cern/condor"})
+    assert_problem(malformed, 422, "SITE/CE/QUEUE")
+    unknown = client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                          json_body={"job_id": job_id, "queue": "NO.SUCH.site/ce/q"})
+    assert_problem(unknown, 404, "NO.SUCH.site")
+
+
+def test_explain_of_an_unknown_job_is_404(client: Api, user_token: str) -> None:
+    response = client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                           json_body={"job_id": 987654, "queue": CERN_CONDOR})
+    assert_problem(response, 404, "987654")

@@ -1,0 +1,191 @@
+"""Two real matcher server processes over one database, 16 concurrent HTTP clients: every job
+is handed out exactly once, and a site limit set through one process holds across both."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from sqlalchemy import func, select
+
+from gridpilot import schema
+from matcher.auth import issue_token
+from taskqueue.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.models import Job, JobStatusHistory
+from taskqueue.settings import Settings
+from tests.conftest import SERVER_ENV, _server_database
+from tests.helpers import requirements, submit
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "integration-test-secret-0123456789"
+SITE = "LCG.CERN.cern"
+USER_JOBS, MC_JOBS, MC_LIMIT = 4000, 1000, 50
+CLIENTS = 16
+
+
+@pytest.fixture(scope="module", params=sorted(SERVER_ENV))
+def server_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh database on a server (PostgreSQL, MariaDB), its schema migrated."""
+    backend: str = request.param
+    if not os.environ.get(SERVER_ENV[backend]):
+        # Only reached outside CI: with GRIDPILOT_TEST_REQUIRE_SERVERS=1, conftest refuses to
+        # start without both servers.
+        pytest.skip(f"{SERVER_ENV[backend]} is not set")
+    urls = _server_database(backend)
+    url = next(urls)
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    yield url
+    next(urls, None)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _start_server(url: str, port: int, tmp: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SECRET,
+           "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(tmp / f"metrics-{port}")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "gridpilot", "--config", str(ROOT / "conf" / "gridpilot.toml"),
+         "serve", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
+        env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            assert proc.stderr is not None
+            pytest.fail(f"matcher at {base} exited: {proc.stderr.read().decode()}")
+        try:
+            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        time.sleep(0.2)
+    pytest.fail(f"matcher at {base} did not become healthy")
+
+
+@pytest.fixture()
+def two_servers(server_url: str, tmp_path: Path) -> Iterator[list[str]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    bases = []
+    try:
+        for _ in range(2):
+            port = _free_port()
+            procs.append(_start_server(server_url, port, tmp_path))
+            bases.append(f"http://127.0.0.1:{port}")
+        for base, proc in zip(bases, procs, strict=True):
+            _wait_healthy(base, proc)
+        yield bases
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+def _fill(url: str) -> None:
+    factory = make_session_factory(make_engine(url))
+    now = datetime.now(UTC)
+    settings = Settings()
+    rng = random.Random(3)
+    for job_type, n in (("User", USER_JOBS), ("MCSimulation", MC_JOBS)):
+        for start in range(0, n, 500):
+            reqs = [requirements(owner=f"user{i % 7}", job_type=job_type, cpu_time=3600)
+                    for i in range(start, min(n, start + 500))]
+            run_in_transaction(factory, lambda s, r=reqs: submit(s, settings, now, r, rng=rng))
+
+
+def _client(base: str, token: str, pilot: str, seed: int, got: list[int],
+            reasons: list[str], errors: list[str]) -> None:
+    rng = random.Random(seed)
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    misses = 0
+    while misses < 3:
+        body: dict[str, Any] = {"resource": {"vo": "lhcb", "site": SITE, "ce": "ce1.cern.ch",
+                                             "pilot_reference": pilot, "cpu_time": 10**6},
+                                "count": rng.choice((1, 1, 2, 4))}
+        response = session.post(f"{base}/api/v1/pilots/match", json=body, timeout=30)
+        if response.status_code != 200:
+            errors.append(f"{response.status_code}: {response.text}")
+            return
+        answer = response.json()
+        if answer["jobs"]:
+            got.extend(job["job_id"] for job in answer["jobs"])
+            misses = 0
+        else:
+            reasons.append(answer["no_match"]["reason"])
+            misses += 1
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_two_processes_hand_out_each_job_once_and_share_limits(
+        server_url: str, two_servers: list[str]) -> None:
+    _fill(server_url)
+    operator = issue_token(SECRET, subject="op", role="operator", vo="lhcb",
+                           group="lhcb_admin", lifetime=600)
+    limit = requests.post(f"{two_servers[0]}/api/v1/limits",
+                          headers={"Authorization": f"Bearer {operator}"},
+                          json={"site": SITE, "attribute": "job_type",
+                                "value": "MCSimulation", "max_running": MC_LIMIT}, timeout=30)
+    assert limit.status_code == 200, limit.text
+
+    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
+                        lifetime=600, site=SITE)
+    got: list[list[int]] = [[] for _ in range(CLIENTS)]
+    reasons: list[list[str]] = [[] for _ in range(CLIENTS)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_client, args=(
+        two_servers[i % 2], pilot, f"pilot-{i}", i, got[i], reasons[i], errors))
+        for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert errors == []
+
+    handed = [job_id for ids in got for job_id in ids]
+    duplicates = [job_id for job_id, n in Counter(handed).items() if n > 1]
+    assert duplicates == []
+    assert len(handed) == USER_JOBS + MC_LIMIT
+    # Every client's last answers: MC jobs still wait, held back by the limit.
+    assert {r for rs in reasons for r in rs[-3:]} == {"held_by_limits"}
+
+    factory = make_session_factory(make_engine(server_url))
+    with factory() as session:
+        matched = dict(session.execute(
+            select(Job.job_type, func.count()).where(Job.status == "Matched")
+            .group_by(Job.job_type)).all())
+        assert matched == {"User": USER_JOBS, "MCSimulation": MC_LIMIT}
+        assert session.execute(select(func.count()).select_from(Job).where(
+            Job.status == "Waiting")).scalar_one() == MC_JOBS - MC_LIMIT
+        # One Matched history row per handed-out job, each with the pilot that got it.
+        history = session.execute(select(func.count()).select_from(JobStatusHistory).where(
+            JobStatusHistory.status == "Matched")).scalar_one()
+        assert history == len(handed)
+        owners = dict(session.execute(
+            select(Job.id, Job.pilot_reference).where(Job.id.in_(got[0]))).all())
+        assert set(owners.values()) <= {"pilot-0"}
