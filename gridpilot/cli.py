@@ -232,7 +232,7 @@ def optimize_command(settings: Settings, batch: int | None, once: bool) -> None:
 @cli.command()
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), default=Path("work"),
               show_default=True, help="Folder for the demo's SQLite database.")
-@click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=3000,
+@click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=1500,
               show_default=True, help="Number of jobs to submit.")
 @click.option("--seed", type=int, default=7, show_default=True, help="Random seed.")
 @click.pass_obj

@@ -1,34 +1,41 @@
-"""``make demo``: a small grid's users submit JDLs; the optimizer chain puts them in task
-queues; pilots of five queues of ``conf/resources.toml`` drain them.
+"""``make demo``: a small grid's users submit JDLs over HTTP; the optimizer chain puts them in
+task queues; pilots of five queues of ``conf/resources.toml`` match them over HTTP with tokens,
+report them running and done; the matcher runs under gunicorn on loopback.
 
-Everything runs in-process on an SQLite file in the work folder; later stages add the matcher
-service, real pilots and the site director.
+Everything runs on an SQLite file in the work folder. Until the pilot program lands, the pilots
+here are scripted clients speaking the pilot protocol.
 """
 
 from __future__ import annotations
 
+import os
 import random
+import secrets
+import socket
+import subprocess
+import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
+import requests
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, sessionmaker
 
 from gridpilot import schema
 from gridpilot.reports import queue_table
-from optimizers.chain import ChainContext, Identity, Submission, submissions_from_text, submit
-from optimizers.classads import expression_check
-from optimizers.queueresources import resource_for_queue
+from matcher.auth import issue_token
+from optimizers.chain import Identity
+from optimizers.queueresources import queue_resource_data
 from optimizers.resources import ResourcesConfig, load_resources
+from pilot import protocol
 from taskqueue.database import make_engine, make_session_factory
-from taskqueue.matching import claim_jobs
 from taskqueue.models import Job, TaskQueueJob
 from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue
 
 VO = "lhcb"
 SUBMITTERS = (Identity(VO, "alice", "lhcb_user"), Identity(VO, "bob", "lhcb_user"),
@@ -75,40 +82,98 @@ KINDS = (
 def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
              echo: Callable[[str], None]) -> None:
     rng = random.Random(seed)
+    work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     db_file = work / "demo.db"
     for leftover in work.glob("demo.db*"):
         leftover.unlink()
+    secret = secrets.token_urlsafe(32)
+    resources_file = Path(settings.resources.file).resolve()
     settings = replace(settings, database=replace(settings.database, url=f"sqlite:///{db_file}"))
     engine = make_engine(settings.database.url)
     schema.upgrade(engine)
     factory = make_session_factory(engine)
-    grid = load_resources(Path(settings.resources.file))
+    grid = load_resources(resources_file)
     echo(f"gridpilot demo: SQLite database {db_file}, schema {schema.current_revision(engine)}, "
          f"resources {settings.resources.file} ({sum(1 for _ in grid.queues())} queues)")
-
-    waiting, _failed = _submit_all(factory, settings, grid, n_jobs, rng, echo)
-    with factory() as session:
-        echo("\nThe 8 largest task queues:")
-        echo(queue_table(session, 8))
-    matched = _drain(factory, grid, rng, echo)
+    with matcher_server(settings.database.url, secret, resources_file, work) as base:
+        echo(f"Matcher: gunicorn with 2 workers at {base}")
+        waiting = _submit_all(base, secret, n_jobs, rng, echo)
+        with factory() as session:
+            echo("\nThe 8 largest task queues:")
+            echo(queue_table(session, 8))
+        done = _drain(base, secret, grid, echo)
+        operator = issue_token(secret, subject="demo-operator", role="operator", vo=VO,
+                               group="lhcb_admin", lifetime=600)
+        metrics = requests.get(f"{base}/metrics", timeout=30,
+                               headers={"Authorization": f"Bearer {operator}"}).text
+    echo("\nFrom the matcher's /metrics:")
+    for line in metrics.splitlines():
+        if line.startswith(("gridpilot_match_requests_total", "gridpilot_jobs_matched_total",
+                            "gridpilot_no_matches_total")):
+            echo(f"  {line}")
     with factory() as session:
         left = session.scalar(select(func.count()).select_from(TaskQueueJob)) or 0
         by_status = {status: n for status, n in session.execute(
             select(Job.status, func.count()).group_by(Job.status))}
     echo(f"\nJobs by status: {', '.join(f'{s} {n}' for s, n in sorted(by_status.items()))}; "
          f"left waiting: {left}.")
-    if left or matched != waiting:
+    if left or done != waiting:
         raise SystemExit(f"{left} jobs could not be matched by any node of the demo grid")
 
 
-def _submit_all(factory: sessionmaker[Session], settings: Settings, grid: ResourcesConfig,
-                n_jobs: int, rng: random.Random, echo: Callable[[str], None]
-                ) -> tuple[int, int]:
-    """Users submit JDLs in campaigns; the chain runs inline, a thousand jobs a transaction."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@contextmanager
+def matcher_server(url: str, secret: str, resources_file: Path, work: Path) -> Iterator[str]:
+    """``gridpilot serve`` in a subprocess on a free loopback port; yields its base URL."""
+    port = _free_port()
+    env = {**os.environ, "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": secret,
+           "GRIDPILOT_RESOURCES_FILE": str(resources_file),
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(work / "metrics")}
+    log = (work / "matcher.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "gridpilot", "serve", "--bind",
+                             f"127.0.0.1:{port}", "--workers", "2"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"the matcher exited; see {work / 'matcher.log'}")
+            try:
+                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the matcher did not start; see {work / 'matcher.log'}")
+            time.sleep(0.2)
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def _submit_all(base: str, secret: str, n_jobs: int, rng: random.Random,
+                echo: Callable[[str], None]) -> int:
+    """Users submit parametric JDLs in campaigns over HTTP, each with their own token."""
+    sessions = {}
+    for who in SUBMITTERS:
+        http = requests.Session()
+        token = issue_token(secret, subject=who.owner, role="user", vo=who.vo,
+                            group=who.owner_group, lifetime=3600)
+        http.headers.update({"Authorization": f"Bearer {token}", "Content-Type": "text/plain"})
+        sessions[who] = http
     popularity = [1 / (rank + 1) for rank in range(len(KINDS))]
     t0 = time.perf_counter()
-    waiting = 0
+    statuses: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
     submitted = 0
     campaign = 0
@@ -121,52 +186,96 @@ def _submit_all(factory: sessionmaker[Session], settings: Settings, grid: Resour
         campaign += 1
         jdl = f'[ {kind}; JobName = "{who.owner}-%n"; Parameters = {size}; ' \
               f'Priority = {rng.randint(0, 5)} ]'
-        subs: list[Submission] = submissions_from_text(jdl, "jdl")
-        with factory.begin() as session:
-            result = submit(session, subs, who,
-                            ChainContext(settings, grid, datetime.now(UTC), rng))
-        waiting += len(result.waiting)
-        reasons.update(result.failed.values())
+        response = sessions[who].post(f"{base}/api/v1/jobs", data=jdl.encode(), timeout=60)
+        if response.status_code != 201:
+            raise SystemExit(f"submission refused: {response.status_code} {response.text}")
+        for job in response.json()["jobs"]:
+            statuses[job["status"]] += 1
+            if job["status"] == "Failed":
+                reasons[job["minor_status"]] += 1
         submitted += size
     elapsed = time.perf_counter() - t0
-    echo(f"\nSubmitted {n_jobs} jobs as parametric JDLs in {elapsed:.2f} s "
-         f"({n_jobs / elapsed:,.0f} jobs/s through the optimizer chain): {waiting} waiting, "
-         f"{sum(reasons.values())} failed.")
+    echo(f"\nSubmitted {n_jobs} jobs as {campaign} parametric JDLs over HTTP in {elapsed:.2f} s "
+         f"({n_jobs / elapsed:,.0f} jobs/s through the optimizer chain): "
+         f"{statuses['Waiting']} waiting, {statuses['Failed']} failed.")
     for reason, n in reasons.most_common():
         echo(f"  {n} failed: {reason}")
-    return waiting, sum(reasons.values())
+    return statuses["Waiting"]
 
 
-def _drain(factory: sessionmaker[Session], grid: ResourcesConfig, rng: random.Random,
-           echo: Callable[[str], None]) -> int:
-    """Pilots of each node ask in turn for as many jobs as they have cores, until none gets
-    any."""
-    matched: Counter[str] = Counter()
-    requests: Counter[str] = Counter()
-    active = list(NODES)
+@dataclass
+class _Tally:
+    requests: int = 0
+    jobs: int = 0
+    done: int = 0
+    no_match: str = ""
+
+
+def _drain(base: str, secret: str, grid: ResourcesConfig, echo: Callable[[str], None]) -> int:
+    """One scripted pilot per node at a time, all nodes at once: each pilot registers, asks for
+    its SubmitPools, then for as many jobs as it has cores, reports each Running then Done,
+    and the next pilot of the node starts, until a pilot gets no job."""
+    tallies = {node: _Tally() for node in NODES}
     t0 = time.perf_counter()
-    pilot_no = 0
-    while active:
-        for node in list(active):
-            pilot_no += 1
-            with factory.begin() as session:
-                pools = get_submit_pools_for_queue(session, node.site, node.ce, node.queue)
-                resource = resource_for_queue(grid, node.site, node.ce, node.queue, VO,
-                                              submit_pools=pools,
-                                              pilot_reference=f"demo-pilot-{pilot_no}")
-                claims = claim_jobs(session, resource, now=datetime.now(UTC),
-                                    count=resource.processors or 1, rng=rng,
-                                    expression_check=expression_check(resource))
-            requests[node.label] += 1
-            matched[node.label] += len(claims)
-            if not claims:
-                active.remove(node)
+    threads = [threading.Thread(target=_node_pilots, args=(base, secret, grid, node,
+                                                           tallies[node]))
+               for node in NODES]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
     elapsed = time.perf_counter() - t0
-    total = sum(matched.values())
-    echo(f"\nPilots of five queues matched {total} jobs in {sum(requests.values())} requests "
-         f"in {elapsed:.2f} s ({total / elapsed:,.0f} jobs/s):")
-    echo(f"  {'node':<12} {'queue':<45} {'requests':>8} {'jobs':>6}")
-    for node in NODES:
+    total = sum(t.jobs for t in tallies.values())
+    calls = sum(t.requests for t in tallies.values())
+    echo(f"\nScripted pilots of five queues matched {total} jobs and reported them done in "
+         f"{elapsed:.2f} s ({calls} HTTP requests, {calls / elapsed:,.0f}/s):")
+    echo(f"  {'node':<12} {'site/CE/queue':<45} {'requests':>8} {'jobs':>6} {'done':>6}  "
+         "last answer")
+    for node, t in tallies.items():
         echo(f"  {node.label:<12} {node.site + '/' + node.ce + '/' + node.queue:<45} "
-             f"{requests[node.label]:>8} {matched[node.label]:>6}")
-    return total
+             f"{t.requests:>8} {t.jobs:>6} {t.done:>6}  {t.no_match}")
+    return sum(t.done for t in tallies.values())
+
+
+def _node_pilots(base: str, secret: str, grid: ResourcesConfig, node: Node,
+                 tally: _Tally) -> None:
+    token = issue_token(secret, subject=f"demo-{node.queue}", role="pilot", vo=VO,
+                        group="lhcb_pilot", lifetime=3600, site=node.site)
+    http = requests.Session()
+    http.headers["Authorization"] = f"Bearer {token}"
+    api = base + protocol.API_PREFIX
+    number = 0
+    while True:
+        number += 1
+        reference = f"demo-{node.queue}-{number}"
+        _call(http, tally, "PUT", api + protocol.PILOT_PATH.format(reference=reference),
+              {"site": node.site, "ce": node.ce, "queue": node.queue, "status": "Running"})
+        pools = _call(http, tally, "GET", api + protocol.SUBMIT_POOLS_PATH, None,
+                      {"site": node.site, "ce": node.ce, "queue": node.queue})["submit_pools"]
+        resource = queue_resource_data(grid, node.site, node.ce, node.queue, VO,
+                                       submit_pools=pools, pilot_reference=reference)
+        answer = _call(http, tally, "POST", api + protocol.MATCH_PATH,
+                       {"resource": resource, "count": resource.get("processors", 1)})
+        if not answer["jobs"]:
+            tally.no_match = answer["no_match"]["reason"]
+            _call(http, tally, "PUT", api + protocol.PILOT_PATH.format(reference=reference),
+                  {"site": node.site, "ce": node.ce, "queue": node.queue, "status": "Done"})
+            return
+        tally.jobs += len(answer["jobs"])
+        for job in answer["jobs"]:
+            path = api + protocol.JOB_STATUS_PATH.format(job_id=job["job_id"])
+            _call(http, tally, "POST", path,
+                  {"pilot_reference": reference, "status": protocol.RUNNING})
+            done = _call(http, tally, "POST", path, {
+                "pilot_reference": reference, "status": protocol.DONE, "exit_code": 0,
+                "output_tail": f"{job['executable']} {' '.join(job['arguments'])}: ok\n"})
+            tally.done += done["status"] == protocol.DONE
+
+
+def _call(http: requests.Session, tally: _Tally, method: str, url: str,
+          body: dict[str, Any] | None, params: dict[str, str] | None = None) -> Any:
+    tally.requests += 1
+    response = http.request(method, url, json=body, params=params, timeout=60)
+    if response.status_code != 200:
+        raise SystemExit(f"{method} {url}: {response.status_code} {response.text}")
+    return response.json()

@@ -13,6 +13,15 @@ from taskqueue.resources import Resource, parse_resource
 def resource_for_queue(config: ResourcesConfig, site: str, ce: str, queue: str, vo: str, *,
                        submit_pools: Iterable[str] = (), pilot_reference: str = "") -> Resource:
     """The queue's parameters (inherited, for ``vo``) as a matcher resource description."""
+    return parse_resource(queue_resource_data(config, site, ce, queue, vo,
+                                              submit_pools=submit_pools,
+                                              pilot_reference=pilot_reference))
+
+
+def queue_resource_data(config: ResourcesConfig, site: str, ce: str, queue: str, vo: str, *,
+                        submit_pools: Iterable[str] = (), pilot_reference: str = ""
+                        ) -> dict[str, Any]:
+    """The same as JSON data, as a pilot of the queue would send it to the matcher."""
     q = config.queue(site, ce, queue)
     params = q.parameters(vo)
     description: dict[str, Any] = {
@@ -34,7 +43,7 @@ def resource_for_queue(config: ResourcesConfig, site: str, ce: str, queue: str, 
     for key, value in params.items():  # kept for ClassAd Requirements expressions
         if key not in known:
             description[key] = list(value) if isinstance(value, tuple) else value
-    return parse_resource(description)
+    return description
 
 
 def _labels(value: Value | None) -> list[str]:
