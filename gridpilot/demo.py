@@ -8,17 +8,12 @@ here are scripted clients speaking the pilot protocol.
 
 from __future__ import annotations
 
-import os
 import random
 import secrets
-import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +22,7 @@ import requests
 from sqlalchemy import func, select
 
 from gridpilot import schema
+from gridpilot.devserver import matcher_server
 from gridpilot.reports import queue_table
 from matcher.auth import issue_token
 from optimizers.chain import Identity
@@ -120,45 +116,6 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
          f"left waiting: {left}.")
     if left or done != waiting:
         raise SystemExit(f"{left} jobs could not be matched by any node of the demo grid")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@contextmanager
-def matcher_server(url: str, secret: str, resources_file: Path, work: Path) -> Iterator[str]:
-    """``gridpilot serve`` in a subprocess on a free loopback port; yields its base URL."""
-    port = _free_port()
-    env = {**os.environ, "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": secret,
-           "GRIDPILOT_RESOURCES_FILE": str(resources_file),
-           "GRIDPILOT_MATCHER_METRICS_DIR": str(work / "metrics")}
-    log = (work / "matcher.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "gridpilot", "serve", "--bind",
-                             f"127.0.0.1:{port}", "--workers", "2"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise SystemExit(f"the matcher exited; see {work / 'matcher.log'}")
-            try:
-                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the matcher did not start; see {work / 'matcher.log'}")
-            time.sleep(0.2)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def _submit_all(base: str, secret: str, n_jobs: int, rng: random.Random,
