@@ -87,6 +87,8 @@ def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, rea
             raise IllegalTransitionError(message)
         if current in FINAL_STATES:
             return current
+        if current == S.WAITING:
+            remove_jobs_from_queues(session, [job_id])
         apply_transition(session, [job_id], current, S.FAILED,
                          minor_status=f"{reason}; maximum of {max_reschedules} reschedules "
                          "reached"[:255], source=by, now=now, values={"ended_at": now})

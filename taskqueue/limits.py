@@ -53,7 +53,8 @@ NO_MATCH_NO_JOB = "no_matching_job"
 def ban_site(session: Session, vo: str, site: str, *, reason: str, by: str,
              now: datetime) -> SiteBan:
     """Ban ``site`` for the VO's pilots (again, with a new reason, if it already is)."""
-    if not site.strip():
+    site = site.strip()
+    if not site:
         raise InvalidInputError("a site name must not be empty")
     ban = session.get(SiteBan, (vo, site), with_for_update=True)
     if ban is None:

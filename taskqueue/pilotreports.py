@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Float, String, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, IllegalTransitionError
@@ -37,8 +37,11 @@ OUTPUT_TAIL_BYTES = 16 * 1024
 _BEAT = (
     update(jobs_table)
     .where(jobs_table.c.id == bindparam("b_id"))
-    .values(heartbeat_at=bindparam("b_at"), cpu_used=bindparam("b_cpu"),
-            progress=bindparam("b_progress"))
+    # A beat without CPU time or progress keeps what the last one said.
+    .values(heartbeat_at=bindparam("b_at"),
+            cpu_used=func.coalesce(bindparam("b_cpu", type_=Float()), jobs_table.c.cpu_used),
+            progress=func.coalesce(bindparam("b_progress", type_=String()),
+                                   jobs_table.c.progress))
 )
 
 
@@ -75,7 +78,7 @@ def heartbeat(session: Session, *, vo: str, pilot_reference: str, beats: Sequenc
             commands[beat.job_id] = KILL
             continue
         live.append(beat)
-        if row.status == S.STALLED:
+        if row.status == S.STALLED and beat.job_id not in stalled:
             stalled.append(beat.job_id)
     if stalled:
         apply_transition(session, stalled, S.STALLED, S.RUNNING,

@@ -32,6 +32,7 @@ from taskqueue.limits import (
     site_limits,
     unban_site,
 )
+from taskqueue.matching import NO_EXCLUSIONS, Exclusions, claim_jobs, matching_queues
 from taskqueue.models import Job, SiteLimit, TaskQueueJob
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
@@ -322,6 +323,42 @@ def test_no_job_the_pilot_can_run_is_not_blamed_on_limits(db: Database, settings
     assert outcome.claims == [] and outcome.reason == NO_MATCH_NO_JOB
     with db.factory.begin() as s:
         assert pilot_claim(s, now, site=SITE).reason == NO_MATCH_LIMITS
+
+
+def test_limits_of_the_site_left_after_a_ban_apply(db: Database, settings: Settings,
+                                                   now: datetime) -> None:
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(job_type="MC")] * 3)
+        ban_site(s, "lhcb", OTHER_SITE, reason="downtime", by="operator", now=now)
+        set_limit(s, "lhcb", LimitSpec(SITE, "job_type", "MC", max_running=1), now=now)
+    with db.factory.begin() as s:
+        outcome = pilot_claim(s, now, count=5, site=[SITE, OTHER_SITE])
+    assert len(outcome.claims) == 1
+    with db.factory.begin() as s:
+        assert pilot_claim(s, now, site=[SITE, OTHER_SITE]).reason == NO_MATCH_LIMITS
+
+
+def test_claim_jobs_passes_over_excluded_values(db: Database, settings: Settings,
+                                                now: datetime) -> None:
+    with db.factory.begin() as s:
+        mc = submit(s, settings, now, [requirements(job_type="MC")] * 2)
+        prod = submit(s, settings, now, [requirements(owner_group="lhcb_prod", owner="p")] * 2)
+        user = submit(s, settings, now, [requirements(owner="bob")] * 2)
+    resource = parse_resource({"vo": "lhcb", "pilot_reference": "p", "owner_group": "ANY"})
+    no_mc = Exclusions(job_types=frozenset({"MC"}))
+    neither = Exclusions(job_types=frozenset({"MC"}), owner_groups=frozenset({"lhcb_prod"}))
+    with db.factory.begin() as s:
+        assert sum(q.waiting for q in matching_queues(s, resource, exclusions=neither)) == 2
+        assert sum(q.waiting for q in matching_queues(s, resource, exclusions=no_mc)) == 4
+        got = claim_jobs(s, resource, now=now, count=10, exclusions=neither)
+    assert sorted(c.job_id for c in got) == sorted(user)
+    with db.factory.begin() as s:
+        got = claim_jobs(s, resource, now=now, count=10, exclusions=no_mc)
+    assert sorted(c.job_id for c in got) == sorted(prod)
+    with db.factory.begin() as s:
+        got = claim_jobs(s, resource, now=now, count=10, exclusions=NO_EXCLUSIONS)
+    assert sorted(c.job_id for c in got) == sorted(mc)
+    assert not NO_EXCLUSIONS and no_mc
 
 
 # -- matching delays ------------------------------------------------------------------------

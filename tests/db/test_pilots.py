@@ -1,0 +1,115 @@
+"""The pilot registry."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import func, select
+
+from taskqueue.errors import ForbiddenError, InvalidInputError
+from taskqueue.models import Pilot
+from taskqueue.pilots import PILOT_STATES, PilotInfo, register_pilot
+from tests.conftest import Database
+
+
+def pilots(db: Database) -> list[Pilot]:
+    with db.factory() as s:
+        return list(s.scalars(select(Pilot).order_by(Pilot.reference)))
+
+
+def test_register_creates_the_pilot(db: Database, now: datetime) -> None:
+    with db.factory.begin() as s:
+        pilot = register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long",
+                                                    "Submitted"), now=now)
+        assert pilot.id is not None
+    (stored,) = pilots(db)
+    assert (stored.reference, stored.vo, stored.site, stored.ce, stored.queue, stored.status,
+            stored.submitted_at, stored.last_seen_at) == (
+        "p-1", "lhcb", "LCG.Alpha.org", "ce1", "long", "Submitted", now, now)
+
+
+def test_second_registration_updates_the_record(db: Database, now: datetime) -> None:
+    later = now + timedelta(minutes=20)
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "Submitted"),
+                       now=now)
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce2", "short", "Running"),
+                       now=later)
+        register_pilot(s, "lhcb", PilotInfo("p-2", "LCG.Beta.org", "ce9", "q", "Waiting"),
+                       now=later)
+    first, second = pilots(db)
+    assert (first.reference, first.ce, first.queue, first.status, first.submitted_at,
+            first.last_seen_at) == ("p-1", "ce2", "short", "Running", now, later)
+    assert (second.reference, second.status, second.submitted_at) == ("p-2", "Waiting", later)
+    with db.factory() as s:
+        assert s.scalar(select(func.count()).select_from(Pilot)) == 2
+
+
+def test_same_reference_for_another_vo_is_forbidden(db: Database, now: datetime) -> None:
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "Running"),
+                       now=now)
+    with db.factory.begin() as s, pytest.raises(ForbiddenError):
+        register_pilot(s, "belle", PilotInfo("p-1", "LCG.Beta.org", "ce2", "q", "Done"),
+                       now=now + timedelta(minutes=1))
+    (stored,) = pilots(db)
+    assert (stored.vo, stored.site, stored.status, stored.last_seen_at) == (
+        "lhcb", "LCG.Alpha.org", "Running", now)
+
+
+@pytest.mark.parametrize("info", [
+    PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "Flying"),
+    PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "running"),
+    PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", ""),
+    PilotInfo("  ", "LCG.Alpha.org", "ce1", "long", "Running"),
+], ids=["unknown status", "status in the wrong case", "empty status", "empty reference"])
+def test_invalid_registrations_are_refused(db: Database, now: datetime,
+                                           info: PilotInfo) -> None:
+    with db.factory.begin() as s, pytest.raises(InvalidInputError):
+        register_pilot(s, "lhcb", info, now=now)
+    assert pilots(db) == []
+
+
+def test_bad_status_on_update_leaves_the_record(db: Database, now: datetime) -> None:
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "S", "ce1", "q", "Running"), now=now)
+    with db.factory.begin() as s, pytest.raises(InvalidInputError):
+        register_pilot(s, "lhcb", PilotInfo("p-1", "S", "ce1", "q", "Gone"), now=now)
+    assert [p.status for p in pilots(db)] == ["Running"]
+
+
+@pytest.mark.parametrize("status", PILOT_STATES)
+def test_every_pilot_state_is_accepted(db: Database, now: datetime, status: str) -> None:
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "S", "ce1", "q", status), now=now)
+    assert [p.status for p in pilots(db)] == [status]
+
+
+def test_concurrent_first_registrations_make_one_record(db: Database, now: datetime) -> None:
+    """Two first registrations of one pilot at once: one creates, the other updates."""
+    later = now + timedelta(seconds=1)
+    errors: list[BaseException] = []
+
+    def second() -> None:
+        try:
+            with db.factory.begin() as s:
+                register_pilot(s, "lhcb", PilotInfo("p-1", "S", "ce1", "q", "Running"),
+                               now=later)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    with db.factory.begin() as s:
+        register_pilot(s, "lhcb", PilotInfo("p-1", "S", "ce1", "q", "Submitted"), now=now)
+        s.flush()
+        other = threading.Thread(target=second)
+        other.start()  # blocks on this uncommitted record (or the SQLite write lock)
+        time.sleep(0.5)
+    other.join(timeout=60)
+    assert not other.is_alive()
+    assert errors == []
+    (stored,) = pilots(db)
+    assert (stored.status, stored.submitted_at, stored.last_seen_at) == ("Running", now, later)
