@@ -56,6 +56,7 @@ class Operation:
     tag: str
     roles: tuple[str, ...] | None  # None: no token needed
     body: Mapping[str, Schema] | None  # media type -> schema (text bodies: {"type": "string"})
+    body_required: bool
     query: tuple[Param, ...]
     responses: Mapping[int, tuple[str, Schema | None]]
     operation_id: str
@@ -84,11 +85,13 @@ View = Callable[..., Any]
 
 def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
              roles: tuple[str, ...] | None, responses: Mapping[int, tuple[str, Schema | None]],
-             body: Mapping[str, Schema] | None = None, query: tuple[Param, ...] = ()
-             ) -> Callable[[View], View]:
+             body: Mapping[str, Schema] | None = None, body_required: bool = True,
+             query: tuple[Param, ...] = ()) -> Callable[[View], View]:
+    """Declare an endpoint. An optional body (``body_required=False``) may be left out
+    altogether; the view then gets ``call.body`` None."""
     def register(view: View) -> View:
         OPERATIONS.append(Operation(method, f"{bp.url_prefix or ''}{rule}", summary, tag, roles,
-                                    body, query, responses, view.__name__))
+                                    body, body_required, query, responses, view.__name__))
 
         @functools.wraps(view)
         def handle(**path: Any) -> Response:
@@ -99,8 +102,10 @@ def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
                 principal = principal_from_header(request.headers.get("Authorization"),
                                                   runtime.secret)
                 require_role(principal, roles)
+            _check_path(path)
             call = Call(principal, runtime, datetime.now(UTC))
-            if body is not None:
+            if body is not None and (body_required or request.content_length
+                                     or request.headers.get("Transfer-Encoding")):
                 call.media, call.text, call.body = _read_body(body)
             call.query = _read_query(query, runtime.settings.matcher.page_size)
             result = view(call, **path)
@@ -130,16 +135,39 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
     value: Any = text
     if media == JSON:
         try:
-            value = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            where = (f": {exc.msg} at line {exc.lineno} column {exc.colno}"
-                     if isinstance(exc, json.JSONDecodeError) else ": nested too deeply")
-            raise Problem(400, f"the body is not valid JSON{where}") from exc
+            value = json.loads(text, parse_constant=_refuse_constant)
+        except json.JSONDecodeError as exc:
+            raise Problem(400, f"the body is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}") from exc
+        except RecursionError as exc:
+            raise Problem(400, "the body is not valid JSON: nested too deeply") from exc
+        except ValueError as exc:  # a number too long to read, NaN, Infinity
+            raise Problem(400, f"the body is not valid JSON: {exc}") from exc
     try:
         validate(value, accepted[media])
     except SchemaError as exc:
         raise Problem(422, str(exc)) from exc
     return media, text, value
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+#: Longest value of each text path parameter (the database columns they go to), and the
+#: largest id (64-bit keys): longer is refused, larger does not exist.
+PATH_TEXT_LIMITS = {"site": 128, "group": 128, "reference": 255}
+MAX_ID = 2**63 - 1
+
+
+def _check_path(path: dict[str, Any]) -> None:
+    for name, value in path.items():
+        if isinstance(value, int) and value > MAX_ID:
+            raise Problem(404, f"{name.replace('_', ' ')} {value} does not exist")
+        limit = PATH_TEXT_LIMITS.get(name)
+        if isinstance(value, str) and limit is not None and len(value) > limit:
+            raise Problem(422, f"the {name} in the path is {len(value)} characters long; at "
+                          f"most {limit} are accepted")
 
 
 def _read_query(params: tuple[Param, ...], page_size: int) -> dict[str, Any]:

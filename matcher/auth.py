@@ -46,9 +46,14 @@ def issue_token(secret: str, *, subject: str, role: str, vo: str, group: str,
         raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
     if (site or pilot) and role != PILOT:
         raise ValueError("only a pilot token names a site or a pilot reference")
-    for name, value in (("subject", subject), ("vo", vo), ("group", group)):
-        if not value.strip():
+    for name, claim, value in (("subject", "sub", subject), ("vo", "vo", vo),
+                               ("group", "group", group), ("site", "site", site or ""),
+                               ("pilot", "pilot", pilot or "")):
+        if name in ("subject", "vo", "group") and not value.strip():
             raise ValueError(f"a token's {name} must not be empty")
+        if len(value) > CLAIM_LIMITS[claim]:
+            raise ValueError(f"a token's {name} must be at most {CLAIM_LIMITS[claim]} "
+                             "characters")
     if lifetime < 1:
         raise ValueError(f"a token's lifetime must be at least one second, got {lifetime}")
     issued = int(now if now is not None else time.time())
@@ -80,6 +85,10 @@ def principal_from_header(header: str | None, secret: str) -> Principal:
     return _principal(claims)
 
 
+#: Longest value of each claim (the database columns they are stored in).
+CLAIM_LIMITS = {"sub": 255, "role": 16, "vo": 64, "group": 128, "site": 128, "pilot": 255}
+
+
 def _principal(claims: Mapping[str, Any]) -> Principal:
     fields = {}
     for name in ("sub", "role", "vo", "group"):
@@ -87,6 +96,10 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
         if not isinstance(value, str) or not value.strip():
             raise Problem(401, f"the token's claim {name!r} is missing or empty")
         fields[name] = value
+    for name, limit in CLAIM_LIMITS.items():
+        value = claims.get(name)
+        if isinstance(value, str) and len(value) > limit:
+            raise Problem(401, f"the token's claim {name!r} is longer than {limit} characters")
     if fields["role"] not in ROLES:
         raise Problem(401, f"the token's role {fields['role']!r} is not one of "
                       f"{', '.join(ROLES)}")

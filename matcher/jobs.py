@@ -106,7 +106,7 @@ def get_output(call: Call, job_id: int) -> dict[str, Any]:
 @endpoint(bp, "POST", "/<int:job_id>/kill", tag="jobs", roles=OWNERS,
           summary="Kill a job: a waiting job leaves its queue; a running one is stopped by its "
                   "pilot at its next heartbeat",
-          body={JSON: schemas.REASON},
+          body={JSON: schemas.REASON}, body_required=False,
           responses={200: ("The job is Killed", schemas.JOB_STATUS)})
 def kill(call: Call, job_id: int) -> dict[str, Any]:
     reason = (call.body or {}).get("reason") or ""
@@ -124,7 +124,7 @@ def kill(call: Call, job_id: int) -> dict[str, Any]:
           summary="Run a job again from the start: it goes back through the optimizer chain "
                   "into a task queue (refused once it was rescheduled the maximum number of "
                   "times)",
-          body={JSON: schemas.REASON},
+          body={JSON: schemas.REASON}, body_required=False,
           responses={200: ("The job's status after the chain ran", schemas.JOB_STATUS)})
 def reschedule(call: Call, job_id: int) -> dict[str, Any]:
     reason = (call.body or {}).get("reason") or f"Rescheduled by {call.principal.name}"

@@ -8,7 +8,7 @@ from typing import Any
 from flask import Flask
 
 from matcher import schemas
-from matcher.api import OPERATIONS, Operation
+from matcher.api import OPERATIONS, PATH_TEXT_LIMITS, Operation
 
 #: Problems every endpoint may answer with, besides its own.
 _COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
@@ -60,14 +60,15 @@ def _operation(op: Operation) -> dict[str, Any]:
     for kind, name in _RULE_PARAM.findall(op.rule):
         params.append({"name": name, "in": "path", "required": True,
                        "schema": {"type": "integer", "minimum": 0} if kind == "int"
-                       else {"type": "string", "minLength": 1}})
+                       else {"type": "string", "minLength": 1,
+                             "maxLength": PATH_TEXT_LIMITS.get(name, 1000)}})
     for p in op.query:
         params.append({"name": p.name, "in": "query", "required": p.required,
                        "description": p.description, "schema": p.schema()})
     if params:
         out["parameters"] = params
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {
+        out["requestBody"] = {"required": op.body_required, "content": {
             media: {"schema": _openapi_schema(schema)} for media, schema in op.body.items()}}
     responses: dict[str, Any] = {}
     for status, (description, schema) in op.responses.items():

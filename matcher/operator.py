@@ -43,9 +43,10 @@ def get_mask(call: Call) -> dict[str, Any]:
 
 @endpoint(bp, "PUT", "/sitemask/<site>", tag="operator", roles=ONLY,
           summary="Ban a site: its pilots get no job until it is unbanned",
-          body={JSON: schemas.REASON}, responses={200: ("The ban", schemas.SITE_BAN)})
+          body={JSON: schemas.REASON}, body_required=False,
+          responses={200: ("The ban", schemas.SITE_BAN)})
 def ban(call: Call, site: str) -> dict[str, Any]:
-    reason = call.body.get("reason") or "banned by an operator"
+    reason = (call.body or {}).get("reason") or "banned by an operator"
     return call.runtime.transaction(lambda s: _ban(ban_site(
         s, call.principal.vo, site, reason=reason, by=call.principal.name, now=call.now)))
 
@@ -101,10 +102,10 @@ def remove_limit(call: Call, limit_id: int) -> dict[str, Any]:
     return call.runtime.transaction(work)
 
 
-def _shares(session: Session, settings: Settings) -> dict[str, Any]:
+def _shares(session: Session, settings: Settings, vo: str) -> dict[str, Any]:
     return {"default_share": settings.taskqueue.default_share,
             "shares": [{"owner_group": e.owner_group, "share": e.share, "source": e.source}
-                       for e in share_table(session, settings)]}
+                       for e in share_table(session, settings, vo)]}
 
 
 @endpoint(bp, "GET", "/shares", tag="operator", roles=ONLY,
@@ -112,7 +113,7 @@ def _shares(session: Session, settings: Settings) -> dict[str, Any]:
                   "file; groups not listed get the default share",
           responses={200: ("Shares", schemas.SHARE_LIST)})
 def get_shares(call: Call) -> dict[str, Any]:
-    return call.runtime.transaction(lambda s: _shares(s, call.runtime.settings))
+    return call.runtime.transaction(lambda s: _shares(s, call.runtime.settings, call.principal.vo))
 
 
 @endpoint(bp, "PUT", "/shares/<group>", tag="operator", roles=ONLY,
@@ -122,9 +123,9 @@ def put_share(call: Call, group: str) -> dict[str, Any]:
     settings = call.runtime.settings
 
     def work(session: Session) -> dict[str, Any]:
-        set_share(session, settings, group, float(call.body["share"]),
+        set_share(session, settings, call.principal.vo, group, float(call.body["share"]),
                   by=call.principal.name, now=call.now)
-        return _shares(session, settings)
+        return _shares(session, settings, call.principal.vo)
 
     return call.runtime.transaction(work)
 
@@ -136,7 +137,7 @@ def delete_share(call: Call, group: str) -> dict[str, Any]:
     settings = call.runtime.settings
 
     def work(session: Session) -> dict[str, Any]:
-        reset_share(session, settings, group)
-        return _shares(session, settings)
+        reset_share(session, settings, call.principal.vo, group)
+        return _shares(session, settings, call.principal.vo)
 
     return call.runtime.transaction(work)

@@ -81,7 +81,8 @@ def install(app: Flask) -> None:
     def _http(exc: HTTPException) -> Response:
         status = exc.code or 500
         detail = {
-            404: "no such endpoint; the API is described at /api/v1/openapi.json",
+            404: "nothing here: no such endpoint or object (the API is described at "
+                 "/api/v1/openapi.json)",
             405: "this endpoint does not accept that method",
             413: f"the request body is larger than the {app.config['MAX_CONTENT_LENGTH']} "
                  "bytes accepted",

@@ -28,24 +28,32 @@ def nullable(schema: Schema) -> Schema:
 
 
 STRING: Schema = {"type": "string"}
+#: Names as long as their database columns allow.
 NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 255}
+SHORT_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 128}
 INTEGER: Schema = {"type": "integer"}
-COUNT: Schema = {"type": "integer", "minimum": 0}
-ID: Schema = {"type": "integer", "minimum": 1}
+#: Counts and sizes within a 32-bit column; CPU seconds within 62 bits (the ClassAd library
+#: takes 64-bit integers).
+COUNT: Schema = {"type": "integer", "minimum": 0, "maximum": 2**31 - 1}
+SECONDS: Schema = {"type": "integer", "minimum": 0, "maximum": 2**62}
+ID: Schema = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 NUMBER: Schema = {"type": "number"}
 TIME: Schema = {"type": ["string", "null"], "format": "date-time"}
-LABELS: Schema = {"oneOf": [{"type": "string"},
-                            {"type": "array", "items": {"type": "string"}, "maxItems": 1000}]}
+LABEL: Schema = {"type": "string", "maxLength": 128}
+LABELS: Schema = {"oneOf": [LABEL, {"type": "array", "items": LABEL, "maxItems": 1000}]}
 STRINGS: Schema = {"type": "array", "items": STRING}
 
 PROBLEM = obj({"type": STRING, "title": STRING, "status": INTEGER, "detail": STRING},
               ("title", "status", "detail"), closed=False)
 
 RESOURCE = obj({
-    "vo": NAME, "pilot_reference": {"type": "string", "maxLength": 255},
-    "site": LABELS, "ce": STRING, "queue": STRING, "platform": LABELS, "job_type": LABELS,
-    "owner_group": LABELS, "owner": STRING, "submit_pools": LABELS, "tags": LABELS,
-    "required_tags": LABELS, "cpu_time": COUNT, "processors": COUNT, "memory": COUNT,
+    "vo": {"type": "string", "minLength": 1, "maxLength": 64},
+    "pilot_reference": {"type": "string", "maxLength": 255},
+    "site": LABELS, "ce": {"type": "string", "maxLength": 255},
+    "queue": {"type": "string", "maxLength": 128}, "platform": LABELS, "job_type": LABELS,
+    "owner_group": LABELS, "owner": {"type": "string", "maxLength": 255},
+    "submit_pools": LABELS, "tags": LABELS, "required_tags": LABELS, "cpu_time": SECONDS,
+    "processors": COUNT, "memory": COUNT,
 }, ("vo",), closed=False)
 
 JOB_PAYLOAD = obj({
@@ -86,7 +94,7 @@ STATUS_REPORT = obj({
 }, ("pilot_reference", "status"))
 STATUS_ANSWER = obj({"job_id": ID, "status": STRING}, ("job_id", "status"))
 
-PILOT_REGISTRATION = obj({"site": NAME, "ce": NAME, "queue": NAME,
+PILOT_REGISTRATION = obj({"site": SHORT_NAME, "ce": NAME, "queue": SHORT_NAME,
                           "status": {"type": "string", "enum": list(PILOT_STATES)}},
                          ("site", "ce", "queue", "status"))
 PILOT = obj({"reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
@@ -149,9 +157,9 @@ EXPLANATION = obj({
 SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})
 SITE_MASK = obj({"banned": {"type": "array", "items": SITE_BAN}}, ("banned",))
 LIMIT_REQUEST = obj({
-    "site": NAME, "ce": {"type": "string", "maxLength": 255},
-    "attribute": {"type": "string", "enum": ["job_type", "owner_group"]}, "value": NAME,
-    "max_running": nullable({"type": "integer", "minimum": 0}),
+    "site": SHORT_NAME, "ce": {"type": "string", "maxLength": 255},
+    "attribute": {"type": "string", "enum": ["job_type", "owner_group"]}, "value": SHORT_NAME,
+    "max_running": nullable({"type": "integer", "minimum": 0, "maximum": 2**31 - 1}),
     "matching_delay": nullable({"type": "integer", "minimum": 0, "maximum": 10**7}),
 }, ("site", "attribute", "value"))
 LIMIT = obj({

@@ -25,7 +25,9 @@ from sqlalchemy import (
     TypeDecorator,
     UniqueConstraint,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -48,6 +50,12 @@ class UTCDateTime(TypeDecorator[datetime]):
 
     impl = DateTime(timezone=False)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        # MariaDB's DATETIME keeps whole seconds unless asked for microseconds.
+        if dialect.name == "mysql":
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=False))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -252,8 +260,45 @@ class Pilot(Base):
     status: Mapped[str] = mapped_column(String(32))
     submitted_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_seen_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: The PSI/J executor the site director submitted it with, and the batch system's id for
+    #: it; both NULL for a pilot started by other means (it registers itself).
+    executor: Mapped[str | None] = mapped_column(String(32), default=None)
+    native_id: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: Why it is in its status (a submission error, "vanished from the batch system" ...).
+    reason: Mapped[str] = mapped_column(String(255), default="")
+    updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
-    __table_args__ = (Index(None, "site", "ce", "queue", "status"),)
+    __table_args__ = (Index(None, "site", "ce", "queue", "status"),
+                      Index(None, "status", "executor"))
+
+
+class DirectorQueue(Base):
+    """The site director's memory of one queue: consecutive submission failures and until when
+    the queue is skipped. Its row is also the lock that keeps two directors from submitting
+    to one queue at once."""
+
+    __tablename__ = "director_queues"
+
+    site: Mapped[str] = mapped_column(String(128), primary_key=True)
+    ce: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(128), primary_key=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)
+    skip_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    last_error: Mapped[str] = mapped_column(String(255), default="")
+    last_cycle_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
+class AgentRun(Base):
+    """When each periodic agent loop last ran: several agent processes share the work, and a
+    loop that ran recently somewhere is not run again before its interval."""
+
+    __tablename__ = "agent_runs"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    holder: Mapped[str] = mapped_column(String(255), default="")
+    summary: Mapped[str] = mapped_column(String(255), default="")
 
 
 class SiteBan(Base):
@@ -292,10 +337,12 @@ class SiteLimit(Base):
 
 
 class GroupShare(Base):
-    """An owner group's fair share set by an operator; it overrides the settings file."""
+    """An owner group's fair share set by one of its VO's operators; it overrides the
+    settings file."""
 
     __tablename__ = "group_shares"
 
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
     owner_group: Mapped[str] = mapped_column(String(128), primary_key=True)
     share: Mapped[float] = mapped_column(Float)
     updated_by: Mapped[str] = mapped_column(String(255))

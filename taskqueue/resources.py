@@ -21,6 +21,11 @@ _LIST_FIELDS = ("site", "platform", "job_type", "owner_group", "submit_pools", "
                 "required_tags")
 _INT_FIELDS = ("cpu_time", "processors", "memory")
 _STR_FIELDS = ("vo", "owner", "pilot_reference", "ce", "queue")
+#: Longest value of each field (the columns they are compared with or stored in), and the
+#: largest number (the ClassAd library takes 64-bit integers).
+_MAX_LENGTH = {"vo": 64, "owner": 255, "pilot_reference": 255, "ce": 255, "queue": 128}
+_MAX_LABEL = 128
+_MAX_NUMBER = 2**62
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,9 @@ def parse_resource(data: Mapping[str, Any]) -> Resource:
             if not isinstance(value, str):
                 raise InvalidResourceError(
                     f"resource field '{name}' must be a string, got {value!r}")
+            if len(value) > _MAX_LENGTH[name]:
+                raise InvalidResourceError(
+                    f"resource field '{name}' must be at most {_MAX_LENGTH[name]} characters")
             kwargs[name] = value
     if not kwargs.get("vo"):
         raise InvalidResourceError("resource field 'vo' is required and must not be empty")
@@ -107,13 +115,16 @@ def _labels(name: str, value: Any) -> frozenset[str] | None:
         if not isinstance(item, str) or not item.strip():
             raise InvalidResourceError(
                 f"resource field '{name}' item {i} must be a non-empty string, got {item!r}")
+        if len(item) > _MAX_LABEL:
+            raise InvalidResourceError(
+                f"resource field '{name}' item {i} must be at most {_MAX_LABEL} characters")
     if any(item.strip().lower() == ANY for item in items):
         return None
     return frozenset(item.strip() for item in items)
 
 
 def _non_negative_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_NUMBER:
         raise InvalidResourceError(
-            f"resource field '{name}' must be a non-negative integer, got {value!r}")
+            f"resource field '{name}' must be an integer from 0 to {_MAX_NUMBER}, got {value!r}")
     return value

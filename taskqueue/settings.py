@@ -161,6 +161,49 @@ class AuthSettings:
 
 
 @dataclass(frozen=True)
+class AgentSettings:
+    """The central loops of ``gridpilot agents``; intervals in seconds."""
+
+    optimizer_interval: int = 10
+    director_interval: int = 60
+    pilot_status_interval: int = 60
+    submit_pool_interval: int = 900
+    watchdog_interval: int = 60
+    priorities_interval: int = 300
+    cleanup_interval: int = 300
+    #: A Running or Matched job without a heartbeat for this long becomes Stalled ...
+    job_lease: int = 1800
+    #: ... and one Stalled for this much longer is rescheduled (or failed at the maximum).
+    stalled_limit: int = 1800
+    #: A Matched job its pilot never reported Running for this long goes back to its queue.
+    matched_lease: int = 900
+    #: Pilots one cycle submits to one queue at most, and the default caps per queue (a
+    #: queue's MaxWaitingPilots / MaxTotalPilots parameters override them).
+    pilots_per_cycle: int = 10
+    max_waiting_pilots: int = 10
+    max_total_pilots: int = 100
+    #: After a failed submission a queue is skipped for this long (doubling per failure, up
+    #: to 16 times).
+    failure_backoff: int = 120
+    #: Seconds a pilot token is valid, and the pilot's own idle timeout.
+    pilot_token_lifetime: int = 172800
+    pilot_idle_timeout: int = 120
+    #: Where PSI/J's local executor runs pilots, and batch pilots write their output.
+    pilot_workdir: str = "work/pilots"
+    #: The command that starts a pilot on the worker node (default: this Python with
+    #: -m pilot.cli, right for the local executor and a shared software area).
+    pilot_command: tuple[str, ...] = ()
+    #: Give pilots their queue's SubmitPools (true), or let them ask the matcher themselves.
+    pass_submit_pools: bool = True
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise ConfigurationError(f"agents.{f.name} must not be negative, got {value}")
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -168,6 +211,7 @@ class Settings:
     submit: SubmitSettings = field(default_factory=SubmitSettings)
     matcher: MatcherSettings = field(default_factory=MatcherSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
+    agents: AgentSettings = field(default_factory=AgentSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

@@ -77,10 +77,12 @@ def recompute_priorities(session: Session, settings: Settings,
             return {}
         stmt = stmt.where(TaskQueue.owner_group.in_(sorted({g for _, g in wanted})))
     rows = [r for r in session.execute(stmt) if wanted is None or (r.vo, r.owner_group) in wanted]
-    inputs = [QueueShareInput(r.id, r.vo, r.owner_group, r.owner, r.mean_job_priority)
-              for r in rows]
-    new = compute_priorities(inputs, shares_in_force(session, settings),
-                             settings.taskqueue.default_share)
+    new: dict[int, float] = {}
+    for vo in sorted({r.vo for r in rows}):  # each VO's operators set its own shares
+        inputs = [QueueShareInput(r.id, r.vo, r.owner_group, r.owner, r.mean_job_priority)
+                  for r in rows if r.vo == vo]
+        new.update(compute_priorities(inputs, shares_in_force(session, settings, vo),
+                                      settings.taskqueue.default_share))
     by_id = {r.id: r for r in rows}
     write = set(only) if only is not None else set(new)
     changed = {tq: p for tq, p in new.items()
@@ -105,11 +107,12 @@ _SET_PRIORITY = (
 )
 
 
-def shares_in_force(session: Session, settings: Settings) -> dict[str, float]:
-    """Each group's share: the settings file's, overridden by those operators set."""
+def shares_in_force(session: Session, settings: Settings, vo: str) -> dict[str, float]:
+    """Each group's share in a VO: the settings file's, overridden by those its operators
+    set."""
     shares = dict(settings.taskqueue.shares)
     shares.update({row.owner_group: row.share for row in session.execute(
-        select(GroupShare.owner_group, GroupShare.share))})
+        select(GroupShare.owner_group, GroupShare.share).where(GroupShare.vo == vo))})
     return shares
 
 
@@ -121,44 +124,41 @@ class ShareEntry:
     source: str
 
 
-def share_table(session: Session, settings: Settings) -> list[ShareEntry]:
-    """Every group with a share of its own, and where that share comes from."""
+def share_table(session: Session, settings: Settings, vo: str) -> list[ShareEntry]:
+    """Every group of the VO with a share of its own, and where that share comes from."""
     entries = {group: ShareEntry(group, share, "settings")
                for group, share in settings.taskqueue.shares.items()}
-    for row in session.execute(select(GroupShare.owner_group, GroupShare.share)):
+    for row in session.execute(select(GroupShare.owner_group, GroupShare.share)
+                               .where(GroupShare.vo == vo)):
         entries[row.owner_group] = ShareEntry(row.owner_group, row.share, "operator")
     return [entries[g] for g in sorted(entries)]
 
 
-def set_share(session: Session, settings: Settings, group: str, share: float, *, by: str,
-              now: datetime) -> dict[int, float]:
-    """Set a group's share and bring its queues' priorities up to date at once."""
+def set_share(session: Session, settings: Settings, vo: str, group: str, share: float, *,
+              by: str, now: datetime) -> dict[int, float]:
+    """Set a group's share in a VO and bring its queues' priorities up to date at once."""
     if not group.strip():
         raise InvalidInputError("a group name must not be empty")
     if not share > 0 or share == float("inf"):
         raise InvalidInputError(f"a share must be a positive number, got {share}")
-    row = session.get(GroupShare, group, with_for_update=True)
+    row = session.get(GroupShare, (vo, group), with_for_update=True)
     if row is None:
-        session.add(GroupShare(owner_group=group, share=share, updated_by=by, updated_at=now))
+        session.add(GroupShare(vo=vo, owner_group=group, share=share, updated_by=by,
+                               updated_at=now))
     else:
         row.share, row.updated_by, row.updated_at = share, by, now
     session.flush()
-    return _recompute_group(session, settings, group)
+    return recompute_priorities(session, settings, [(vo, group)])
 
 
-def reset_share(session: Session, settings: Settings, group: str) -> dict[int, float]:
+def reset_share(session: Session, settings: Settings, vo: str, group: str) -> dict[int, float]:
     """Drop an operator's share for a group: the settings file's (or the default) applies."""
-    row = session.get(GroupShare, group, with_for_update=True)
+    row = session.get(GroupShare, (vo, group), with_for_update=True)
     if row is None:
-        raise NotFoundError(f"no share was set for group {group}")
+        raise NotFoundError(f"no share was set for group {group} in VO {vo}")
     session.delete(row)
     session.flush()
-    return _recompute_group(session, settings, group)
-
-
-def _recompute_group(session: Session, settings: Settings, group: str) -> dict[int, float]:
-    vos = session.scalars(select(TaskQueue.vo).where(TaskQueue.owner_group == group).distinct())
-    return recompute_priorities(session, settings, [(vo, group) for vo in vos])
+    return recompute_priorities(session, settings, [(vo, group)])
 
 
 def rescaled_key(key: float, now: float, old_rate: float, new_rate: float) -> float:

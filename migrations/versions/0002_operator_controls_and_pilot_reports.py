@@ -24,11 +24,12 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     op.create_table(
         "group_shares",
+        sa.Column("vo", sa.String(length=64), nullable=False),
         sa.Column("owner_group", sa.String(length=128), nullable=False),
         sa.Column("share", sa.Float(), nullable=False),
         sa.Column("updated_by", sa.String(length=255), nullable=False),
         sa.Column("updated_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.PrimaryKeyConstraint("owner_group", name=op.f("pk_group_shares")),
+        sa.PrimaryKeyConstraint("vo", "owner_group", name=op.f("pk_group_shares")),
     )
     op.create_table(
         "site_bans",

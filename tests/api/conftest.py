@@ -67,9 +67,10 @@ def token() -> TokenMaker:
     """A token with the claims given (VO lhcb, group lhcb_user, one hour, unless told)."""
 
     def make(subject: str, role: str, *, vo: str = VO, group: str = GROUP,
-             lifetime: int = 3600, secret: str = SECRET, **claims: str) -> str:
+             lifetime: int = 3600, secret: str = SECRET, site: str | None = None,
+             pilot: str | None = None) -> str:
         return issue_token(secret, subject=subject, role=role, vo=vo, group=group,
-                           lifetime=lifetime, **claims)
+                           lifetime=lifetime, site=site, pilot=pilot)
 
     return make
 

@@ -1,4 +1,4 @@
-"""Who may call what: every operation × every kind of caller, and the ownership rules (a user's
+"""Who may call what: every operation by every kind of caller, and the ownership rules (a user's
 own jobs, an operator's own VO, a pilot's own site and reference)."""
 
 from __future__ import annotations

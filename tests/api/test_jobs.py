@@ -200,6 +200,15 @@ def test_operator_kills_a_users_job(client: Api, user_token: str, operator_token
     assert "operator:olga" in answer["minor_status"]
 
 
+def test_kill_and_reschedule_need_no_body(client: Api, user_token: str) -> None:
+    """A plain ``curl -X POST .../kill`` works: the reason is optional, and so is the body."""
+    job_id = client.submit_jdl(user_token)[0]
+    assert client.ok("POST", f"/api/v1/jobs/{job_id}/kill", user_token)["status"] == "Killed"
+    again = client.ok("POST", f"/api/v1/jobs/{job_id}/reschedule", user_token)
+    assert again["status"] == "Waiting"
+    assert client.job(user_token, job_id)["reschedule_count"] == 1
+
+
 def test_killing_an_ended_job_is_409(client: Api, user_token: str, pilot_token: str) -> None:
     job_id = client.submit_jdl(user_token)[0]
     client.match(pilot_token, pilot_reference=PILOT_REF)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.api.conftest import TokenMaker
 from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, Api, assert_problem
 
 
@@ -218,7 +219,7 @@ def test_shares_get_put_delete(client: Api, user_token: str, operator_token: str
                    "lhcb_user")
 
 
-def test_share_changes_the_draw_between_groups(client: Api, token: Any,
+def test_share_changes_the_draw_between_groups(client: Api, token: TokenMaker,
                                                operator_token: str) -> None:
     client.submit_jdl(token("alice", "user"))
     client.submit_jdl(token("carol", "user", group="lhcb_prod"))

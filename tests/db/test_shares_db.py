@@ -51,16 +51,16 @@ def test_set_share_changes_the_priorities_at_once(db: Database, shared: Settings
     assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 21600): 1.5,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory.begin() as s:
-        changed = set_share(s, shared, "lhcb_user", 8.0, by="operator", now=now)
+        changed = set_share(s, shared, "lhcb", "lhcb_user", 8.0, by="operator", now=now)
         user_queues = set(s.scalars(select(TaskQueue.id)
                                     .where(TaskQueue.owner_group == "lhcb_user")))
     assert set(changed) == user_queues and list(changed.values()) == pytest.approx([4.0, 4.0])
     assert priorities(db) == pytest.approx({("lhcb_user", 360): 4.0, ("lhcb_user", 21600): 4.0,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory() as s:
-        table = share_table(s, shared)
-        in_force = shares_in_force(s, shared)
-        row = s.get(GroupShare, "lhcb_user")
+        table = share_table(s, shared, "lhcb")
+        in_force = shares_in_force(s, shared, "lhcb")
+        row = s.get(GroupShare, ("lhcb", "lhcb_user"))
     assert table == [ShareEntry("lhcb_admin", 2.0, "settings"),
                      ShareEntry("lhcb_user", 8.0, "operator")]
     assert in_force == {"lhcb_user": 8.0, "lhcb_admin": 2.0}
@@ -71,14 +71,14 @@ def test_set_share_again_replaces_it(db: Database, shared: Settings, now: dateti
     fill(db, shared, now)
     later = now + timedelta(hours=1)
     with db.factory.begin() as s:
-        set_share(s, shared, "lhcb_prod", 5.0, by="alice", now=now)
+        set_share(s, shared, "lhcb", "lhcb_prod", 5.0, by="alice", now=now)
     with db.factory.begin() as s:
-        set_share(s, shared, "lhcb_prod", 0.5, by="bob", now=later)
+        set_share(s, shared, "lhcb", "lhcb_prod", 0.5, by="bob", now=later)
     assert priorities(db)[("lhcb_prod", 360)] == pytest.approx(0.5)
     with db.factory() as s:
         rows = [(r.owner_group, r.share, r.updated_by, r.updated_at)
                 for r in s.scalars(select(GroupShare))]
-        table = share_table(s, shared)
+        table = share_table(s, shared, "lhcb")
     assert rows == [("lhcb_prod", 0.5, "bob", later)]
     assert ShareEntry("lhcb_prod", 0.5, "operator") in table
 
@@ -87,29 +87,30 @@ def test_reset_share_returns_to_the_settings(db: Database, shared: Settings,
                                              now: datetime) -> None:
     fill(db, shared, now)
     with db.factory.begin() as s:
-        set_share(s, shared, "lhcb_user", 10.0, by="operator", now=now)
-        set_share(s, shared, "lhcb_prod", 4.0, by="operator", now=now)
+        set_share(s, shared, "lhcb", "lhcb_user", 10.0, by="operator", now=now)
+        set_share(s, shared, "lhcb", "lhcb_prod", 4.0, by="operator", now=now)
     with db.factory.begin() as s:
-        changed = reset_share(s, shared, "lhcb_user")
+        changed = reset_share(s, shared, "lhcb", "lhcb_user")
     assert list(changed.values()) == pytest.approx([1.5, 1.5])
     with db.factory.begin() as s:
-        reset_share(s, shared, "lhcb_prod")  # not in the settings: the default share
+        # not in the settings: the default share
+        reset_share(s, shared, "lhcb", "lhcb_prod")
     assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 21600): 1.5,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory() as s:
-        assert share_table(s, shared) == [ShareEntry("lhcb_admin", 2.0, "settings"),
+        assert share_table(s, shared, "lhcb") == [ShareEntry("lhcb_admin", 2.0, "settings"),
                                           ShareEntry("lhcb_user", 3.0, "settings")]
         assert s.scalar(select(func.count()).select_from(GroupShare)) == 0
     with db.factory.begin() as s, pytest.raises(NotFoundError):
-        reset_share(s, shared, "lhcb_user")
+        reset_share(s, shared, "lhcb", "lhcb_user")
 
 
 def test_share_of_a_group_without_queues(db: Database, shared: Settings,
                                          now: datetime) -> None:
     with db.factory.begin() as s:
-        assert set_share(s, shared, "lhcb_calib", 2.5, by="operator", now=now) == {}
+        assert set_share(s, shared, "lhcb", "lhcb_calib", 2.5, by="operator", now=now) == {}
     with db.factory() as s:
-        assert ShareEntry("lhcb_calib", 2.5, "operator") in share_table(s, shared)
+        assert ShareEntry("lhcb_calib", 2.5, "operator") in share_table(s, shared, "lhcb")
     with db.factory.begin() as s:  # queues created later get the operator's share
         submit(s, shared, now, [requirements(owner_group="lhcb_calib", owner="c")])
     assert priorities(db) == pytest.approx({("lhcb_calib", 360): 2.5})
@@ -124,7 +125,7 @@ def test_invalid_shares_are_refused(db: Database, shared: Settings, now: datetim
     fill(db, shared, now)
     before = priorities(db)
     with db.factory.begin() as s, pytest.raises(InvalidInputError):
-        set_share(s, shared, group, share, by="operator", now=now)
+        set_share(s, shared, "lhcb", group, share, by="operator", now=now)
     with db.factory() as s:
         assert s.scalar(select(func.count()).select_from(GroupShare)) == 0
     assert priorities(db) == before
@@ -133,7 +134,7 @@ def test_invalid_shares_are_refused(db: Database, shared: Settings, now: datetim
 def test_the_draw_follows_a_new_share(db: Database, shared: Settings, now: datetime) -> None:
     groups = fill(db, shared, now)
     with db.factory.begin() as s:
-        set_share(s, shared, "lhcb_prod", 1e6, by="operator", now=now)
+        set_share(s, shared, "lhcb", "lhcb_prod", 1e6, by="operator", now=now)
     picks: Counter[str] = Counter()
     rng = random.Random(7)
     for _ in range(5):

@@ -25,17 +25,17 @@ def test_db_upgrade_then_current(tmp_path: Path) -> None:
     assert "(empty database) - behind" in first.stdout
     up = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
     assert up.returncode == 0, up.stderr
-    assert "revision (empty) -> 0002" in up.stdout
+    assert "revision (empty) -> 0003" in up.stdout
     again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert "revision 0002 -> 0002" in again.stdout
+    assert "revision 0003 -> 0003" in again.stdout
     current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert current.stdout.strip() == "0002 - up to date"
+    assert current.stdout.strip() == "0003 - up to date"
 
 
 def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
     out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0002 - up to date"
+    assert out.stdout.strip() == "0003 - up to date"
 
 
 def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
@@ -66,4 +66,4 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     waiting, failed = int(submitted[1]), int(submitted[2])
     assert waiting + failed == 400 and failed > 0  # the demo shows a failure and its reason
     assert "failed: Requirements: no queue offers SoftwareTag 'VO-lhcb-gauss-v99'" in out.stdout
-    assert f"Jobs by status: Failed {failed}, Matched {waiting}; left waiting: 0." in out.stdout
+    assert f"Jobs by status: Done {waiting}, Failed {failed}; left waiting: 0." in out.stdout
