@@ -1,0 +1,161 @@
+"""``gridpilot-pilot``: the worker-node program's command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from pilot.loop import EXIT_OK, EXIT_REFUSED, EXIT_UNSENT, EXIT_USAGE, Pilot, PilotOptions
+from pilot.resource import NodeDescription, detect_platform
+
+EPILOG = f"""\
+Environment: GRIDPILOT_MATCHER_URL, GRIDPILOT_PILOT_TOKEN (the token itself; it is never passed
+to payloads), GRIDPILOT_VO, GRIDPILOT_SITE, GRIDPILOT_CE, GRIDPILOT_QUEUE and
+GRIDPILOT_PILOT_REFERENCE give defaults for the options of the same name; MACHINEFEATURES,
+JOBFEATURES and JOBSTATUS are the HEPiX directories (or URLs, for the first two).
+
+The pilot fills its cores: it asks the matcher for jobs that fit the free cores, memory and the
+time left before its wall limit and any shutdown time, runs each as a subprocess in its own
+work directory with its own $JOBFEATURES, heartbeats, obeys kill commands, reports exit codes
+and output tails, and keeps $JOBSTATUS current for the site. It stops when it has had no job
+for --idle-timeout seconds, when no time is left, when the drain file appears (after its
+payloads end), or at the shutdown time (its payloads are stopped and handed back for
+rescheduling). SIGTERM or SIGINT acts as an immediate shutdown.
+
+Exit codes:
+  {EXIT_OK}  finished normally (idle, out of time, drained or shut down); every report delivered
+  {EXIT_USAGE}  wrong options or environment
+  {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site): no more matching
+  {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
+     WORKDIR/undelivered-reports.json
+"""
+
+
+def _env(name: str) -> str | None:
+    return os.environ.get(name) or None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gridpilot-pilot", description="Pull jobs from a gridpilot matcher and run them on "
+        "this worker node.", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    where = p.add_argument_group("the matcher and this pilot")
+    where.add_argument("--matcher", default=_env("GRIDPILOT_MATCHER_URL"),
+                       help="the matcher's base URL, e.g. https://wms.example.org")
+    where.add_argument("--token-file", type=Path,
+                       help="file holding the pilot token (else $GRIDPILOT_PILOT_TOKEN)")
+    where.add_argument("--reference", default=_env("GRIDPILOT_PILOT_REFERENCE"),
+                       help="this pilot's reference, as the site director recorded it "
+                            "(default: HOST-PID-TIME)")
+    node = p.add_argument_group("the resource description")
+    node.add_argument("--vo", default=_env("GRIDPILOT_VO"), help="the VO whose jobs to run")
+    node.add_argument("--site", default=_env("GRIDPILOT_SITE"), help="grid site name")
+    node.add_argument("--ce", default=_env("GRIDPILOT_CE"), help="computing element")
+    node.add_argument("--queue", default=_env("GRIDPILOT_QUEUE"), help="batch queue")
+    node.add_argument("--platform", default=None,
+                      help="platform label (default: detected, e.g. x86_64-el9)")
+    node.add_argument("--tag", action="append", default=[], dest="tags",
+                      help="a tag the node offers (repeatable)")
+    node.add_argument("--required-tag", action="append", default=[], dest="required_tags",
+                      help="a tag every job must carry (repeatable; also given as --tag)")
+    node.add_argument("--submit-pools", default=None,
+                      help="comma-separated SubmitPool ids the site director found for this "
+                           "queue ('' for none); when absent the pilot asks the matcher "
+                           "(getSubmitPoolsForQueue)")
+    node.add_argument("--cores", type=int, default=None,
+                      help="cores to fill (default: allocated_CPU of $JOBFEATURES, else all "
+                           "CPUs of the node)")
+    node.add_argument("--memory", type=int, default=None,
+                      help="memory to fill, MB (default: mem_limit_MB of $JOBFEATURES)")
+    files = p.add_argument_group("HEPiX features and site controls")
+    files.add_argument("--machine-features", default=_env("MACHINEFEATURES"),
+                       help="$MACHINEFEATURES directory or URL")
+    files.add_argument("--job-features", default=_env("JOBFEATURES"),
+                       help="$JOBFEATURES directory or URL")
+    files.add_argument("--jobstatus", type=Path, default=_env("JOBSTATUS"),
+                       help="$JOBSTATUS directory the pilot keeps current for the site")
+    files.add_argument("--drain-file", type=Path, default=None,
+                       help="when this file exists, start no new payload and exit after the "
+                            "running ones end")
+    files.add_argument("--workdir", type=Path, default=Path("gridpilot-work"),
+                       help="where payloads get their work directories (default: "
+                            "./gridpilot-work)")
+    timing = p.add_argument_group("timing")
+    timing.add_argument("--idle-timeout", type=float, default=600.0,
+                        help="stop after this many seconds without any job (default 600)")
+    timing.add_argument("--heartbeat", type=float, default=60.0,
+                        help="seconds between heartbeats (default 60)")
+    timing.add_argument("--grace", type=float, default=30.0,
+                        help="seconds between SIGTERM and SIGKILL for a payload (default 30)")
+    timing.add_argument("--margin", type=float, default=60.0,
+                        help="seconds kept free before a limit when matching (default 60)")
+    timing.add_argument("--backoff-cap", type=float, default=60.0,
+                        help="longest wait between match attempts after no match or an "
+                             "unreachable matcher, seconds (default 60; jittered)")
+    timing.add_argument("--report-timeout", type=float, default=600.0,
+                        help="how long to keep retrying undelivered reports at the end "
+                             "(default 600)")
+    p.add_argument("--priority-factor", type=float, default=1.0,
+                   help="how critical this pilot's work is, written to $JOBSTATUS for the "
+                        "site's drain decisions (default 1.0)")
+    p.add_argument("-v", "--verbose", action="store_true", help="log every step")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    problems = []
+    if not args.matcher:
+        problems.append("--matcher (or GRIDPILOT_MATCHER_URL) is required")
+    if not args.vo:
+        problems.append("--vo (or GRIDPILOT_VO) is required")
+    token = _env("GRIDPILOT_PILOT_TOKEN")
+    if args.token_file is not None:
+        try:
+            token = args.token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            problems.append(f"--token-file {args.token_file} cannot be read: {exc}")
+    if not token:
+        problems.append("a token is required: --token-file or GRIDPILOT_PILOT_TOKEN")
+    if not 0 <= args.priority_factor < float("inf"):
+        problems.append(f"--priority-factor must be a number >= 0, got {args.priority_factor}")
+    for name in ("cores", "memory"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            problems.append(f"--{name} must be at least 1, got {value}")
+    if problems:
+        for problem in problems:
+            print(f"gridpilot-pilot: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    pools = None
+    if args.submit_pools is not None:
+        pools = tuple(p.strip() for p in args.submit_pools.split(",") if p.strip())
+    reference = args.reference or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
+    node = NodeDescription(
+        vo=args.vo, reference=reference, site=args.site, ce=args.ce, queue=args.queue,
+        platform=args.platform or detect_platform(),
+        tags=tuple(dict.fromkeys([*args.tags, *args.required_tags])),
+        required_tags=tuple(args.required_tags), submit_pools=pools)
+    options = PilotOptions(
+        matcher_url=args.matcher, token=token or "", node=node, workdir=args.workdir.resolve(),
+        machine_features=args.machine_features, job_features=args.job_features,
+        jobstatus=args.jobstatus, drain_file=args.drain_file, cores=args.cores,
+        memory_mb=args.memory, idle_timeout=args.idle_timeout,
+        heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
+        backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
+        priority_factor=args.priority_factor)
+    summary = Pilot(options).run()
+    print(summary.line())
+    return summary.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

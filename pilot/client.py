@@ -1,0 +1,129 @@
+"""The pilot's side of the matcher's HTTP API (paths and payloads in pilot.protocol).
+
+Every call either returns the answer or raises :class:`TransientError` (the matcher cannot be
+reached, timed out, or answered 5xx/429: try again later) or :class:`RefusedError` (a 4xx: the
+request itself is wrong or not allowed; trying again will not help). Back-off is the caller's,
+with :class:`Backoff`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+
+from pilot import protocol
+from pilot.protocol import JobPayload
+
+
+class MatcherError(Exception):
+    """A call to the matcher did not succeed."""
+
+
+class TransientError(MatcherError):
+    """The matcher could not answer now; the same call may succeed later."""
+
+
+class RefusedError(MatcherError):
+    """The matcher refused the call (4xx); ``status`` and ``detail`` say why."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(f"{status}: {detail}")
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class MatchAnswer:
+    jobs: list[JobPayload]
+    reason: str | None = None
+    detail: str = ""
+
+
+class MatcherClient:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
+                 session: requests.Session | None = None) -> None:
+        self.api = base_url.rstrip("/") + protocol.API_PREFIX
+        self.timeout = timeout
+        self.http = session or requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token}"
+
+    def match(self, resource: Mapping[str, Any], count: int = 1) -> MatchAnswer:
+        answer = self._call("POST", protocol.MATCH_PATH, {"resource": dict(resource),
+                                                          "count": count})
+        try:
+            jobs = [JobPayload.from_dict(job) for job in answer["jobs"]]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TransientError(f"the match answer cannot be read: {exc}") from exc
+        no_match = answer.get("no_match") or {}
+        return MatchAnswer(jobs, no_match.get("reason"), no_match.get("detail", ""))
+
+    def heartbeat(self, reference: str, beats: Sequence[Mapping[str, Any]]) -> dict[int, str]:
+        answer = self._call("POST", protocol.HEARTBEAT_PATH,
+                            {"pilot_reference": reference, "jobs": list(beats)})
+        return {int(c["job_id"]): str(c["command"]) for c in answer.get("commands", [])}
+
+    def report(self, job_id: int, body: Mapping[str, Any]) -> str:
+        answer = self._call("POST", protocol.JOB_STATUS_PATH.format(job_id=job_id), dict(body))
+        return str(answer.get("status", ""))
+
+    def submit_pools(self, site: str, ce: str, queue: str) -> list[str]:
+        answer = self._call("GET", protocol.SUBMIT_POOLS_PATH,
+                            params={"site": site, "ce": ce, "queue": queue})
+        return [str(p) for p in answer.get("submit_pools", [])]
+
+    def register(self, reference: str, *, site: str, ce: str, queue: str, status: str) -> None:
+        self._call("PUT", protocol.PILOT_PATH.format(reference=reference),
+                   {"site": site, "ce": ce, "queue": queue, "status": status})
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
+              params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        try:
+            response = self.http.request(method, self.api + path, json=body, params=params,
+                                         timeout=self.timeout)
+        except requests.RequestException as exc:
+            raise TransientError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
+        if response.status_code >= 500 or response.status_code == 429:
+            raise TransientError(f"{method} {path}: {response.status_code} "
+                                 f"{_detail(response)}")
+        if response.status_code >= 400:
+            raise RefusedError(response.status_code, _detail(response))
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise TransientError(f"{method} {path}: the answer is not JSON") from exc
+        if not isinstance(data, dict):
+            raise TransientError(f"{method} {path}: the answer is not a JSON object")
+        return data
+
+
+def _detail(response: requests.Response) -> str:
+    try:
+        data = response.json()
+    except ValueError:
+        return response.text[:200]
+    if isinstance(data, dict) and "detail" in data:
+        return str(data["detail"])
+    return response.text[:200]
+
+
+class Backoff:
+    """Exponential back-off with full jitter: the n-th delay is uniform in
+    [0, min(cap, base * 2^n)], so many pilots that failed together do not retry together."""
+
+    def __init__(self, base: float = 1.0, cap: float = 60.0,
+                 rng: random.Random | None = None) -> None:
+        self.base, self.cap = base, cap
+        self.failures = 0
+        self.rng = rng or random.Random()
+
+    def next_delay(self) -> float:
+        delay = self.rng.uniform(0, min(self.cap, self.base * 2 ** self.failures))
+        self.failures = min(self.failures + 1, 30)
+        return max(delay, self.base / 10)
+
+    def reset(self) -> None:
+        self.failures = 0

@@ -1,0 +1,398 @@
+"""The pilot's loop: fill the allocated cores with payloads while time remains, keep the
+matcher and ``$JOBSTATUS`` informed, stop cleanly when the node is drained or shut down.
+
+One thread, one loop that wakes a few times a second. Each turn it: reads the dynamic machine
+and job features (shutdown times) and the operator's drain file; stops everything if the
+shutdown time has come; reaps payloads that ended and queues their reports; stops payloads past
+their wall limit or killed by the matcher; sends heartbeats when due; sends queued reports; and,
+unless it is retiring, asks for jobs while cores are free and time is left. Reports survive a
+matcher that is down: they wait in order and are retried with back-off, up to a deadline at the
+end of the pilot's life.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from pilot import protocol
+from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
+from pilot.features import Features
+from pilot.jobstatus import RunningPayload, compute_status, write_status
+from pilot.payload import Payload, start_payload, wait_all
+from pilot.resource import NodeDescription
+
+log = logging.getLogger("pilot")
+
+#: Exit codes of gridpilot-pilot.
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_UNSENT = 4
+
+
+@dataclass(frozen=True)
+class PilotOptions:
+    matcher_url: str
+    token: str
+    node: NodeDescription
+    workdir: Path
+    machine_features: str | None = None
+    job_features: str | None = None
+    jobstatus: Path | None = None
+    drain_file: Path | None = None
+    #: Cores and memory (MB) to fill; None: from $JOBFEATURES (cores: else the node's CPUs).
+    cores: int | None = None
+    memory_mb: int | None = None
+    #: Stop after this many seconds without a payload and without a match.
+    idle_timeout: float = 600.0
+    heartbeat_interval: float = 60.0
+    #: Seconds between SIGTERM and SIGKILL when a payload is stopped.
+    grace: float = 30.0
+    #: Do not start a job when less than this many seconds remain before a limit.
+    margin: float = 60.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 60.0
+    #: How long the pilot keeps trying to deliver reports after its last payload ended.
+    report_timeout: float = 600.0
+    priority_factor: float = 1.0
+    tick: float = 0.2
+
+
+@dataclass
+class Summary:
+    started: int = 0
+    done: int = 0
+    failed: int = 0
+    killed: int = 0
+    rescheduled: int = 0
+    unsent: int = 0
+    stopped_because: str = ""
+    exit_code: int = EXIT_OK
+
+    def line(self) -> str:
+        return (f"pilot finished ({self.stopped_because}): {self.started} payloads started, "
+                f"{self.done} done, {self.failed} failed, {self.killed} killed, "
+                f"{self.rescheduled} handed back for rescheduling, {self.unsent} reports "
+                f"undelivered")
+
+
+@dataclass
+class _Report:
+    job_id: int
+    body: dict[str, Any]
+
+
+@dataclass
+class Pilot:
+    options: PilotOptions
+    client: MatcherClient | None = None
+    clock: Callable[[], float] = time.time
+    features: Features = field(init=False)
+    payloads: dict[int, Payload] = field(default_factory=dict)
+    outbox: list[_Report] = field(default_factory=list)
+    summary: Summary = field(default_factory=Summary)
+    retiring: str = ""
+    _signalled: str = ""
+
+    def __post_init__(self) -> None:
+        o = self.options
+        self.features = Features(o.machine_features, o.job_features)
+        self.client = self.client or MatcherClient(o.matcher_url, o.token)
+        self.match_backoff = Backoff(o.backoff_base, o.backoff_cap)
+        self.report_backoff = Backoff(o.backoff_base, o.backoff_cap)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self) -> Summary:
+        o = self.options
+        now = self.clock()
+        limits = self.features.limits(now)
+        self.cores = o.cores or limits.cores or os.cpu_count() or 1
+        self.memory_mb = o.memory_mb or limits.memory_mb
+        self.node = o.node
+        o.workdir.mkdir(parents=True, exist_ok=True)
+        self._install_signal_handlers()
+        log.info("pilot %s: %d cores, %s MB, matcher %s", o.node.reference, self.cores,
+                 self.memory_mb or "unknown", o.matcher_url)
+        self._register("Running")
+        pools_known = o.node.submit_pools is not None or not (o.node.site and o.node.ce
+                                                               and o.node.queue)
+        next_match = next_beat = now
+        next_report = now
+        idle_since: float | None = now
+        self._write_jobstatus(now)
+        while True:
+            now = self.clock()
+            limits = self.features.limits(now)
+            shutdown = limits.shutdown
+            if self._signalled:
+                self._shutdown(f"pilot received {self._signalled}")
+                break
+            if shutdown is not None and now >= shutdown:
+                self._shutdown("the node's shutdown time has come")
+                break
+            # A shutdown time ahead only shortens the time left that matching offers (see
+            # _fill); a drain file stops matching at once.
+            if not self.retiring and o.drain_file is not None and o.drain_file.exists():
+                self._retire(f"drain file {o.drain_file} exists", now)
+            self._reap(now)
+            self._enforce(now)
+            if now >= next_beat and self.payloads:
+                self._heartbeat(now)
+                next_beat = now + o.heartbeat_interval
+            if self.outbox and now >= next_report:
+                next_report = now + self._flush_reports()
+            if not pools_known and now >= next_match:
+                pools_known = self._fetch_submit_pools()
+                if not pools_known:
+                    next_match = now + self.match_backoff.next_delay()
+            if pools_known and not self.retiring and now >= next_match:
+                next_match = self._fill(now, limits, shutdown)
+            if self.payloads:
+                idle_since = None
+            elif self.retiring:
+                break
+            else:
+                idle_since = idle_since or now
+                if now - idle_since >= o.idle_timeout:
+                    self.retiring = f"no job for {o.idle_timeout:.0f} s"
+                    break
+            time.sleep(o.tick)
+        self.summary.stopped_because = self.retiring
+        self._deliver_remaining()
+        self._write_jobstatus(self.clock())
+        self._register("Done")
+        return self.summary
+
+    # -- matching and starting ---------------------------------------------------------------
+
+    def _free_cores(self) -> int:
+        return self.cores - sum(p.cores for p in self.payloads.values())
+
+    def _free_memory(self) -> int | None:
+        if self.memory_mb is None:
+            return None
+        return max(0, self.memory_mb - sum(p.memory_mb for p in self.payloads.values()))
+
+    def _fill(self, now: float, limits: Any, shutdown: float | None) -> float:
+        """Ask for jobs while cores are free; return when to ask next."""
+        assert self.client is not None
+        o = self.options
+        factor = limits.cpu_factor or 1.0
+        while self._free_cores() > 0:
+            seconds = limits.seconds_left(now)
+            if seconds is not None:
+                seconds -= o.margin
+                if seconds <= 0:
+                    if not self.payloads:
+                        self._retire("no time left for another job", now)
+                    return now + o.backoff_cap
+            cpu_left = None if seconds is None else int(seconds * factor)
+            if limits.cpu_left is not None:
+                per_core = int(limits.cpu_left / self.cores)
+                cpu_left = per_core if cpu_left is None else min(cpu_left, per_core)
+            resource = self.node.resource(free_cores=self._free_cores(),
+                                          free_memory_mb=self._free_memory(),
+                                          cpu_time_left=cpu_left)
+            try:
+                answer = self.client.match(resource, count=1)
+            except TransientError as exc:
+                log.warning("matcher unavailable: %s", exc)
+                return now + self.match_backoff.next_delay()
+            except RefusedError as exc:
+                log.error("the matcher refuses this pilot's match requests: %s", exc)
+                self.summary.exit_code = EXIT_REFUSED
+                self._retire(f"match refused ({exc.status}: {exc.detail})", now)
+                return now
+            if not answer.jobs:
+                log.debug("no match: %s (%s)", answer.reason, answer.detail)
+                return now + self.match_backoff.next_delay()
+            self.match_backoff.reset()
+            for job in answer.jobs:
+                self._start(job, now, limits, shutdown)
+        return now
+
+    def _start(self, job: protocol.JobPayload, now: float, limits: Any,
+               shutdown: float | None) -> None:
+        o = self.options
+        cores = max(1, min(job.processors or 1, self._free_cores()))
+        ends = [end for end in (limits.wall_end, shutdown) if end is not None]
+        max_end = min(ends) if ends else now + 7 * 86400
+        memory = job.memory or (int(self.memory_mb * cores / self.cores)
+                                if self.memory_mb else 0)
+        try:
+            payload = start_payload(job, cores=cores, memory_mb=memory, root=o.workdir, now=now,
+                                    max_end=max_end, cpu_factor=limits.cpu_factor,
+                                    machine_features=o.machine_features,
+                                    base_env=os.environ)
+        except OSError as exc:
+            log.error("job %d cannot start: %s", job.job_id, exc)
+            self.summary.failed += 1
+            self.outbox.append(_Report(job.job_id, {
+                "status": protocol.FAILED, "exit_code": 127,
+                "minor_status": f"Payload could not start: {exc}"[:255]}))
+            return
+        self.payloads[job.job_id] = payload
+        self.summary.started += 1
+        log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
+        self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
+        self._write_jobstatus(now)
+
+    # -- running payloads --------------------------------------------------------------------
+
+    def _reap(self, now: float) -> None:
+        for job_id, p in list(self.payloads.items()):
+            code = p.poll()
+            if code is None:
+                continue
+            del self.payloads[job_id]
+            body: dict[str, Any] = {"exit_code": code, "output_tail": p.tail(),
+                                    "cpu_used": p.cpu_used()}
+            why = p.stopping[1] if p.stopping else ""
+            if why == "killed by the matcher":
+                self.summary.killed += 1
+                body.update(status=protocol.FAILED, minor_status="Payload killed on request")
+            elif why:
+                self.summary.failed += 1
+                body.update(status=protocol.FAILED, minor_status=f"Payload stopped: {why}")
+            elif code == 0:
+                self.summary.done += 1
+                body.update(status=protocol.DONE)
+            else:
+                self.summary.failed += 1
+                body.update(status=protocol.FAILED)
+            log.info("job %d ended with exit code %d", job_id, code)
+            self.outbox.append(_Report(job_id, body))
+            self._write_jobstatus(now)
+
+    def _enforce(self, now: float) -> None:
+        for p in self.payloads.values():
+            if p.stopping is None and now >= p.max_end:
+                p.stop("wall limit reached", now)
+            p.enforce(now, self.options.grace)
+
+    def _heartbeat(self, now: float) -> None:
+        assert self.client is not None
+        beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2)}
+                 for p in self.payloads.values() if p.poll() is None]
+        try:
+            commands = self.client.heartbeat(self.node.reference, beats)
+        except (TransientError, RefusedError) as exc:
+            log.warning("heartbeat not delivered: %s", exc)
+            return
+        for job_id, command in commands.items():
+            payload = self.payloads.get(job_id)
+            if command == protocol.KILL and payload is not None:
+                log.info("job %d: the matcher says kill", job_id)
+                payload.stop("killed by the matcher", now)
+
+    # -- reports -----------------------------------------------------------------------------
+
+    def _flush_reports(self) -> float:
+        """Send queued reports in order; return the delay before trying again."""
+        assert self.client is not None
+        while self.outbox:
+            report = self.outbox[0]
+            try:
+                self.client.report(report.job_id, {"pilot_reference": self.node.reference,
+                                                   **report.body})
+            except TransientError as exc:
+                log.warning("report on job %d not delivered yet: %s", report.job_id, exc)
+                return self.report_backoff.next_delay()
+            except RefusedError as exc:
+                log.error("report on job %d refused: %s", report.job_id, exc)
+            self.outbox.pop(0)
+            self.report_backoff.reset()
+        return 0.0
+
+    def _deliver_remaining(self) -> None:
+        deadline = self.clock() + self.options.report_timeout
+        while self.outbox and self.clock() < deadline:
+            delay = self._flush_reports()
+            if self.outbox:
+                time.sleep(min(delay, max(0.0, deadline - self.clock())))
+        if self.outbox:
+            self.summary.unsent = len(self.outbox)
+            self.summary.exit_code = EXIT_UNSENT
+            path = self.options.workdir / "undelivered-reports.json"
+            path.write_text(json.dumps([{"job_id": r.job_id, **r.body} for r in self.outbox]),
+                            encoding="utf-8")
+            log.error("%d reports could not be delivered; kept in %s", len(self.outbox), path)
+
+    # -- retiring and stopping ---------------------------------------------------------------
+
+    def _retire(self, why: str, now: float) -> None:
+        if not self.retiring:
+            log.info("retiring: %s", why)
+            self.retiring = why
+            self._write_jobstatus(now)
+
+    def _shutdown(self, why: str) -> None:
+        """Stop every payload now and hand its job back for rescheduling."""
+        self.retiring = why
+        running = list(self.payloads.values())
+        wait_all(running, self.options.grace)
+        for p in running:
+            self.summary.rescheduled += 1
+            self.outbox.append(_Report(p.job_id, {
+                "status": protocol.RESCHEDULED, "minor_status": f"Pilot stopped: {why}"[:255],
+                "output_tail": p.tail(), "cpu_used": p.cpu_used()}))
+        self.payloads.clear()
+
+    def _install_signal_handlers(self) -> None:
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            self._signalled = signal.Signals(signum).name
+
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+            try:
+                signal.signal(signum, handler)
+            except ValueError:  # not the main thread (tests): no handlers
+                return
+
+    # -- the site's view ---------------------------------------------------------------------
+
+    def _write_jobstatus(self, now: float) -> None:
+        if self.options.jobstatus is None:
+            return
+        payloads = [RunningPayload(p.cores, p.started, p.expected_end, p.max_end)
+                    for p in self.payloads.values()]
+        try:
+            write_status(self.options.jobstatus, compute_status(
+                self.cores, payloads, now=now, can_postpone=bool(self.retiring),
+                priority_factor=self.options.priority_factor,
+                pilot_reference=self.node.reference))
+        except (OSError, ValueError) as exc:
+            log.warning("$JOBSTATUS %s cannot be written: %s", self.options.jobstatus, exc)
+
+    def _register(self, status: str) -> None:
+        n = self.node
+        if not (n.site and n.ce and n.queue):
+            return
+        assert self.client is not None
+        try:
+            self.client.register(n.reference, site=n.site, ce=n.ce, queue=n.queue,
+                                 status=status)
+        except (TransientError, RefusedError) as exc:
+            log.warning("pilot registration (%s) not delivered: %s", status, exc)
+
+    def _fetch_submit_pools(self) -> bool:
+        assert self.client is not None
+        n = self.node
+        assert n.site and n.ce and n.queue
+        try:
+            pools = self.client.submit_pools(n.site, n.ce, n.queue)
+        except (TransientError, RefusedError) as exc:
+            log.warning("SubmitPools not fetched: %s", exc)
+            return False
+        self.node = NodeDescription(**{**n.__dict__, "submit_pools": tuple(pools)})
+        log.info("SubmitPools of %s/%s/%s: %s", n.site, n.ce, n.queue, pools or "none")
+        return True

@@ -1,0 +1,64 @@
+"""What the pilot tells the matcher about its worker node (the resource description)."""
+
+from __future__ import annotations
+
+import platform as _platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+def detect_platform(os_release: Path = Path("/etc/os-release")) -> str:
+    """The node's platform as grid sites name it: architecture and OS, e.g. ``x86_64-el9``
+    (Enterprise Linux rebuilds), ``x86_64-debian12``, ``aarch64-ubuntu24``."""
+    arch = _platform.machine() or "unknown"
+    fields: dict[str, str] = {}
+    try:
+        for line in os_release.read_text(encoding="utf-8").splitlines():
+            key, sep, value = line.partition("=")
+            if sep:
+                fields[key.strip()] = value.strip().strip('"')
+    except OSError:
+        return f"{arch}-{_platform.system().lower() or 'unknown'}"
+    os_id = fields.get("ID", "linux").lower()
+    major = fields.get("VERSION_ID", "").split(".")[0]
+    like = fields.get("ID_LIKE", "").lower().split()
+    if os_id in ("rhel", "centos", "almalinux", "rocky", "ol") or "rhel" in like:
+        os_id = "el"
+    return f"{arch}-{os_id}{major}"
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    """The fixed part of the description: where the pilot runs and what the node offers."""
+
+    vo: str
+    reference: str
+    site: str | None = None
+    ce: str | None = None
+    queue: str | None = None
+    platform: str | None = None
+    tags: tuple[str, ...] = ()
+    required_tags: tuple[str, ...] = ()
+    #: None: not known (the matcher then only gives jobs without RFC 7 requirements).
+    submit_pools: tuple[str, ...] | None = None
+    owner_group: str | None = None
+
+    def resource(self, *, free_cores: int, free_memory_mb: int | None,
+                 cpu_time_left: int | None) -> dict[str, Any]:
+        """The description for one match request, with what is free right now."""
+        data: dict[str, Any] = {"vo": self.vo, "pilot_reference": self.reference,
+                                "tags": list(self.tags),
+                                "required_tags": list(self.required_tags),
+                                "processors": free_cores}
+        for key, value in (("site", self.site), ("ce", self.ce), ("queue", self.queue),
+                           ("platform", self.platform), ("owner_group", self.owner_group)):
+            if value:
+                data[key] = value
+        if self.submit_pools is not None:
+            data["submit_pools"] = list(self.submit_pools)
+        if free_memory_mb is not None:
+            data["memory"] = free_memory_mb
+        if cpu_time_left is not None:
+            data["cpu_time"] = cpu_time_left
+        return data

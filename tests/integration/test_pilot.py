@@ -1,0 +1,216 @@
+"""The whole pilot against a real matcher on loopback, running real payload subprocesses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from gridpilot import schema
+from gridpilot.devserver import free_port, matcher_server
+from matcher.auth import issue_token
+from pilot.features import write_features
+from pilot.jobstatus import read_status
+from taskqueue.database import make_engine
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "pilot-integration-secret-0123456789"
+SITE, CE, QUEUE = "DIRAC.Demo.local", "localhost", "local"
+
+#: A payload that records its start and end (time, cores, allocated_CPU from its own
+#: $JOBFEATURES) in a shared file, then sleeps.
+PAYLOAD = '''\
+import os, sys, time
+record, seconds = sys.argv[1], float(sys.argv[2])
+cores = os.environ["GRIDPILOT_JOB_CORES"]
+with open(os.path.join(os.environ["JOBFEATURES"], "allocated_CPU")) as f:
+    allocated = f.read().strip()
+with open(os.path.join(os.getcwd(), "pid"), "w") as f:
+    f.write(str(os.getpid()))
+def note(what):
+    with open(record, "a") as f:
+        f.write(f"{what} {time.time()} {cores} {allocated} {os.environ['GRIDPILOT_JOB_ID']}\\n")
+note("start")
+time.sleep(seconds)
+note("end")
+print("payload finished after", seconds, "s")
+'''
+
+
+class Grid:
+    """A matcher on an SQLite database, with tokens and helpers to submit and inspect."""
+
+    def __init__(self, base: str, tmp: Path) -> None:
+        self.base = base
+        self.tmp = tmp
+        self.user = requests.Session()
+        self.user.headers["Authorization"] = "Bearer " + issue_token(
+            SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user", lifetime=3600)
+        self.pilot_token = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb",
+                                       group="lhcb_pilot", lifetime=3600, site=SITE)
+        self.script = tmp / "payload.py"
+        self.script.write_text(PAYLOAD, encoding="utf-8")
+        self.record = tmp / "record.txt"
+
+    def submit(self, seconds: float, processors: int = 1, n: int = 1) -> list[int]:
+        jdl = (f'[ Executable = "{sys.executable}"; '
+               f'Arguments = "{self.script} {self.record} {seconds}"; CPUTime = 600; '
+               f'NumberOfProcessors = {processors}'
+               + (f'; Parameters = {n}' if n > 1 else "") + ' ]')
+        response = self.user.post(f"{self.base}/api/v1/jobs", data=jdl.encode(),
+                                  headers={"Content-Type": "text/plain"}, timeout=30)
+        assert response.status_code == 201, response.text
+        ids: list[int] = response.json()["job_ids"]
+        return ids
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        response = self.user.get(f"{self.base}/api/v1/jobs/{job_id}", timeout=30)
+        assert response.status_code == 200, response.text
+        data: dict[str, Any] = response.json()
+        return data
+
+    def wait_status(self, job_id: int, statuses: set[str], timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.job(job_id)["status"] not in statuses:
+            assert time.monotonic() < deadline, f"job {job_id} never reached {statuses}"
+            time.sleep(0.2)
+
+    def pilot(self, *args: str, features: tuple[Path | None, Path | None] = (None, None)
+              ) -> subprocess.Popen[str]:
+        env = {**os.environ, "GRIDPILOT_PILOT_TOKEN": self.pilot_token}
+        for name, path in zip(("MACHINEFEATURES", "JOBFEATURES"), features, strict=True):
+            env.pop(name, None)
+            if path is not None:
+                env[name] = str(path)
+        return subprocess.Popen(
+            [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
+             "--site", SITE, "--ce", CE, "--queue", QUEUE, "--workdir", str(self.tmp / "work"),
+             "--heartbeat", "0.5", "--grace", "2", "--backoff-cap", "1", "--margin", "0",
+             *args],
+            env=env, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def intervals(self) -> list[tuple[float, float, int, int]]:
+        starts: dict[str, tuple[float, int, int]] = {}
+        out = []
+        for line in self.record.read_text().splitlines():
+            what, at, cores, allocated, job = line.split()
+            if what == "start":
+                starts[job] = (float(at), int(cores), int(allocated))
+            else:
+                t0, c, a = starts.pop(job)
+                out.append((t0, float(at), c, a))
+        return out
+
+
+@pytest.fixture()
+def grid(tmp_path: Path) -> Iterator[Grid]:
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", tmp_path) as base:
+        yield Grid(base, tmp_path)
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]:
+    out, _ = proc.communicate(timeout=timeout)
+    return proc.returncode, out
+
+
+def test_a_four_core_pilot_runs_jobs_of_1_2_and_4_cores_without_overcommitting(
+        grid: Grid) -> None:
+    jobs = grid.submit(1.5, 1, n=4) + grid.submit(1.5, 2, n=3) + grid.submit(1.0, 4, n=2)
+    code, out = _finish(grid.pilot("--cores", "4", "--idle-timeout", "2",
+                                   "--jobstatus", str(grid.tmp / "jobstatus")))
+    assert code == 0, out
+    assert all(grid.job(j)["status"] == "Done" for j in jobs), out
+    intervals = grid.intervals()
+    assert sorted(c for _, _, c, _ in intervals) == [1] * 4 + [2] * 3 + [4] * 2
+    # Each payload's own $JOBFEATURES says the cores it was given.
+    assert all(cores == allocated for _, _, cores, allocated in intervals)
+    events = sorted([(t0, c) for t0, _, c, _ in intervals] + [(t1, -c) for _, t1, c, _ in
+                                                             intervals],
+                    key=lambda e: (e[0], e[1]))
+    in_use, peak = 0, 0
+    for _, delta in events:  # at equal times an end (negative) comes before a start
+        in_use += delta
+        peak = max(peak, in_use)
+    assert peak <= 4
+    overlapping = [(a, b) for a in intervals for b in intervals
+                   if a is not b and a[0] < b[1] and b[0] < a[1]]
+    assert overlapping, "payloads never ran at the same time"
+    status = read_status(grid.tmp / "jobstatus")
+    assert status.used_CPU == 0 and status.allocated_CPU == 4
+    output = requests.get(f"{grid.base}/api/v1/jobs/{jobs[0]}/output",
+                          headers=grid.user.headers, timeout=30).json()
+    assert output["exit_code"] == 0 and "payload finished" in output["output_tail"]
+
+
+def test_shutdowntime_stops_matching_and_hands_running_jobs_back(grid: Grid) -> None:
+    machine = grid.tmp / "machinefeatures"
+    write_features(machine, {"hs06": 40.0, "jobslots": 2, "log_cores": 2})
+    first = grid.submit(60, 1, n=2)
+    proc = grid.pilot("--cores", "2", "--idle-timeout", "30", features=(machine, None))
+    for job_id in first:
+        grid.wait_status(job_id, {"Running"})
+    later = grid.submit(1, 1)
+    write_features(machine, {"shutdowntime": int(time.time()) + 3})
+    code, out = _finish(proc)
+    assert code == 0, out
+    for job_id in first:
+        job = grid.job(job_id)
+        assert job["status"] == "Waiting" and job["reschedule_count"] == 1, job
+        assert any(h["status"] == "Rescheduled" for h in job["history"])
+    # No job was matched after the shutdown time appeared: the late one still waits.
+    assert grid.job(later[0])["status"] == "Waiting"
+    assert "2 handed back for rescheduling" in out
+
+
+def test_a_kill_from_the_matcher_kills_the_payload(grid: Grid) -> None:
+    (job_id,) = grid.submit(120, 1)
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "2")
+    grid.wait_status(job_id, {"Running"})
+    pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    pid = int(pid_file.read_text())
+    killed = grid.user.post(f"{grid.base}/api/v1/jobs/{job_id}/kill", json={}, timeout=30)
+    assert killed.status_code == 200, killed.text
+    code, out = _finish(proc, timeout=60)
+    assert code == 0, out
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    job = grid.job(job_id)
+    assert job["status"] == "Killed" and job["exit_code"] is not None
+    assert "1 killed" in out
+
+
+def test_results_survive_the_matcher_going_down(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    port = free_port()
+    resources = ROOT / "conf" / "resources.toml"
+    with matcher_server(url, SECRET, resources, tmp_path, port=port) as base:
+        grid = Grid(base, tmp_path)
+        (job_id,) = grid.submit(3, 1)
+        proc = grid.pilot("--cores", "1", "--idle-timeout", "3", "--report-timeout", "120")
+        grid.wait_status(job_id, {"Running"})
+    # The matcher is down while the payload ends and the pilot tries to report.
+    time.sleep(6)
+    assert proc.poll() is None, "the pilot gave up while the matcher was down"
+    with matcher_server(url, SECRET, resources, tmp_path, port=port):
+        code, out = _finish(proc)
+        assert code == 0, out
+        job = grid.job(job_id)
+    assert job["status"] == "Done" and job["exit_code"] == 0
