@@ -147,7 +147,23 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
         validate(value, accepted[media])
     except SchemaError as exc:
         raise Problem(422, str(exc)) from exc
+    if media == JSON:
+        _refuse_nul(value, "body")
     return media, text, value
+
+
+def _refuse_nul(value: Any, where: str) -> None:
+    """No text may hold U+0000: PostgreSQL cannot store it, and no name or message needs it."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise Problem(422, f"{where} contains a NUL character (U+0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key, where)
+            _refuse_nul(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _refuse_nul(item, f"{where}[{i}]")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -165,6 +181,8 @@ def _check_path(path: dict[str, Any]) -> None:
         if isinstance(value, int) and value > MAX_ID:
             raise Problem(404, f"{name.replace('_', ' ')} {value} does not exist")
         limit = PATH_TEXT_LIMITS.get(name)
+        if isinstance(value, str):
+            _refuse_nul(value, f"the {name} in the path")
         if isinstance(value, str) and limit is not None and len(value) > limit:
             raise Problem(422, f"the {name} in the path is {len(value)} characters long; at "
                           f"most {limit} are accepted")
@@ -184,6 +202,7 @@ def _read_query(params: tuple[Param, ...], page_size: int) -> dict[str, Any]:
                 raise Problem(400, f"query parameter {name} is required: {param.description}")
             continue
         value: Any = text
+        _refuse_nul(text, f"query parameter {name}")
         if param.type == "integer":
             if not re.fullmatch(r"-?\d{1,18}", text.strip()):
                 raise Problem(400, f"query parameter {name} must be an integer, got {text!r}")

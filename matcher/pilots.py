@@ -20,7 +20,7 @@ from optimizers.description import JobDescriptionError
 from pilot import protocol
 from pilot.protocol import JobPayload
 from taskqueue.database import Session
-from taskqueue.jobs import jobs_by_id
+from taskqueue.jobs import jobs_for_pilot
 from taskqueue.limits import claim_for_pilot
 from taskqueue.models import Job
 from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
@@ -75,10 +75,10 @@ def match(call: Call) -> dict[str, Any]:
         raise Problem(422, f"body.count must be at most {most}, got {count}")
     check = expression_check(resource)
 
-    def work(session: Session) -> tuple[list[Job], str | None, str]:
+    def work(session: Session) -> tuple[list[Any], str | None, str]:
         outcome = claim_for_pilot(session, resource, now=call.now, count=count, rng=_rng,
                                   expression_check=check)
-        return (jobs_by_id(session, [c.job_id for c in outcome.claims]), outcome.reason,
+        return (jobs_for_pilot(session, [c.job_id for c in outcome.claims]), outcome.reason,
                 outcome.detail)
 
     jobs, reason, detail = call.runtime.transaction(work)
@@ -92,7 +92,7 @@ def match(call: Call) -> dict[str, Any]:
     return {"jobs": [payload(job).to_dict() for job in jobs], "no_match": None}
 
 
-def payload(job: Job) -> JobPayload:
+def payload(job: Any) -> JobPayload:
     """What a pilot needs to run ``job``, from its stored description."""
     try:
         desc = parse_description(job.description, job.description_format)[job.bulk_index or 0]
@@ -169,11 +169,18 @@ def submit_pools(call: Call) -> dict[str, Any]:
     return {"site": site, "ce": ce, "queue": queue, "submit_pools": pools}
 
 
+#: Paths under /pilots that are not pilot references.
+RESERVED_REFERENCES = frozenset({"match", "heartbeat", "submitpools", "jobs"})
+
+
 @endpoint(bp, "PUT", "/<reference>", tag="pilots", roles=(PILOT, OPERATOR),
           summary="Register a pilot, or update its site, CE, queue and status",
           body={JSON: schemas.PILOT_REGISTRATION},
           responses={200: ("The pilot's record", schemas.PILOT)})
 def put_pilot(call: Call, reference: str) -> dict[str, Any]:
+    if reference in RESERVED_REFERENCES:
+        raise Problem(422, f"{reference!r} cannot be a pilot reference: /pilots/{reference} is "
+                      "another endpoint")
     _own_reference(call.principal, reference)
     body = call.body
     if call.principal.site is not None and body["site"] != call.principal.site:

@@ -52,6 +52,14 @@ class Runtime:
                     self._pid = os.getpid()
         return self._factory
 
+    def dispose(self) -> None:
+        """Close this process's database connections (tests; a server process just exits)."""
+        if self._factory is not None:
+            bind = self._factory.kw.get("bind")
+            if bind is not None:
+                bind.dispose()
+            self._factory = None
+
     def transaction(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one transaction, retried on a deadlock or serialisation failure."""
         return run_in_transaction(self.session_factory(), work)

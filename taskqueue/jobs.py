@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
-from taskqueue.bulk import insert_rows, insert_rows_returning_ids
+from taskqueue.bulk import in_ids, insert_rows, insert_rows_returning_ids
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
 from taskqueue.models import Job, JobStatusHistory, UTCDateTime, history_table, jobs_table
@@ -273,3 +273,24 @@ def jobs_by_id(session: Session, job_ids: Sequence[int]) -> list[Job]:
         return []
     return list(session.scalars(select(Job).where(Job.id.in_(list(job_ids)))
                                 .order_by(Job.id)))
+
+
+_FOR_PILOT = select(jobs_table.c.id, jobs_table.c.vo, jobs_table.c.owner,
+                    jobs_table.c.owner_group, jobs_table.c.job_type, jobs_table.c.description,
+                    jobs_table.c.description_format, jobs_table.c.bulk_index)
+
+
+def jobs_for_pilot(session: Session, job_ids: Sequence[int]) -> list[Any]:
+    """What a pilot is handed for each job (its identity and its description), by id; only
+    the columns needed, for the match path."""
+    if not job_ids:
+        return []
+    conn = session.connection()
+    if len(job_ids) == 1:
+        return list(conn.execute(_FOR_PILOT_ONE, {"id": job_ids[0]}).all())
+    rows = conn.execute(_FOR_PILOT.where(
+        in_ids(jobs_table.c.id, job_ids, conn.dialect.name))).all()
+    return sorted(rows, key=lambda r: r.id)
+
+
+_FOR_PILOT_ONE = _FOR_PILOT.where(jobs_table.c.id == bindparam("id"))

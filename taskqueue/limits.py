@@ -13,11 +13,25 @@ maximum. Sites without limits pay one small indexed read and take no lock.
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import (
+    ColumnElement,
+    CompoundSelect,
+    Text,
+    any_,
+    bindparam,
+    exists,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import InvalidInputError, NotFoundError
@@ -175,6 +189,39 @@ class _Gate:
                     limit.last_matched_at = now
 
 
+_bans, _limits = SiteBan.__table__.c, SiteLimit.__table__.c
+
+
+@functools.cache
+def _site_controls_statement(dialect: str) -> CompoundSelect[Any]:
+    """One round trip for the common case: the pilot's banned sites, and whether its site has
+    limits at all (only then are they locked and counted). Lists are arrays on PostgreSQL
+    (one parameter, no statement rewriting per call)."""
+    def among(column: ColumnElement[str], name: str) -> ColumnElement[bool]:
+        if dialect == "postgresql":
+            return column == any_(bindparam(name, type_=ARRAY(Text())))
+        return column.in_(bindparam(name, expanding=True))
+
+    return union_all(
+        select(_bans.site).where(_bans.vo == bindparam("vo"), among(_bans.site, "sites")),
+        select(literal_column("NULL")).where(
+            exists().where(_limits.vo == bindparam("vo"), _limits.site == bindparam("site"),
+                           among(_limits.ce, "ces"))),
+    )
+
+
+def _site_controls(session: Session, resource: Resource) -> tuple[frozenset[str], bool]:
+    """The resource's banned sites, and whether limits apply to its site."""
+    if not resource.site:
+        return frozenset(), False
+    site = resource.site_for_job
+    conn = session.connection()
+    rows = conn.execute(_site_controls_statement(conn.dialect.name), {
+        "vo": resource.vo, "sites": sorted(resource.site), "site": site or "",
+        "ces": ["", resource.ce] if resource.ce else [""]}).scalars().all()
+    return frozenset(r for r in rows if r is not None), site is not None and None in rows
+
+
 def _lock_gate(session: Session, resource: Resource) -> _Gate:
     site = resource.site_for_job
     if site is None:  # limits are per site: a pilot naming several sites or none has none
@@ -215,15 +262,16 @@ def claim_for_pilot(session: Session, resource: Resource, *, now: datetime, coun
     could run are held back by limits, or no job it could run is waiting.
     """
     sites = resource.site
-    if sites:
-        banned = banned_among(session, resource.vo, sites)
-        if banned:
-            if banned >= sites:
-                return MatchOutcome([], NO_MATCH_SITE_BANNED,
-                                    f"site {', '.join(sorted(banned))} is banned for VO "
-                                    f"{resource.vo}")
-            resource = _without_sites(resource, banned)
-    gate = _lock_gate(session, resource)
+    banned, has_limits = _site_controls(session, resource)
+    if banned:
+        assert sites is not None
+        if banned >= sites:
+            return MatchOutcome([], NO_MATCH_SITE_BANNED,
+                                f"site {', '.join(sorted(banned))} is banned for VO "
+                                f"{resource.vo}")
+        resource = _without_sites(resource, banned)
+    # Banned sites taken out may leave one site, whose limits the first query did not ask for.
+    gate = _lock_gate(session, resource) if has_limits or banned else _Gate([])
     if not gate.limits:
         claims = claim_jobs(session, resource, now=now, count=count, rng=rng,
                             expression_check=expression_check)

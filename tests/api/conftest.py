@@ -46,10 +46,7 @@ def make_app(db: Database) -> Iterator[Callable[[Settings], Flask]]:
 
     yield build
     for app in apps:
-        runtime = runtime_of(app)
-        if runtime._factory is not None:
-            bind = runtime._factory.kw["bind"]
-            bind.dispose()
+        runtime_of(app).dispose()
 
 
 @pytest.fixture()

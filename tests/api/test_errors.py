@@ -373,3 +373,24 @@ def test_overlong_token_claims_are_refused(client: Api, claim: str) -> None:
               names[claim]: "c" * 300}
     with pytest.raises(ValueError, match="at most"):
         issue_token(SECRET, lifetime=600, **kwargs)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "query"), [
+    ("POST", "/api/v1/limits", {"site": "S", "attribute": "job_type", "value": "a\u0000b",
+                                "max_running": 1}, None),
+    ("PUT", "/api/v1/sitemask/a%00b", {}, None),
+    ("GET", "/api/v1/jobs", None, {"site": "a\u0000b"}),
+], ids=["in a body", "in the path", "in the query"])
+def test_a_nul_character_is_refused(client: Api, operator_token: str, method: str, path: str,
+                                    body: Any, query: dict[str, str] | None) -> None:
+    """No text may hold U+0000 (PostgreSQL cannot store it): a 422 naming where, on every
+    database."""
+    response = client.call(method, path, operator_token, json_body=body, query=query)
+    assert_problem(response, 422, "NUL")
+
+
+def test_a_pilot_cannot_be_named_like_an_endpoint(client: Api, pilot_token: str) -> None:
+    response = client.call("PUT", "/api/v1/pilots/match", pilot_token,
+                           json_body={"site": SITE, "ce": "ce", "queue": "q",
+                                      "status": "Running"})
+    assert_problem(response, 422, "another endpoint")

@@ -81,7 +81,7 @@ def load_schema() -> Any:
             # Each test sends its own token; generated Authorization headers would only ever
             # be answered 401.
             "with-security-parameters": False,
-            # No example database: the same requests every run, and no .hypothesis folder.
+            # No example database: the same requests on every run.
             "database": "none",
         },
     })
@@ -117,7 +117,7 @@ def seeded_app(settings: Settings, db: Database, tmp_path: Path) -> Iterator[Fla
     yield app
     # The app's own engine: closed here, or its pooled connections are left to the garbage
     # collector (a ResourceWarning from the servers' drivers).
-    runtime_of(app).session_factory().kw["bind"].dispose()
+    runtime_of(app).dispose()
 
 
 #: All the requests generated for one operation go to one app and database, on purpose: their
@@ -160,7 +160,7 @@ BEYOND_INT = 2**31
 TOO_LONG = "x" * 300
 NUL = "a\u0000b"
 #: Stands for the id of a seeded job that the pilot reference PILOT_REF was given.
-HELD = -1
+HELD = -424242
 PILOT_REF = "pilot-edge"
 CERN = {"site": "LCG.CERN.cern", "ce": "ce503.cern.ch", "queue": "condor"}
 REGISTRATION = {**CERN, "status": "Running"}
