@@ -16,10 +16,11 @@ from typing import Any
 import jwt
 
 from matcher.problems import Problem
+from taskqueue.tokens import ALGORITHM, CLAIM_LIMITS, ISSUER, ROLES, issue_token
 
-ALGORITHM = "HS256"
-ISSUER = "gridpilot"
-ROLES: tuple[str, ...] = ("user", "pilot", "operator")
+__all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "Principal",
+           "issue_token", "principal_from_header", "require_role"]
+
 USER, PILOT, OPERATOR = ROLES
 
 
@@ -36,34 +37,6 @@ class Principal:
     @property
     def name(self) -> str:
         return f"{self.role}:{self.subject}"
-
-
-def issue_token(secret: str, *, subject: str, role: str, vo: str, group: str,
-                lifetime: int, site: str | None = None, pilot: str | None = None,
-                now: float | None = None) -> str:
-    """A signed token for the claims given, valid for ``lifetime`` seconds."""
-    if role not in ROLES:
-        raise ValueError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    if (site or pilot) and role != PILOT:
-        raise ValueError("only a pilot token names a site or a pilot reference")
-    for name, claim, value in (("subject", "sub", subject), ("vo", "vo", vo),
-                               ("group", "group", group), ("site", "site", site or ""),
-                               ("pilot", "pilot", pilot or "")):
-        if name in ("subject", "vo", "group") and not value.strip():
-            raise ValueError(f"a token's {name} must not be empty")
-        if len(value) > CLAIM_LIMITS[claim]:
-            raise ValueError(f"a token's {name} must be at most {CLAIM_LIMITS[claim]} "
-                             "characters")
-    if lifetime < 1:
-        raise ValueError(f"a token's lifetime must be at least one second, got {lifetime}")
-    issued = int(now if now is not None else time.time())
-    claims: dict[str, Any] = {"iss": ISSUER, "sub": subject, "role": role, "vo": vo,
-                              "group": group, "iat": issued, "exp": issued + lifetime}
-    if site:
-        claims["site"] = site
-    if pilot:
-        claims["pilot"] = pilot
-    return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
 def principal_from_header(header: str | None, secret: str) -> Principal:
@@ -97,10 +70,6 @@ def principal_from_header(header: str | None, secret: str) -> Principal:
 #: request, and checking its signature again would cost more than the rest of a match.
 _verified: dict[tuple[str, str], tuple[float, Principal]] = {}
 _VERIFIED_MAX = 10_000
-
-
-#: Longest value of each claim (the database columns they are stored in).
-CLAIM_LIMITS = {"sub": 255, "role": 16, "vo": 64, "group": 128, "site": 128, "pilot": 255}
 
 
 def _principal(claims: Mapping[str, Any]) -> Principal:

@@ -1,20 +1,26 @@
-"""The pilot registry: which pilots exist, where, in what state, and when they last spoke."""
+"""The pilot registry: which pilots exist, where, in what state, and when they last spoke;
+and the site director's per-queue state."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, InvalidInputError
-from taskqueue.models import Pilot
+from taskqueue.models import DirectorQueue, Pilot
 
-#: The states of a pilot's life, as its batch system and the pilot itself report them.
-PILOT_STATES: tuple[str, ...] = ("Submitted", "Waiting", "Running", "Done", "Failed",
-                                 "Aborted", "Lost")
+#: The states of a pilot's life, in order, as the site director, its batch system and the
+#: pilot itself report them. Submitting: decided by a director, not yet accepted by the batch
+#: system. Lost: vanished from the batch system without saying it ended.
+PILOT_STATES: tuple[str, ...] = ("Submitting", "Submitted", "Waiting", "Running", "Done",
+                                 "Failed", "Aborted", "Lost")
+WAITING_STATES: tuple[str, ...] = ("Submitting", "Submitted", "Waiting")
+ALIVE_STATES: tuple[str, ...] = (*WAITING_STATES, "Running")
+FINAL_PILOT_STATES: frozenset[str] = frozenset({"Done", "Failed", "Aborted", "Lost"})
 
 
 @dataclass(frozen=True)
@@ -48,11 +54,122 @@ def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime)
     if pilot.vo != vo:
         raise ForbiddenError(f"pilot {info.reference} belongs to another VO")
     pilot.site, pilot.ce, pilot.queue = info.site, info.ce, info.queue
-    pilot.status, pilot.last_seen_at = info.status, now
+    if _may_move(pilot.status, info.status):
+        pilot.status, pilot.updated_at = info.status, now
+    pilot.last_seen_at = now
     session.flush()
     return pilot
+
+
+def _may_move(current: str, new: str) -> bool:
+    """A pilot's status only moves forward: a late batch-system poll saying Running does not
+    undo the pilot's own Done. Among the final states the first one stands."""
+    if current in FINAL_PILOT_STATES:
+        return False
+    return PILOT_STATES.index(new) >= PILOT_STATES.index(current)
+
+
+def set_pilot_status(session: Session, *, status: str, now: datetime, reason: str = "",
+                     reference: str | None = None, executor: str | None = None,
+                     native_id: str | None = None) -> bool:
+    """Move a pilot (by reference, or by executor and native id) forward to ``status``;
+    returns whether it moved."""
+    stmt = select(Pilot).with_for_update()
+    if reference is not None:
+        stmt = stmt.where(Pilot.reference == reference)
+    else:
+        stmt = stmt.where(Pilot.executor == executor, Pilot.native_id == native_id)
+    pilot = session.scalars(stmt).first()
+    if pilot is None or not _may_move(pilot.status, status):
+        return False
+    pilot.status, pilot.updated_at = status, now
+    if reason:
+        pilot.reason = reason[:255]
+    session.flush()
+    return True
+
+
+def lock_director_queue(session: Session, site: str, ce: str, queue: str, *,
+                        now: datetime) -> DirectorQueue:
+    """The director's row for a queue, created if new, locked for this transaction."""
+    key = (site, ce, queue)
+    row = session.get(DirectorQueue, key, with_for_update=True)
+    if row is None:
+        try:
+            with session.begin_nested():
+                session.add(DirectorQueue(site=site, ce=ce, queue=queue, failures=0,
+                                          last_error=""))
+        except IntegrityError:
+            pass  # created by a concurrent director: lock that one
+        row = session.get(DirectorQueue, key, with_for_update=True, populate_existing=True)
+        assert row is not None
+    row.last_cycle_at = now
+    return row
+
+
+def count_pilots(session: Session, site: str, ce: str, queue: str) -> dict[str, int]:
+    """The queue's pilots that are not final, by status."""
+    return {status: n for status, n in session.execute(
+        select(Pilot.status, func.count()).where(
+            Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue,
+            Pilot.status.in_(ALIVE_STATES)).group_by(Pilot.status))}
+
+
+def record_new_pilots(session: Session, vo: str, site: str, ce: str, queue: str,
+                      executor: str, references: list[str], *, now: datetime) -> None:
+    for reference in references:
+        session.add(Pilot(reference=reference, vo=vo, site=site, ce=ce, queue=queue,
+                          status="Submitting", submitted_at=now, executor=executor,
+                          reason="", updated_at=now))
+    session.flush()
+
+
+def record_submission(session: Session, reference: str, native_id: str, *,
+                      now: datetime) -> None:
+    """The batch system took the pilot: note its id; the queue's failure count starts over."""
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
+                            .with_for_update()).one()
+    pilot.native_id = native_id
+    if pilot.status == "Submitting":
+        pilot.status, pilot.updated_at = "Submitted", now
+    state = session.get(DirectorQueue, (pilot.site, pilot.ce, pilot.queue),
+                        with_for_update=True)
+    if state is not None and (state.failures or state.skip_until is not None):
+        state.failures, state.skip_until = 0, None
+    session.flush()
+
+
+def record_submission_failure(session: Session, site: str, ce: str, queue: str,
+                              references: list[str], *, reason: str, now: datetime,
+                              base_backoff: int) -> int:
+    """The batch system refused: the pilots are Failed with the reason, and the queue is
+    skipped for ``base_backoff`` seconds, doubling per failure in a row (at most 16 times);
+    returns the failures in a row."""
+    for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references))
+                                 .with_for_update()):
+        pilot.status, pilot.reason, pilot.updated_at = "Failed", reason[:255], now
+    state = lock_director_queue(session, site, ce, queue, now=now)
+    state.failures += 1
+    state.last_error = reason[:255]
+    state.skip_until = now + timedelta(seconds=base_backoff * min(16, 2 ** (state.failures - 1)))
+    session.flush()
+    return state.failures
+
+
+def pilots_to_poll(session: Session, executor: str) -> list[tuple[str, str]]:
+    """(reference, native id) of the executor's pilots that are not final."""
+    return [(r.reference, r.native_id) for r in session.execute(
+        select(Pilot.reference, Pilot.native_id).where(
+            Pilot.executor == executor, Pilot.native_id.is_not(None),
+            Pilot.status.in_(ALIVE_STATES)).order_by(Pilot.id))]
 
 
 def _locked(session: Session, reference: str) -> Pilot | None:
     return session.scalars(select(Pilot).where(Pilot.reference == reference)
                            .with_for_update()).one_or_none()
+
+
+def executors_in_use(session: Session) -> list[str]:
+    """The executors of the pilots that are not final."""
+    return list(session.scalars(select(Pilot.executor).where(
+        Pilot.executor.is_not(None), Pilot.status.in_(ALIVE_STATES)).distinct()))

@@ -164,6 +164,8 @@ class AuthSettings:
 class AgentSettings:
     """The central loops of ``gridpilot agents``; intervals in seconds."""
 
+    #: The VO whose pilots the site director submits.
+    vo: str = "lhcb"
     optimizer_interval: int = 10
     director_interval: int = 60
     pilot_status_interval: int = 60

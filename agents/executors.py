@@ -1,0 +1,136 @@
+"""Pilots through PSI/J: one executor instance per name for the agent process, pilots submitted
+as PSI/J jobs, and the batch system's view of them written to the pilot records.
+
+PSI/J's batch executors (slurm, pbs, lsf) poll the batch system for all their jobs at once
+(``queue_polling_interval``); the local one watches its processes. Their status callbacks move
+the pilot records forward (taskqueue.pilots.set_pilot_status never moves one back: a pilot
+that said Done itself stays Done). Pilots submitted by an earlier agent process are attached
+again by their native id; one the batch system no longer knows is marked Lost.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psij
+from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
+
+from agents.context import AgentContext
+from taskqueue.pilots import executors_in_use, pilots_to_poll, set_pilot_status
+
+#: PSI/J job states → pilot statuses.
+STATES: dict[str, str] = {"NEW": "Submitted", "QUEUED": "Waiting", "ACTIVE": "Running",
+                          "COMPLETED": "Done", "FAILED": "Failed", "CANCELED": "Aborted"}
+#: Executors that render a batch script and poll a batch system.
+BATCH_EXECUTORS = frozenset({"slurm", "pbs", "lsf", "cobalt", "flux"})
+
+
+@dataclass(frozen=True)
+class PilotSpec:
+    """One pilot to start: the command, its environment (the token travels here) and what to
+    ask the batch system for."""
+
+    reference: str
+    executable: str
+    arguments: list[str]
+    environment: dict[str, str]
+    directory: Path
+    cores: int = 1
+    memory_mb: int | None = None
+    wall_minutes: int = 60
+    queue_name: str | None = None
+    account: str | None = None
+
+
+@dataclass
+class ExecutorPool:
+    ctx: AgentContext
+    #: Seconds between two polls of a batch system by PSI/J.
+    polling_interval: int = 30
+    _executors: dict[str, Any] = field(default_factory=dict)
+    #: Jobs this process watches, by id(job) → (executor name, reference).
+    _watched: dict[str, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def executor(self, name: str) -> Any:
+        with self._lock:
+            if name not in self._executors:
+                work = Path(self.ctx.settings.agents.pilot_workdir).resolve() / "psij" / name
+                work.mkdir(parents=True, exist_ok=True)
+                config: Any
+                if name in BATCH_EXECUTORS:
+                    config = BatchSchedulerExecutorConfig(
+                        work_directory=work, queue_polling_interval=self.polling_interval,
+                        initial_queue_polling_delay=1)
+                else:
+                    config = psij.JobExecutorConfig(work_directory=work)
+                executor = psij.JobExecutor.get_instance(name, config=config)
+                executor.set_job_status_callback(self._status_changed)
+                self._executors[name] = executor
+            return self._executors[name]
+
+    def submit(self, name: str, spec: PilotSpec) -> str:
+        """Submit a pilot; returns the batch system's id for it. Raises what PSI/J raises."""
+        spec.directory.mkdir(parents=True, exist_ok=True)
+        resources = psij.ResourceSpecV1(process_count=1, cpu_cores_per_process=spec.cores)
+        attributes = psij.JobAttributes(duration=timedelta(minutes=max(1, spec.wall_minutes)),
+                                        queue_name=spec.queue_name, account=spec.account)
+        job = psij.Job(psij.JobSpec(
+            executable=spec.executable, arguments=spec.arguments, directory=spec.directory,
+            name=f"gridpilot-{spec.reference}"[:64], environment=dict(spec.environment),
+            stdout_path=spec.directory / "pilot.out", stderr_path=spec.directory / "pilot.err",
+            resources=resources, attributes=attributes))
+        self._watched[job.id] = spec.reference
+        self.executor(name).submit(job)
+        native_id = job.native_id
+        if native_id is None:
+            raise RuntimeError(f"the {name} executor gave pilot {spec.reference} no native id")
+        return str(native_id)
+
+    def poll(self) -> int:
+        """Attach to the not-final pilots this process does not watch yet (submitted by an
+        earlier agent process); one the batch system no longer knows is Lost. Returns how
+        many were attached."""
+        attached = 0
+        for name in sorted(self._executors_in_use()):
+            watched = set(self._watched.values())
+            pending = self.ctx.transaction(partial(pilots_to_poll, executor=name))
+            for reference, native_id in pending:
+                if reference in watched:
+                    continue
+                job = psij.Job()
+                self._watched[job.id] = reference
+                try:
+                    self.executor(name).attach(job, native_id)
+                    attached += 1
+                except Exception as exc:  # the process or batch job is gone
+                    self._watched.pop(job.id, None)
+                    self.ctx.transaction(partial(
+                        set_pilot_status, reference=reference, status="Lost",
+                        now=self.ctx.now(),
+                        reason=f"vanished from the batch system ({type(exc).__name__})"))
+        return attached
+
+    def _executors_in_use(self) -> set[str]:
+        return set(self.ctx.transaction(executors_in_use)) | set(self._executors)
+
+    def _status_changed(self, job: Any, status: Any) -> None:
+        reference = self._watched.get(job.id)
+        state = STATES.get(status.state.name)
+        if reference is None or state is None:
+            return
+        reason = ""
+        if state in ("Failed", "Aborted"):
+            reason = (status.message or f"the batch system says {status.state.name}")[:255]
+        try:
+            self.ctx.transaction(partial(set_pilot_status, reference=reference, status=state,
+                                         now=self.ctx.now(), reason=reason))
+        except Exception:  # a callback must not kill PSI/J's thread; the next poll retries
+            self.ctx.log.exception("pilot %s: status %s not recorded", reference, state)
+        if status.state.final:
+            self._watched.pop(job.id, None)

@@ -1,0 +1,43 @@
+"""When each periodic agent loop last ran, shared by every agent process through the database:
+a loop runs in one process at a time, and not again before its interval has passed."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from taskqueue.models import AgentRun
+
+
+def start_run(session: Session, name: str, *, holder: str, now: datetime, interval: int,
+              lease: int, force: bool = False) -> bool:
+    """Take the turn to run loop ``name``; False when another process runs it now (started
+    less than ``lease`` seconds ago and not finished), or (unless ``force``) when it ran less
+    than ``interval`` seconds ago."""
+    run = session.get(AgentRun, name, with_for_update=True)
+    if run is None:
+        try:
+            with session.begin_nested():
+                session.add(AgentRun(name=name, started_at=now, holder=holder, summary=""))
+            return True
+        except IntegrityError:  # a concurrent process created it: decide on its row
+            run = session.get(AgentRun, name, with_for_update=True, populate_existing=True)
+            assert run is not None
+    running = run.finished_at is None and now - run.started_at < timedelta(seconds=lease)
+    if running and run.holder != holder:
+        return False
+    if not force and now - run.started_at < timedelta(seconds=interval):
+        return False
+    run.started_at, run.finished_at, run.holder = now, None, holder
+    session.flush()
+    return True
+
+
+def finish_run(session: Session, name: str, *, holder: str, now: datetime,
+               summary: str) -> None:
+    run = session.get(AgentRun, name, with_for_update=True)
+    if run is not None and run.holder == holder:
+        run.finished_at, run.summary = now, summary[:255]
+        session.flush()
