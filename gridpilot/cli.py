@@ -232,7 +232,7 @@ def optimize_command(settings: Settings, batch: int | None, once: bool) -> None:
 @cli.command()
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), default=Path("work"),
               show_default=True, help="Folder for the demo's SQLite database.")
-@click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=1500,
+@click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=600,
               show_default=True, help="Number of jobs to submit.")
 @click.option("--seed", type=int, default=7, show_default=True, help="Random seed.")
 @click.pass_obj
@@ -255,6 +255,33 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
     from gridpilot.server import serve as run_server
 
     run_server(settings, bind=bind, workers=workers)
+
+
+@cli.command("agents")
+@click.argument("names", nargs=-1)
+@click.option("--once", is_flag=True, help="Run each loop once, then exit.")
+@click.pass_obj
+@_friendly
+def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> None:
+    """Run the central loops (all, or the NAMES given): optimizer, director, pilots,
+    submitpools, watchdog, priorities, cleanup. Intervals come from [agents]; several agent
+    processes may run at once."""
+    from agents.context import AgentContext
+    from agents.runner import Agents
+
+    logging.getLogger("agents").setLevel(logging.INFO)
+    needs_secret = not names or "director" in names
+    ctx = AgentContext(settings, make_session_factory(make_engine(settings.database.url)),
+                       secret=settings.auth.signing_secret() if needs_secret else "")
+    try:
+        runner = Agents(ctx, names)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    if once:
+        for name, summary in runner.run_once().items():
+            click.echo(f"{name}: {summary}")
+    else:
+        runner.run_forever()
 
 
 @cli.group()

@@ -189,7 +189,7 @@ def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, Job
                 out[job_id] = f"Requirements: {reason}"
             continue
         pool_id = store_submit_pool(session, requirements, now=ctx.now)
-        set_pool_queues(session, pool_id, queues, now=ctx.now)
+        set_pool_queues(session, pool_id, queues, now=ctx.now, replace=False)
         eligible_sites = frozenset(site for site, _ce, _queue in queues)
         for job_id, desc in members:
             sites = (desc.sites & eligible_sites if desc.sites else eligible_sites)

@@ -66,13 +66,16 @@ def delete_job(session: Session, job_id: int, *, by: str, now: datetime) -> JobS
 
 
 def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, reason: str,
-                   max_reschedules: int, fail_when_exhausted: bool) -> JobStatus:
+                   max_reschedules: int, fail_when_exhausted: bool,
+                   count: bool = True) -> JobStatus:
     """Send a job back to the optimizer chain for a new attempt: it becomes Received (the
     caller runs the chain), its reschedule count one higher.
 
     Once a job has been rescheduled ``max_reschedules`` times, the next reschedule fails it
     (``fail_when_exhausted``: what a pilot's or an agent's reschedule does) or is refused (an
-    owner's or operator's request).
+    owner's or operator's request). With ``count`` false the job goes back without it being
+    an attempt (a Matched job its pilot never started): its count stays and the maximum does
+    not apply.
     """
     job = lock_job(session, job_id)
     current = JobStatus(job.status)
@@ -80,7 +83,7 @@ def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, rea
         raise IllegalTransitionError(
             f"job {job_id} is {current}; only a job that waits, runs or has ended can be "
             "rescheduled")
-    if job.reschedule_count >= max_reschedules:
+    if count and job.reschedule_count >= max_reschedules:
         message = (f"job {job_id} has been rescheduled {job.reschedule_count} times, the "
                    f"maximum")
         if not fail_when_exhausted:
@@ -99,7 +102,8 @@ def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, rea
                      source=by, now=now)
     apply_transition(session, [job_id], S.RESCHEDULED, S.RECEIVED,
                      minor_status="Job rescheduled", source=by, now=now,
-                     values={**_NEW_ATTEMPT,
-                             "reschedule_count": jobs_table.c.reschedule_count + 1})
+                     values={**_NEW_ATTEMPT, **(
+                         {"reschedule_count": jobs_table.c.reschedule_count + 1} if count
+                         else {})})
     return S.RECEIVED
 

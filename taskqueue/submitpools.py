@@ -11,10 +11,11 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import delete, exists, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -101,11 +102,19 @@ def store_submit_pool(session: Session, requirements: Mapping[str, Any], *,
 
 
 def set_pool_queues(session: Session, pool_id: str, queues: Iterable[tuple[str, str, str]], *,
-                    now: datetime) -> None:
-    """Replace the eligible (site, CE, queue) triples of a pool and stamp the refresh time."""
-    session.execute(delete(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool_id))
+                    now: datetime, replace: bool = True) -> None:
+    """Replace the eligible (site, CE, queue) triples of a pool and stamp the refresh time;
+    with ``replace`` False, add these to the pool's others (one VO's view of a pool that
+    several VOs' jobs share)."""
+    triples = sorted(set(queues))
+    stale = delete(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool_id)
+    if not replace:
+        stale = stale.where(tuple_(SubmitPoolQueue.site, SubmitPoolQueue.ce,
+                                   SubmitPoolQueue.queue).in_(triples))
+    if replace or triples:
+        session.execute(stale)
     rows = [{"pool_id": pool_id, "site": s, "ce": c, "queue": q, "refreshed_at": now}
-            for s, c, q in sorted(set(queues))]
+            for s, c, q in triples]
     insert_rows(session.connection(), submit_pool_queues_table, rows)
 
 
@@ -132,3 +141,38 @@ def delete_unused_submit_pools(session: Session, *, now: datetime,
         session.execute(delete(SubmitPool).where(SubmitPool.id.in_(doomed), ~pending)
                         .execution_options(synchronize_session=False))
     return doomed
+
+
+@dataclass(frozen=True)
+class PoolInUse:
+    """A SubmitPool as its refresh sees it: its requirements read back, and the VOs whose
+    jobs use it (those of its pending jobs, else those of any of its jobs; none if no job
+    uses it)."""
+
+    id: str
+    requirements: dict[str, Any]
+    vos: tuple[str, ...]
+
+
+def lock_submit_pools(session: Session, *, limit: int, after: str = "") -> list[PoolInUse]:
+    """Up to ``limit`` pools with ids above ``after``, by id, locked for this transaction (a
+    pool another transaction holds, e.g. a submission storing it, is skipped), for the
+    refresh of their eligible queues (``set_pool_queues``)."""
+    rows = session.execute(
+        select(SubmitPool.id, SubmitPool.requirements).where(SubmitPool.id > after)
+        .order_by(SubmitPool.id).limit(limit).with_for_update(skip_locked=True)).all()
+    if not rows:
+        return []
+    ids = [r.id for r in rows]
+    vos: dict[str, set[str]] = {pool_id: set() for pool_id in ids}
+    for pool_id, vo in session.execute(
+            select(Job.submit_pool, Job.vo).distinct()
+            .where(Job.submit_pool.in_(ids), Job.status.in_([s.value for s in PENDING_STATES]))):
+        vos[str(pool_id)].add(vo)
+    idle = [pool_id for pool_id in ids if not vos[pool_id]]
+    if idle:
+        for pool_id, vo in session.execute(
+                select(Job.submit_pool, Job.vo).distinct().where(Job.submit_pool.in_(idle))):
+            vos[str(pool_id)].add(vo)
+    return [PoolInUse(r.id, json.loads(r.requirements), tuple(sorted(vos[r.id])))
+            for r in rows]

@@ -1,0 +1,115 @@
+"""``gridpilot agents``: the central loops in one process, each at its own interval.
+
+Loops: optimizer (Received jobs through the chain), director (pilots to queues with work),
+pilots (the batch systems' view of the pilots), submitpools (SubmitPool → queue mappings
+re-evaluated; unused pools dropped), watchdog (silent jobs Stalled, rescheduled or failed),
+priorities (fair share), cleanup (empty task queues). Several agent processes may run at once:
+each loop's turn is taken in the database (taskqueue.agentruns), and every loop is itself safe
+to run twice at once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from types import FrameType
+
+from agents.context import AgentContext
+from agents.director import Director
+from agents.executors import ExecutorPool
+from agents.maintenance import clean_up, recompute_shares, refresh_submit_pools
+from agents.watchdog import watch_jobs
+from optimizers.chain import optimize_received
+from taskqueue.agentruns import finish_run, start_run
+
+#: Seconds after which a loop that started and never finished counts as abandoned.
+LEASE = 3600
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    interval: int
+    run: Callable[[], str]
+
+
+def optimize(ctx: AgentContext) -> str:
+    total_ok = total_failed = 0
+    batch = ctx.settings.submit.optimizer_batch
+    while True:
+        result = ctx.transaction(lambda s: optimize_received(s, ctx.chain_context(),
+                                                             limit=batch))
+        total_ok += len(result.waiting)
+        total_failed += len(result.failed)
+        if len(result.waiting) + len(result.failed) < batch:
+            break
+    return f"{total_ok} job(s) now Waiting, {total_failed} failed"
+
+
+class Agents:
+    def __init__(self, ctx: AgentContext, names: Sequence[str] | None = None) -> None:
+        self.ctx = ctx
+        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        self.executors = ExecutorPool(ctx, polling_interval=max(
+            1, min(30, ctx.settings.agents.pilot_status_interval)))
+        director = Director(ctx, self.executors)
+        a = ctx.settings.agents
+        every: dict[str, tuple[int, Callable[[], str]]] = {
+            "optimizer": (a.optimizer_interval, partial(optimize, ctx)),
+            "director": (a.director_interval, lambda: director.cycle().line()),
+            "pilots": (a.pilot_status_interval,
+                       lambda: f"{self.executors.poll()} pilot(s) attached"),
+            "submitpools": (a.submit_pool_interval, partial(refresh_submit_pools, ctx)),
+            "watchdog": (a.watchdog_interval, partial(watch_jobs, ctx)),
+            "priorities": (a.priorities_interval, partial(recompute_shares, ctx)),
+            "cleanup": (a.cleanup_interval, partial(clean_up, ctx)),
+        }
+        unknown = sorted(set(names or ()) - set(every))
+        if unknown:
+            raise ValueError(f"no agent loop named {', '.join(unknown)}; the loops are "
+                             f"{', '.join(every)}")
+        self.loops = [Loop(name, interval, run) for name, (interval, run) in every.items()
+                      if not names or name in names]
+        self.stopping = False
+
+    def run_once(self) -> dict[str, str]:
+        """Every loop once, whatever its interval (unless another process runs it now)."""
+        return {loop.name: self._turn(loop, force=True) for loop in self.loops}
+
+    def run_forever(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._install_signal_handlers()
+        while not self.stopping:
+            for loop in self.loops:
+                if self.stopping:
+                    break
+                self._turn(loop, force=False)
+            sleep(1.0)
+
+    def _turn(self, loop: Loop, *, force: bool) -> str:
+        ctx = self.ctx
+        if not ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
+                                       now=ctx.now(), interval=loop.interval, lease=LEASE,
+                                       force=force)):
+            return "not due, or running in another agent process"
+        try:
+            summary = loop.run()
+        except Exception as exc:  # one loop's failure must not stop the others
+            ctx.log.exception("agent loop %s failed", loop.name)
+            summary = f"failed: {type(exc).__name__}: {exc}"
+        ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
+                                now=ctx.now(), summary=summary))
+        ctx.log.info("%s: %s", loop.name, summary)
+        return summary
+
+    def _install_signal_handlers(self) -> None:
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            self.ctx.log.info("agents stopping (%s)", signal.Signals(signum).name)
+            self.stopping = True
+
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, stop)
