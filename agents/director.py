@@ -16,6 +16,7 @@ fail is skipped for a while, longer after each failure, and the reason is logged
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import uuid
@@ -36,6 +37,7 @@ from taskqueue.pilots import (
     ALIVE_STATES,
     WAITING_STATES,
     count_pilots,
+    idle_pilot_streak,
     lock_director_queue,
     record_new_pilots,
     record_submission,
@@ -168,6 +170,15 @@ class Director:
         if state.skip_until is not None and now < state.skip_until:
             return (f"{state.failures} failed submission(s), last: {state.last_error}; "
                     f"next try after {state.skip_until:%H:%M:%S}")
+        streak = idle_pilot_streak(session, target.site, target.ce, target.queue,
+                                   length=max(3, target.max_waiting))
+        if streak:
+            record_submission_failure(
+                session, target.site, target.ce, target.queue, [], now=now,
+                base_backoff=a.failure_backoff,
+                reason=f"the last {streak} pilots ended without running a job: their "
+                       "resource description does not match the work the director saw")
+            return f"the last {streak} pilots found no job; the queue is skipped for a while"
         pools = get_submit_pools_for_queue(session, target.site, target.ce, target.queue)
         resource = resource_for_queue(self.ctx.resources(), target.site, target.ce,
                                       target.queue, a.vo, submit_pools=pools)
@@ -202,9 +213,11 @@ class Director:
             arguments += ["--memory", str(target.memory_mb)]
         if a.pass_submit_pools:
             arguments += ["--submit-pools", ",".join(pools)]
-        platform = params.get("Platform")
-        if isinstance(platform, str):
+        for platform in _labels(params.get("Platform")):
             arguments += ["--platform", platform]
+        for name, value in sorted(params.items()):
+            if name not in _NOT_ATTRIBUTES and value is not None:
+                arguments += ["--attribute", f"{name}={json.dumps(_plain(value))}"]
         for tag in _labels(params.get("Tags")):
             arguments += ["--tag", tag]
         for tag in _labels(params.get("RequiredTags")):
@@ -232,6 +245,18 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
+
+
+#: Queue parameters that are not node attributes for ClassAd expressions: the director's own
+#: settings, and those passed as resource fields.
+_NOT_ATTRIBUTES = frozenset({
+    "Executor", "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
+    "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
+    "Platform", "NumberOfProcessors", "MaxRAM"})
+
+
+def _plain(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _jobstatus_dir(params: dict[str, Any], base: Path, reference: str) -> Path:

@@ -1,16 +1,23 @@
-"""``make demo``: a small grid's users submit JDLs over HTTP; the optimizer chain puts them in
-task queues; pilots of five queues of ``conf/resources.toml`` match them over HTTP with tokens,
-report them running and done; the matcher runs under gunicorn on loopback.
+"""``make demo``: a small grid driven by the site director.
 
-Everything runs on an SQLite file in the work folder. Until the pilot program lands, the pilots
-here are scripted clients speaking the pilot protocol.
+Users submit parametric JDLs over HTTP to the matcher (gunicorn on loopback); the optimizer
+chain puts them in task queues; the site director sees which of five queues of
+``conf/resources.toml`` could run the waiting work and starts real pilots for them through
+PSI/J's ``local`` executor, each with generated machine/job features directories; the pilots
+match jobs over HTTP with their own tokens, run the payloads, report them and keep their
+``$JOBSTATUS`` current; the site admin's drain-cost table is printed while they work and at the
+end. Everything runs on this machine, on an SQLite file in the work folder: each queue's pilots
+stand in for that site's worker nodes.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import secrets
-import threading
+import shutil
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,17 +28,19 @@ from typing import Any
 import requests
 from sqlalchemy import func, select
 
+from agents.context import AgentContext
+from agents.director import Director
+from agents.executors import ExecutorPool
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from gridpilot.reports import queue_table
 from matcher.auth import issue_token
 from optimizers.chain import Identity
-from optimizers.queueresources import queue_resource_data
-from optimizers.resources import ResourcesConfig, load_resources
-from pilot import protocol
+from pilot.features import write_features
 from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import Job, TaskQueueJob
+from taskqueue.models import Job, Pilot, TaskQueueJob
 from taskqueue.settings import Settings
+from taskqueue.states import FINAL_STATES
 
 VO = "lhcb"
 SUBMITTERS = (Identity(VO, "alice", "lhcb_user"), Identity(VO, "bob", "lhcb_user"),
@@ -40,38 +49,45 @@ SUBMITTERS = (Identity(VO, "alice", "lhcb_user"), Identity(VO, "bob", "lhcb_user
 
 @dataclass(frozen=True)
 class Node:
-    """A queue of the resources file whose pilots ask for work in the demo."""
+    """A queue of the resources file whose pilots the demo's director starts."""
 
     label: str
     site: str
     ce: str
     queue: str
+    cores: int
+    hs06: float
 
 
 NODES = (
-    Node("CERN 1-core", "LCG.CERN.cern", "ce503.cern.ch", "condor"),
-    Node("CERN ARM", "LCG.CERN.cern", "ce-arm01.cern.ch", "arm64"),
-    Node("CNAF 8-core", "LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore"),
-    Node("RAL GPU", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "gpu"),
-    Node("RAL 1-core", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "grid"),
+    Node("CERN 1-core", "LCG.CERN.cern", "ce503.cern.ch", "condor", 1, 12.0),
+    Node("CERN ARM", "LCG.CERN.cern", "ce-arm01.cern.ch", "arm64", 4, 9.0),
+    Node("CNAF 8-core", "LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore", 8, 11.0),
+    Node("RAL GPU", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "gpu", 4, 14.0),
+    Node("RAL 1-core", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "grid", 1, 10.0),
 )
+
+#: A payload: says what it is and works for a moment.
+_RUN = ('Executable = "/bin/sh"; '
+        'Arguments = "-c \'echo {what} %n on $(hostname); sleep 0.3\'"')
 
 #: Kinds of job the demo's users submit (JDL bodies), each runnable by some node above; the
 #: last asks for software no site has, so the optimizer chain fails it with the reason.
 KINDS = (
-    'Executable = "sim.sh"; Arguments = "--events 500"; CPUTime = 3600; MaxRAM = 1500',
-    'Executable = "sim.sh"; CPUTime = 20000; Site = {"LCG.CERN.cern", "LCG.RAL.uk"}',
-    'Executable = "ana.sh"; CPUTime = 7200; BannedSite = "LCG.CNAF.it"; '
+    _RUN.format(what="simulation") + '; CPUTime = 3600; MaxRAM = 1500',
+    _RUN.format(what="simulation") + '; CPUTime = 20000; Site = {"LCG.CERN.cern", "LCG.RAL.uk"}',
+    _RUN.format(what="analysis") + '; CPUTime = 7200; BannedSite = "LCG.CNAF.it"; '
     'Requirements = [ SoftwareTag = "VO-lhcb-davinci-v46" ]',
-    'Executable = "reco.sh"; CPUTime = 3600; Requirements = [ SoftwareTag = "VO-lhcb-moore-v55";'
-    ' MaxRAM = 3000 ]',
-    'Executable = "mc.sh"; NumberOfProcessors = 8; MaxRAM = 12000; Tags = {"MultiProcessor"}; '
-    'CPUTime = 80000',
-    'Executable = "train.py"; Tags = {"GPU"}; NumberOfProcessors = 2; MaxRAM = 6000',
-    'Executable = "arm.sh"; Platform = "aarch64-el9"; NumberOfProcessors = 4; CPUTime = 3600',
-    'Executable = "fit.sh"; CPUTime = 1800; '
+    _RUN.format(what="reconstruction") + '; CPUTime = 3600; '
+    'Requirements = [ SoftwareTag = "VO-lhcb-moore-v55"; MaxRAM = 3000 ]',
+    _RUN.format(what="multicore-mc") + '; NumberOfProcessors = 8; MaxRAM = 12000; '
+    'Tags = {"MultiProcessor"}; CPUTime = 80000',
+    _RUN.format(what="training") + '; Tags = {"GPU"}; NumberOfProcessors = 2; MaxRAM = 6000',
+    _RUN.format(what="arm-build") + '; Platform = "aarch64-el9"; NumberOfProcessors = 4; '
+    'CPUTime = 3600',
+    _RUN.format(what="fit") + '; CPUTime = 1800; '
     'Requirements = other.MaxRAM >= 8000 && member("aarch64-el9", other.Platform)',
-    'Executable = "old.sh"; Requirements = [ SoftwareTag = "VO-lhcb-gauss-v99" ]',
+    _RUN.format(what="legacy") + '; Requirements = [ SoftwareTag = "VO-lhcb-gauss-v99" ]',
 )
 
 
@@ -83,39 +99,56 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
     db_file = work / "demo.db"
     for leftover in work.glob("demo.db*"):
         leftover.unlink()
+    for folder in ("pilots", "jobstatus", "features", "metrics"):
+        shutil.rmtree(work / folder, ignore_errors=True)
     secret = secrets.token_urlsafe(32)
-    resources_file = Path(settings.resources.file).resolve()
-    settings = replace(settings, database=replace(settings.database, url=f"sqlite:///{db_file}"))
+    resources_file = demo_resources(Path(settings.resources.file), work)
+    settings = replace(
+        settings, database=replace(settings.database, url=f"sqlite:///{db_file}"),
+        resources=replace(settings.resources, file=str(resources_file)),
+        auth=replace(settings.auth, secret=secret, secret_file=""),
+        agents=replace(settings.agents, vo=VO, pilot_workdir=str(work / "pilots"),
+                       pilot_idle_timeout=3, pilots_per_cycle=4, director_interval=1))
     engine = make_engine(settings.database.url)
     schema.upgrade(engine)
     factory = make_session_factory(engine)
-    grid = load_resources(resources_file)
     echo(f"gridpilot demo: SQLite database {db_file}, schema {schema.current_revision(engine)}, "
-         f"resources {settings.resources.file} ({sum(1 for _ in grid.queues())} queues)")
+         f"resources {resources_file} (the five queues below get pilots through PSI/J's local "
+         "executor, with generated machine/job features)")
     with matcher_server(settings.database.url, secret, resources_file, work) as base:
         echo(f"Matcher: gunicorn with 2 workers at {base}")
+        settings = replace(settings, matcher=replace(settings.matcher, url=base))
         waiting = _submit_all(base, secret, n_jobs, rng, echo)
         with factory() as session:
             echo("\nThe 8 largest task queues:")
             echo(queue_table(session, 8))
-        done = _drain(base, secret, grid, echo)
-        operator = issue_token(secret, subject="demo-operator", role="operator", vo=VO,
-                               group="lhcb_admin", lifetime=600)
-        metrics = requests.get(f"{base}/metrics", timeout=30,
-                               headers={"Authorization": f"Bearer {operator}"}).text
-    echo("\nFrom the matcher's /metrics:")
-    for line in metrics.splitlines():
-        if line.startswith(("gridpilot_match_requests_total", "gridpilot_jobs_matched_total",
-                            "gridpilot_no_matches_total")):
-            echo(f"  {line}")
-    with factory() as session:
-        left = session.scalar(select(func.count()).select_from(TaskQueueJob)) or 0
-        by_status = {status: n for status, n in session.execute(
-            select(Job.status, func.count()).group_by(Job.status))}
-    echo(f"\nJobs by status: {', '.join(f'{s} {n}' for s, n in sorted(by_status.items()))}; "
-         f"left waiting: {left}.")
-    if left or done != waiting:
-        raise SystemExit(f"{left} jobs could not be matched by any node of the demo grid")
+        _direct(settings, factory, work, echo)
+    _summary(factory, work, waiting, echo)
+
+
+def demo_resources(source: Path, work: Path) -> Path:
+    """The resources file with the demo's five queues made local: each gets
+    ``Executor = "local"``, small pilot caps, and generated machine/job features."""
+    lines = source.read_text(encoding="utf-8").splitlines()
+    for node in NODES:
+        header = f'[Sites."{node.site}".CEs."{node.ce}".Queues.{node.queue}]'
+        features = work / "features" / node.queue
+        write_features(features / "machine", {
+            "hs06": node.hs06 * 8, "jobslots": 8 // node.cores, "phys_cores": 8,
+            "log_cores": 8})
+        write_features(features / "job", {
+            "allocated_CPU": node.cores, "cpufactor_lrms": node.hs06,
+            "wall_limit_secs_lrms": 86400, "wall_limit_secs": int(86400 * node.hs06),
+            "mem_limit_MB": 2000 * node.cores})
+        added = ['Executor = "local"', "MaxWaitingPilots = 2", "MaxTotalPilots = 3",
+                 f'MachineFeatures = "{features / "machine"}"',
+                 f'JobFeatures = "{features / "job"}"',
+                 f'JobStatusRoot = "{work / "jobstatus"}"']
+        at = lines.index(header)
+        lines[at + 1:at + 1] = added
+    target = work / "resources.toml"
+    target.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return target
 
 
 def _submit_all(base: str, secret: str, n_jobs: int, rng: random.Random,
@@ -160,79 +193,67 @@ def _submit_all(base: str, secret: str, n_jobs: int, rng: random.Random,
     return statuses["Waiting"]
 
 
-@dataclass
-class _Tally:
-    requests: int = 0
-    jobs: int = 0
-    done: int = 0
-    no_match: str = ""
-
-
-def _drain(base: str, secret: str, grid: ResourcesConfig, echo: Callable[[str], None]) -> int:
-    """One scripted pilot per node at a time, all nodes at once: each pilot registers, asks for
-    its SubmitPools, then for as many jobs as it has cores, reports each Running then Done,
-    and the next pilot of the node starts, until a pilot gets no job."""
-    tallies = {node: _Tally() for node in NODES}
+def _direct(settings: Settings, factory: Any, work: Path,
+            echo: Callable[[str], None]) -> None:
+    """The site director's cycles, until every job has ended and every pilot has exited."""
+    logging.getLogger("agents").setLevel(logging.WARNING)
+    ctx = AgentContext(settings, factory, secret=settings.auth.secret)
+    executors = ExecutorPool(ctx, polling_interval=1)
+    director = Director(ctx, executors)
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=_node_pilots, args=(base, secret, grid, node,
-                                                           tallies[node]))
-               for node in NODES]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - t0
-    total = sum(t.jobs for t in tallies.values())
-    calls = sum(t.requests for t in tallies.values())
-    echo(f"\nScripted pilots of five queues matched {total} jobs and reported them done in "
-         f"{elapsed:.2f} s ({calls} HTTP requests, {calls / elapsed:,.0f}/s):")
-    echo(f"  {'node':<12} {'site/CE/queue':<45} {'requests':>8} {'jobs':>6} {'done':>6}  "
-         "last answer")
-    for node, t in tallies.items():
-        echo(f"  {node.label:<12} {node.site + '/' + node.ce + '/' + node.queue:<45} "
-             f"{t.requests:>8} {t.jobs:>6} {t.done:>6}  {t.no_match}")
-    return sum(t.done for t in tallies.values())
+    snapshot_taken = False
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        director.cycle()
+        with factory() as session:
+            open_jobs = session.scalar(select(func.count()).select_from(Job).where(
+                Job.status.not_in([s.value for s in FINAL_STATES]))) or 0
+            alive = session.scalar(select(func.count()).select_from(Pilot).where(
+                Pilot.status.in_(("Submitting", "Submitted", "Waiting", "Running")))) or 0
+            busy = session.scalar(select(func.count()).select_from(Job).where(
+                Job.status == "Running")) or 0
+        if not snapshot_taken and busy >= 4:
+            echo(f"\nWhile {busy} payloads run, the site admin asks what draining would cost "
+                 "(gridpilot-drain-cost):")
+            echo(_drain_cost(work))
+            snapshot_taken = True
+        if open_jobs == 0 and alive == 0:
+            break
+        time.sleep(1.0)
+    else:
+        raise SystemExit("the demo's pilots did not finish the jobs within 15 minutes")
+    echo(f"\nThe site director's pilots ran every job in {time.perf_counter() - t0:.1f} s.")
 
 
-def _node_pilots(base: str, secret: str, grid: ResourcesConfig, node: Node,
-                 tally: _Tally) -> None:
-    token = issue_token(secret, subject=f"demo-{node.queue}", role="pilot", vo=VO,
-                        group="lhcb_pilot", lifetime=3600, site=node.site)
-    http = requests.Session()
-    http.headers["Authorization"] = f"Bearer {token}"
-    api = base + protocol.API_PREFIX
-    number = 0
-    while True:
-        number += 1
-        reference = f"demo-{node.queue}-{number}"
-        _call(http, tally, "PUT", api + protocol.PILOT_PATH.format(reference=reference),
-              {"site": node.site, "ce": node.ce, "queue": node.queue, "status": "Running"})
-        pools = _call(http, tally, "GET", api + protocol.SUBMIT_POOLS_PATH, None,
-                      {"site": node.site, "ce": node.ce, "queue": node.queue})["submit_pools"]
-        resource = queue_resource_data(grid, node.site, node.ce, node.queue, VO,
-                                       submit_pools=pools, pilot_reference=reference)
-        answer = _call(http, tally, "POST", api + protocol.MATCH_PATH,
-                       {"resource": resource, "count": resource.get("processors", 1)})
-        if not answer["jobs"]:
-            tally.no_match = answer["no_match"]["reason"]
-            _call(http, tally, "PUT", api + protocol.PILOT_PATH.format(reference=reference),
-                  {"site": node.site, "ce": node.ce, "queue": node.queue, "status": "Done"})
-            return
-        tally.jobs += len(answer["jobs"])
-        for job in answer["jobs"]:
-            path = api + protocol.JOB_STATUS_PATH.format(job_id=job["job_id"])
-            _call(http, tally, "POST", path,
-                  {"pilot_reference": reference, "status": protocol.RUNNING})
-            done = _call(http, tally, "POST", path, {
-                "pilot_reference": reference, "status": protocol.DONE, "exit_code": 0,
-                "output_tail": f"{job['executable']} {' '.join(job['arguments'])}: ok\n"})
-            tally.done += done["status"] == protocol.DONE
+def _drain_cost(work: Path) -> str:
+    out = subprocess.run([sys.executable, "-m", "pilot.draincost", "--root",
+                          str(work / "jobstatus")], capture_output=True, text=True, timeout=60)
+    return (out.stdout or out.stderr).rstrip()
 
 
-def _call(http: requests.Session, tally: _Tally, method: str, url: str,
-          body: dict[str, Any] | None, params: dict[str, str] | None = None) -> Any:
-    tally.requests += 1
-    response = http.request(method, url, json=body, params=params, timeout=60)
-    if response.status_code != 200:
-        raise SystemExit(f"{method} {url}: {response.status_code} {response.text}")
-    return response.json()
+def _summary(factory: Any, work: Path, waiting: int, echo: Callable[[str], None]) -> None:
+    with factory() as session:
+        by_queue = Counter({(site, ce, queue): n for site, ce, queue, n in session.execute(
+            select(Pilot.site, Pilot.ce, Pilot.queue, func.count(Job.id))
+            .join(Job, Job.pilot_reference == Pilot.reference)
+            .where(Job.status == "Done").group_by(Pilot.site, Pilot.ce, Pilot.queue))})
+        pilots = Counter({(site, ce, queue): n for site, ce, queue, n in session.execute(
+            select(Pilot.site, Pilot.ce, Pilot.queue, func.count())
+            .group_by(Pilot.site, Pilot.ce, Pilot.queue))})
+        left = session.scalar(select(func.count()).select_from(TaskQueueJob)) or 0
+        by_status = {status: n for status, n in session.execute(
+            select(Job.status, func.count()).group_by(Job.status))}
+    labels = {(n.site, n.ce, n.queue): n.label for n in NODES}
+    echo(f"\nPilots the site director submitted, and the jobs they ran, per queue:\n"
+         f"  {'node':<12} {'site/CE/queue':<48} {'pilots':>6} {'jobs done':>9}")
+    for key in sorted(pilots):
+        echo(f"  {labels.get(key, ''):<12} {'/'.join(key):<48} {pilots[key]:>6} "
+             f"{by_queue[key]:>9}")
+    echo(f"  {'total':<12} {'':<48} {sum(pilots.values()):>6} {sum(by_queue.values()):>9}")
+    echo("\nAt the end, every pilot has exited (gridpilot-drain-cost):")
+    echo(_drain_cost(work))
+    echo(f"\nJobs by status: {', '.join(f'{s} {n}' for s, n in sorted(by_status.items()))}; "
+         f"left waiting: {left}.")
+    done = by_status.get("Done", 0)
+    if left or done != waiting:
+        raise SystemExit(f"{waiting - done} of {waiting} jobs did not end Done")

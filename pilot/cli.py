@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import socket
@@ -58,12 +59,17 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--site", default=_env("GRIDPILOT_SITE"), help="grid site name")
     node.add_argument("--ce", default=_env("GRIDPILOT_CE"), help="computing element")
     node.add_argument("--queue", default=_env("GRIDPILOT_QUEUE"), help="batch queue")
-    node.add_argument("--platform", default=None,
-                      help="platform label (default: detected, e.g. x86_64-el9)")
+    node.add_argument("--platform", action="append", default=[], dest="platforms",
+                      help="platform label (repeatable; default: detected, e.g. x86_64-el9)")
     node.add_argument("--tag", action="append", default=[], dest="tags",
                       help="a tag the node offers (repeatable)")
     node.add_argument("--required-tag", action="append", default=[], dest="required_tags",
                       help="a tag every job must carry (repeatable; also given as --tag)")
+    node.add_argument("--attribute", action="append", default=[], dest="attributes",
+                      metavar="NAME=VALUE",
+                      help="a further attribute of the node for jobs' ClassAd Requirements "
+                           "expressions (repeatable; VALUE is read as JSON when it parses, "
+                           "e.g. CPUModel=\"EPYC\" or MaxRAM=8192)")
     node.add_argument("--submit-pools", default=None,
                       help="comma-separated SubmitPool ids the site director found for this "
                            "queue ('' for none); when absent the pilot asks the matcher "
@@ -135,13 +141,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(f"gridpilot-pilot: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    attributes: dict[str, object] = {}
+    for item in args.attributes:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            problems.append(f"--attribute must be NAME=VALUE, got {item!r}")
+            continue
+        try:
+            attributes[name.strip()] = json.loads(text)
+        except ValueError:
+            attributes[name.strip()] = text
+    if problems:
+        for problem in problems:
+            print(f"gridpilot-pilot: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     pools = None
     if args.submit_pools is not None:
         pools = tuple(p.strip() for p in args.submit_pools.split(",") if p.strip())
     reference = args.reference or f"{socket.gethostname()}-{os.getpid()}-{int(time.time())}"
     node = NodeDescription(
         vo=args.vo, reference=reference, site=args.site, ce=args.ce, queue=args.queue,
-        platform=args.platform or detect_platform(),
+        platforms=tuple(args.platforms) or (detect_platform(),),
+        attributes=tuple(attributes.items()),
         tags=tuple(dict.fromkeys([*args.tags, *args.required_tags])),
         required_tags=tuple(args.required_tags), submit_pools=pools)
     options = PilotOptions(

@@ -26,7 +26,7 @@ from typing import Any
 from pilot import protocol
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features
-from pilot.jobstatus import RunningPayload, compute_status, write_status
+from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.payload import Payload, start_payload, wait_all
 from pilot.resource import NodeDescription
 
@@ -169,8 +169,8 @@ class Pilot:
             time.sleep(o.tick)
         self.summary.stopped_because = self.retiring
         self._deliver_remaining()
-        self._write_jobstatus(self.clock())
         self._register("Done")
+        self._remove_jobstatus()
         return self.summary
 
     # -- matching and starting ---------------------------------------------------------------
@@ -372,6 +372,22 @@ class Pilot:
                 pilot_reference=self.node.reference))
         except (OSError, ValueError) as exc:
             log.warning("$JOBSTATUS %s cannot be written: %s", self.options.jobstatus, exc)
+
+    def _remove_jobstatus(self) -> None:
+        """A pilot that has exited costs nothing to drain: its $JOBSTATUS goes, so the site's
+        drain-cost tool lists only live pilots."""
+        directory = self.options.jobstatus
+        if directory is None:
+            return
+        try:
+            with locked(directory, exclusive=True):
+                for entry in directory.iterdir():
+                    if entry.name != "used_CPU":
+                        entry.unlink()
+                (directory / "used_CPU").unlink()
+            directory.rmdir()
+        except OSError as exc:
+            log.warning("$JOBSTATUS %s cannot be removed: %s", directory, exc)
 
     def _register(self, status: str) -> None:
         n = self.node

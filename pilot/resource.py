@@ -37,22 +37,29 @@ class NodeDescription:
     site: str | None = None
     ce: str | None = None
     queue: str | None = None
-    platform: str | None = None
+    #: Platform labels of the node (detected, or as the site director says).
+    platforms: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
     required_tags: tuple[str, ...] = ()
     #: None: not known (the matcher then only gives jobs without RFC 7 requirements).
     submit_pools: tuple[str, ...] | None = None
     owner_group: str | None = None
+    #: Further attributes of the node (the queue's parameters, e.g. CPUModel or
+    #: SoftwareTag), for the ClassAd Requirements expressions of jobs.
+    attributes: tuple[tuple[str, Any], ...] = ()
 
     def resource(self, *, free_cores: int, free_memory_mb: int | None,
                  cpu_time_left: int | None) -> dict[str, Any]:
         """The description for one match request, with what is free right now."""
-        data: dict[str, Any] = {"vo": self.vo, "pilot_reference": self.reference,
-                                "tags": list(self.tags),
-                                "required_tags": list(self.required_tags),
-                                "processors": free_cores}
+        data: dict[str, Any] = dict(self.attributes)
+        data.update({"vo": self.vo, "pilot_reference": self.reference,
+                     "tags": list(self.tags),
+                     "required_tags": list(self.required_tags),
+                     "processors": free_cores})
+        if self.platforms:
+            data["platform"] = list(self.platforms)
         for key, value in (("site", self.site), ("ce", self.ce), ("queue", self.queue),
-                           ("platform", self.platform), ("owner_group", self.owner_group)):
+                           ("owner_group", self.owner_group)):
             if value:
                 data[key] = value
         if self.submit_pools is not None:

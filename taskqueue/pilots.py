@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, InvalidInputError
-from taskqueue.models import DirectorQueue, Pilot
+from taskqueue.models import DirectorQueue, Job, Pilot
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
 #: pilot itself report them. Submitting: decided by a director, not yet accepted by the batch
@@ -173,3 +173,23 @@ def executors_in_use(session: Session) -> list[str]:
     """The executors of the pilots that are not final."""
     return list(session.scalars(select(Pilot.executor).where(
         Pilot.executor.is_not(None), Pilot.status.in_(ALIVE_STATES)).distinct()))
+
+
+def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
+                      length: int) -> int:
+    """``length`` when the queue's last ``length`` ended pilots (since its last failure
+    back-off) all ended without a job, else 0: a sign that the pilots see the queue otherwise
+    than the director does, and that submitting more only burns batch slots."""
+    state = session.get(DirectorQueue, (site, ce, queue))
+    stmt = (select(Pilot.reference).where(Pilot.site == site, Pilot.ce == ce,
+                                          Pilot.queue == queue,
+                                          Pilot.status.in_(FINAL_PILOT_STATES))
+            .order_by(Pilot.updated_at.desc(), Pilot.id.desc()).limit(length))
+    if state is not None and state.skip_until is not None:
+        stmt = stmt.where(Pilot.updated_at > state.skip_until)
+    ended = list(session.scalars(stmt))
+    if len(ended) < length:
+        return 0
+    worked = session.scalar(select(func.count()).select_from(Job).where(
+        Job.pilot_reference.in_(ended)))
+    return length if not worked else 0

@@ -58,12 +58,17 @@ def test_unusable_database_url(tmp_path: Path) -> None:
 
 def test_demo_matches_every_job(tmp_path: Path) -> None:
     resources = Path(__file__).resolve().parents[2] / "conf" / "resources.toml"
-    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "400"], tmp_path,
+    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "200"], tmp_path,
               GRIDPILOT_RESOURCES_FILE=str(resources))
     assert out.returncode == 0, out.stderr
-    submitted = re.search(r"Submitted 400 jobs .*: (\d+) waiting, (\d+) failed", out.stdout)
+    submitted = re.search(r"Submitted 200 jobs .*: (\d+) waiting, (\d+) failed", out.stdout)
     assert submitted, out.stdout
     waiting, failed = int(submitted[1]), int(submitted[2])
-    assert waiting + failed == 400 and failed > 0  # the demo shows a failure and its reason
+    assert waiting + failed == 200 and failed > 0  # the demo shows a failure and its reason
     assert "failed: Requirements: no queue offers SoftwareTag 'VO-lhcb-gauss-v99'" in out.stdout
     assert f"Jobs by status: Done {waiting}, Failed {failed}; left waiting: 0." in out.stdout
+    # Driven by the site director: real pilots per queue, and the site admin's view.
+    ran = re.search(r"total\s+(\d+)\s+(\d+)\n", out.stdout)
+    assert ran, out.stdout
+    assert int(ran[1]) > 0 and int(ran[2]) == waiting
+    assert "gridpilot-drain-cost: no pilot $JOBSTATUS directory" in out.stdout

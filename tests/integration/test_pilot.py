@@ -17,7 +17,6 @@ from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.features import write_features
-from pilot.jobstatus import read_status
 from taskqueue.database import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,8 +145,8 @@ def test_a_four_core_pilot_runs_jobs_of_1_2_and_4_cores_without_overcommitting(
     overlapping = [(a, b) for a in intervals for b in intervals
                    if a is not b and a[0] < b[1] and b[0] < a[1]]
     assert overlapping, "payloads never ran at the same time"
-    status = read_status(grid.tmp / "jobstatus")
-    assert status.used_CPU == 0 and status.allocated_CPU == 4
+    # An exited pilot leaves no $JOBSTATUS: the site's drain-cost tool lists live pilots.
+    assert not (grid.tmp / "jobstatus").exists()
     output = requests.get(f"{grid.base}/api/v1/jobs/{jobs[0]}/output",
                           headers=grid.user.headers, timeout=30).json()
     assert output["exit_code"] == 0 and "payload finished" in output["output_tail"]
