@@ -77,7 +77,9 @@ class ExecutorPool:
     def submit(self, name: str, spec: PilotSpec) -> str:
         """Submit a pilot; returns the batch system's id for it. Raises what PSI/J raises."""
         spec.directory.mkdir(parents=True, exist_ok=True)
-        resources = psij.ResourceSpecV1(process_count=1, cpu_cores_per_process=spec.cores)
+        resources = psij.ResourceSpecV1(
+            process_count=1, cpu_cores_per_process=spec.cores,
+            memory=spec.memory_mb * 1024 * 1024 if spec.memory_mb else None)
         attributes = psij.JobAttributes(duration=timedelta(minutes=max(1, spec.wall_minutes)),
                                         queue_name=spec.queue_name, account=spec.account)
         job = psij.Job(psij.JobSpec(
@@ -99,22 +101,44 @@ class ExecutorPool:
         attached = 0
         for name in sorted(self._executors_in_use()):
             watched = set(self._watched.values())
-            pending = self.ctx.transaction(partial(pilots_to_poll, executor=name))
+            pending = [(r, n) for r, n in self.ctx.transaction(
+                partial(pilots_to_poll, executor=name)) if r not in watched]
+            if not pending:
+                continue
+            executor = self.executor(name)
+            known = self._known_ids(name, executor)
             for reference, native_id in pending:
-                if reference in watched:
+                if known is not None and native_id not in known and not (
+                        executor.work_directory / f"{native_id}.ec").exists():
+                    # A batch executor's attach accepts any id (and later calls a job it
+                    # cannot find completed): ask the batch system first.
+                    self._lost(reference, "the batch system does not know it")
                     continue
                 job = psij.Job()
                 self._watched[job.id] = reference
                 try:
-                    self.executor(name).attach(job, native_id)
+                    executor.attach(job, native_id)
                     attached += 1
-                except Exception as exc:  # the process or batch job is gone
+                except Exception as exc:  # the local process is gone
                     self._watched.pop(job.id, None)
-                    self.ctx.transaction(partial(
-                        set_pilot_status, reference=reference, status="Lost",
-                        now=self.ctx.now(),
-                        reason=f"vanished from the batch system ({type(exc).__name__})"))
+                    self._lost(reference, type(exc).__name__)
         return attached
+
+    def _known_ids(self, name: str, executor: Any) -> set[str] | None:
+        """The ids a batch system lists now, or None (the local executor, or a listing that
+        failed: then attach decides)."""
+        if name not in BATCH_EXECUTORS:
+            return None
+        try:
+            return {str(i) for i in executor.list()}
+        except Exception as exc:
+            self.ctx.log.warning("the %s batch system could not list its jobs: %s", name, exc)
+            return None
+
+    def _lost(self, reference: str, why: str) -> None:
+        self.ctx.transaction(partial(
+            set_pilot_status, reference=reference, status="Lost", now=self.ctx.now(),
+            reason=f"vanished from the batch system ({why})"))
 
     def _executors_in_use(self) -> set[str]:
         return set(self.ctx.transaction(executors_in_use)) | set(self._executors)
