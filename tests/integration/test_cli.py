@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jwt
+
+from matcher.auth import principal_from_header
 from tests.conftest import Database
 
 
@@ -72,3 +75,45 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     assert ran, out.stdout
     assert int(ran[1]) > 0 and int(ran[2]) == waiting
     assert "gridpilot-drain-cost: no pilot $JOBSTATUS directory" in out.stdout
+
+
+SECRET = "cli-test-secret-0123456789abcdef"
+
+
+def test_token_issue_makes_a_token_the_matcher_accepts(tmp_path: Path) -> None:
+    out = run(["token", "issue", "--role", "pilot", "--subject", "factory", "--vo", "lhcb",
+               "--group", "lhcb_pilot", "--site", "LCG.CERN.cern", "--lifetime", "600"],
+              tmp_path, GRIDPILOT_AUTH_SECRET=SECRET)
+    assert out.returncode == 0, out.stderr
+    principal = principal_from_header(f"Bearer {out.stdout.strip()}", SECRET)
+    assert (principal.role, principal.subject, principal.vo, principal.site) == (
+        "pilot", "factory", "lhcb", "LCG.CERN.cern")
+    claims = jwt.decode(out.stdout.strip(), SECRET, algorithms=["HS256"], issuer="gridpilot")
+    assert claims["exp"] - claims["iat"] == 600
+
+
+def test_token_issue_refuses_without_a_secret_or_with_bad_claims(tmp_path: Path) -> None:
+    no_secret = run(["token", "issue", "--role", "user", "--subject", "alice"], tmp_path)
+    assert no_secret.returncode == 1 and "GRIDPILOT_AUTH_SECRET" in no_secret.stderr
+    site_for_user = run(["token", "issue", "--role", "user", "--subject", "alice",
+                         "--site", "X"], tmp_path, GRIDPILOT_AUTH_SECRET=SECRET)
+    assert site_for_user.returncode == 2
+    assert "only a pilot token names a site" in site_for_user.stderr
+    assert "Traceback" not in no_secret.stderr + site_for_user.stderr
+
+
+def test_agents_once_runs_every_loop(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'g.db'}"
+    resources = Path(__file__).resolve().parents[2] / "conf" / "resources.toml"
+    env = {"GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SECRET,
+           "GRIDPILOT_RESOURCES_FILE": str(resources),
+           "GRIDPILOT_AGENTS_PILOT_WORKDIR": str(tmp_path / "pilots")}
+    assert run(["db", "upgrade"], tmp_path, **env).returncode == 0
+    out = run(["agents", "--once"], tmp_path, **env)
+    assert out.returncode == 0, out.stderr
+    names = [line.split(":", 1)[0] for line in out.stdout.splitlines()]
+    assert names == ["optimizer", "director", "pilots", "submitpools", "watchdog",
+                     "priorities", "cleanup"]
+    assert "director: 0 pilot(s) submitted" in out.stdout  # no job waits: no pilot
+    unknown = run(["agents", "nosuch", "--once"], tmp_path, **env)
+    assert unknown.returncode == 2 and "no agent loop named nosuch" in unknown.stderr
