@@ -37,6 +37,7 @@ from taskqueue.pilots import (
     ALIVE_STATES,
     WAITING_STATES,
     count_pilots,
+    expire_submitting,
     idle_pilot_streak,
     lock_director_queue,
     record_new_pilots,
@@ -170,6 +171,7 @@ class Director:
         if state.skip_until is not None and now < state.skip_until:
             return (f"{state.failures} failed submission(s), last: {state.last_error}; "
                     f"next try after {state.skip_until:%H:%M:%S}")
+        expire_submitting(session, target.site, target.ce, target.queue, now=now)
         streak = idle_pilot_streak(session, target.site, target.ce, target.queue,
                                    length=max(3, target.max_waiting))
         if streak:

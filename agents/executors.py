@@ -10,6 +10,7 @@ again by their native id; one the batch system no longer knows is marked Lost.
 
 from __future__ import annotations
 
+import getpass
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -28,6 +29,8 @@ STATES: dict[str, str] = {"NEW": "Submitted", "QUEUED": "Waiting", "ACTIVE": "Ru
                           "COMPLETED": "Done", "FAILED": "Failed", "CANCELED": "Aborted"}
 #: Executors that render a batch script and poll a batch system.
 BATCH_EXECUTORS = frozenset({"slurm", "pbs", "lsf", "cobalt", "flux"})
+CORES_AS_PROCESSES = frozenset({"pbs", "lsf"})
+JOB_NAME_DIRECTIVE = {"slurm": "slurm.job-name", "pbs": "pbs.N", "lsf": "lsf.J"}
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,12 @@ class ExecutorPool:
     def executor(self, name: str) -> Any:
         with self._lock:
             if name not in self._executors:
-                work = Path(self.ctx.settings.agents.pilot_workdir).resolve() / "psij" / name
-                work.mkdir(parents=True, exist_ok=True)
+                # The submit scripts hold the pilots' tokens: readable by this user only.
+                scripts = Path(self.ctx.settings.agents.pilot_workdir).resolve() / "psij"
+                scripts.mkdir(mode=0o700, parents=True, exist_ok=True)
+                scripts.chmod(0o700)
+                work = scripts / name
+                work.mkdir(mode=0o700, exist_ok=True)
                 config: Any
                 if name in BATCH_EXECUTORS:
                     config = BatchSchedulerExecutorConfig(
@@ -70,6 +77,10 @@ class ExecutorPool:
                 else:
                     config = psij.JobExecutorConfig(work_directory=work)
                 executor = psij.JobExecutor.get_instance(name, config=config)
+                if hasattr(executor, "_current_user"):
+                    # PSI/J asks os.getlogin(), which fails without a controlling terminal
+                    # (a daemon, CI); the effective user is the one whose jobs to list.
+                    executor._current_user = getpass.getuser
                 executor.set_job_status_callback(self._status_changed)
                 self._executors[name] = executor
             return self._executors[name]
@@ -77,14 +88,25 @@ class ExecutorPool:
     def submit(self, name: str, spec: PilotSpec) -> str:
         """Submit a pilot; returns the batch system's id for it. Raises what PSI/J raises."""
         spec.directory.mkdir(parents=True, exist_ok=True)
-        resources = psij.ResourceSpecV1(
-            process_count=1, cpu_cores_per_process=spec.cores,
-            memory=spec.memory_mb * 1024 * 1024 if spec.memory_mb else None)
-        attributes = psij.JobAttributes(duration=timedelta(minutes=max(1, spec.wall_minutes)),
-                                        queue_name=spec.queue_name, account=spec.account)
+        memory = spec.memory_mb * 1024 * 1024 if spec.memory_mb else None
+        if name in CORES_AS_PROCESSES:
+            # PSI/J's PBS and LSF templates ask for one CPU per process: the pilot's cores are
+            # asked for as processes on one node (the single launcher still starts one pilot).
+            resources = psij.ResourceSpecV1(process_count=spec.cores,
+                                            processes_per_node=spec.cores, memory=memory)
+        else:
+            resources = psij.ResourceSpecV1(process_count=1, cpu_cores_per_process=spec.cores,
+                                            memory=memory)
+        job_name = f"gridpilot-{spec.reference}"[:64]
+        attributes = psij.JobAttributes(
+            duration=timedelta(minutes=max(1, spec.wall_minutes)), queue_name=spec.queue_name,
+            account=spec.account,
+            # PSI/J 0.9.11's templates never render the spec's name: a directive does.
+            custom_attributes={JOB_NAME_DIRECTIVE[name]: job_name}
+            if name in JOB_NAME_DIRECTIVE else None)
         job = psij.Job(psij.JobSpec(
             executable=spec.executable, arguments=spec.arguments, directory=spec.directory,
-            name=f"gridpilot-{spec.reference}"[:64], environment=dict(spec.environment),
+            name=job_name, environment=dict(spec.environment),
             stdout_path=spec.directory / "pilot.out", stderr_path=spec.directory / "pilot.err",
             resources=resources, attributes=attributes))
         self._watched[job.id] = spec.reference

@@ -134,8 +134,9 @@ def record_submission(session: Session, reference: str, native_id: str, *,
         pilot.status, pilot.updated_at = "Submitted", now
     state = session.get(DirectorQueue, (pilot.site, pilot.ce, pilot.queue),
                         with_for_update=True)
-    if state is not None and (state.failures or state.skip_until is not None):
-        state.failures, state.skip_until = 0, None
+    if state is not None and state.failures:
+        # skip_until stays: it is in the past, and marks where idle_pilot_streak counts from.
+        state.failures = 0
     session.flush()
 
 
@@ -183,7 +184,11 @@ def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
     state = session.get(DirectorQueue, (site, ce, queue))
     stmt = (select(Pilot.reference).where(Pilot.site == site, Pilot.ce == ce,
                                           Pilot.queue == queue,
-                                          Pilot.status.in_(FINAL_PILOT_STATES))
+                                          Pilot.status.in_(FINAL_PILOT_STATES),
+                                          # pilots that ran: the batch system took them and
+                                          # they spoke to the matcher
+                                          Pilot.native_id.is_not(None),
+                                          Pilot.last_seen_at.is_not(None))
             .order_by(Pilot.updated_at.desc(), Pilot.id.desc()).limit(length))
     if state is not None and state.skip_until is not None:
         stmt = stmt.where(Pilot.updated_at > state.skip_until)
@@ -193,3 +198,23 @@ def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
     worked = session.scalar(select(func.count()).select_from(Job).where(
         Job.pilot_reference.in_(ended)))
     return length if not worked else 0
+
+
+#: A pilot record still Submitting after this long was decided by a director that died
+#: before submitting it.
+SUBMITTING_TIMEOUT = timedelta(minutes=10)
+
+
+def expire_submitting(session: Session, site: str, ce: str, queue: str, *,
+                      now: datetime) -> int:
+    """Fail the queue's pilot records stuck in Submitting (their director died between the
+    decision and the submission), so they stop counting as waiting; returns how many."""
+    stuck = list(session.scalars(select(Pilot).where(
+        Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue,
+        Pilot.status == "Submitting", Pilot.submitted_at < now - SUBMITTING_TIMEOUT)
+        .with_for_update()))
+    for pilot in stuck:
+        pilot.status, pilot.updated_at = "Failed", now
+        pilot.reason = "never submitted: the site director stopped before submitting it"
+    session.flush()
+    return len(stuck)

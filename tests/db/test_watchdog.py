@@ -356,8 +356,8 @@ def test_two_watchdogs_reschedule_each_job_exactly_once(db: Database, agent_cfg:
                                                   start_at)] * 2)
             done = _counts(summaries)
             assert done["stalled"] == (n if at == now + LEASE + SECOND else 0)
-            # Both took part: the race happened.
-            assert all(sum(_counts([one]).values()) > 0 for one in summaries), summaries
+            if db.is_server:  # both took part: the race happened (SQLite takes turns)
+                assert all(sum(_counts([one]).values()) > 0 for one in summaries), summaries
     assert done["rescheduled"] == n
     with db.factory() as s:
         counts = dict(s.execute(select(Job.status, func.count()).group_by(Job.status)).all())
