@@ -106,7 +106,8 @@ def two_servers(server_url: str, tmp_path: Path) -> Iterator[list[str]]:
 
 
 def _fill(url: str) -> None:
-    factory = make_session_factory(make_engine(url))
+    engine = make_engine(url)
+    factory = make_session_factory(engine)
     now = datetime.now(UTC)
     settings = Settings()
     rng = random.Random(3)
@@ -115,6 +116,7 @@ def _fill(url: str) -> None:
             reqs = [requirements(owner=f"user{i % 7}", job_type=job_type, cpu_time=3600)
                     for i in range(start, min(n, start + 500))]
             run_in_transaction(factory, lambda s, r=reqs: submit(s, settings, now, r, rng=rng))
+    engine.dispose()
 
 
 def _client(base: str, token: str, pilot: str, seed: int, got: list[int],
@@ -174,7 +176,8 @@ def test_two_processes_hand_out_each_job_once_and_share_limits(
     # Every client's last answers: MC jobs still wait, held back by the limit.
     assert {r for rs in reasons for r in rs[-3:]} == {"held_by_limits"}
 
-    factory = make_session_factory(make_engine(server_url))
+    engine = make_engine(server_url)
+    factory = make_session_factory(engine)
     with factory() as session:
         matched = dict(session.execute(
             select(Job.job_type, func.count()).where(Job.status == "Matched")
@@ -189,3 +192,4 @@ def test_two_processes_hand_out_each_job_once_and_share_limits(
         owners = dict(session.execute(
             select(Job.id, Job.pilot_reference).where(Job.id.in_(got[0]))).all())
         assert set(owners.values()) <= {"pilot-0"}
+    engine.dispose()
