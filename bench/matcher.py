@@ -1,0 +1,992 @@
+"""Matcher benchmark: end-to-end HTTP matching, real gunicorn server, concurrent pilot clients.
+
+A fresh database (``gp_bench_*`` on a server, dropped at the end unless ``--keep``) is loaded
+with ``--jobs`` waiting jobs over ``--queues`` task queues by bench/taskqueue.py's own code: the
+first ``--insert-jobs`` through the library's insert path (which creates the queues), the rest
+by bulk load (COPY on PostgreSQL); the fair share is recomputed once and the planner statistics
+refreshed. Then, for each gunicorn worker count (``--workers``), the matcher is started as a
+real subprocess on loopback (``python -m gridpilot --config ... serve --bind 127.0.0.1:PORT
+--workers W``), and for each jobs-per-request count (``--counts``) ``--clients`` pilot clients
+POST /api/v1/pilots/match as fast as they are answered for ``--warmup`` seconds (not counted)
+and then ``--duration`` seconds (measured). Before every measurement the jobs the previous one
+took are put back by the same bulk load (task queues it emptied are reactivated as an insert
+would), so that each one starts with ``--jobs`` waiting, and the tables are vacuumed and
+analysed (autovacuum may be off on a test server; ``--no-vacuum`` skips this).
+
+Clients are cheap: spawned processes (``--client-processes``, default one per client) that
+import only the standard library, each client one ``http.client.HTTPConnection`` (kept alive
+when the server allows it; gunicorn's sync workers close it after each answer, so every request
+pays a loopback TCP connect, as a real pilot does), latency timed with ``time.perf_counter``
+around request and answer. Every pilot client sends the same generic resource (VO lhcb, one
+site, a CPU time above the jobs', owner group and tags ANY) with its own pilot reference.
+
+Output. One JSON line per measurement on stdout (``"measure": "match_http"``): workers, clients,
+count, requests and requests/s (answers 200 in the measured window, matched or not), matched
+jobs and jobs/s, p50/p90/p99/max latency in ms (of the 200 answers), no-match answers by reason,
+errors (non-200 answers and failed connections), the waiting jobs before and after, where the
+CPU went (gunicorn processes, the PostgreSQL backends of the benchmark database, the clients,
+and everything else on the machine, in cores and in ms per request), the server's own view
+from GET /metrics (requests, mean handling time, share within 50 ms) and whether the target
+(``--target-rps`` requests/s with p99 <= ``--target-p99-ms``) is met. Lines from
+bench/taskqueue.py's functions (server description, insert, bulk_fill, recompute_priorities)
+come first. Progress and a final human-readable table go to stderr. Run from the repository
+root::
+
+    .venv/bin/python bench/matcher.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+
+Small and quick (a development check)::
+
+    .venv/bin/python bench/matcher.py --jobs 20000 --duration 5 --workers 1,2
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Run as a script, this file's folder comes first on sys.path and this file (matcher.py) would
+# hide the matcher package (and taskqueue.py the taskqueue package): put the repository root
+# there instead. Spawned client processes inherit the corrected path.
+_HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
+    sys.path[0] = str(_HERE.parent)
+
+import argparse  # noqa: E402
+import http.client  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import multiprocessing as mp  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import queue  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import secrets  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from collections.abc import Iterator, Sequence  # noqa: E402
+from contextlib import contextmanager, suppress  # noqa: E402
+from dataclasses import asdict, dataclass, field  # noqa: E402
+from types import ModuleType  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+if TYPE_CHECKING:
+    from multiprocessing.synchronize import Barrier, Event
+
+    from sqlalchemy import Engine
+
+    from taskqueue.settings import Settings
+
+# Only the standard library is imported at module level: spawned client processes import this
+# module, and they must stay small. The database and server code is imported where it is used.
+
+ROOT = _HERE.parent
+TASKQUEUE_BENCH = _HERE / "taskqueue.py"
+#: The name bench/taskqueue.py is loaded under (its own name would shadow the package).
+TASKQUEUE_BENCH_MODULE = "gp_bench_taskqueue"
+MATCH_PATH = "/api/v1/pilots/match"
+HOST = "127.0.0.1"
+VO = "lhcb"
+SITE = "LCG.CERN.cern"
+CE = "ce1.cern.ch"
+#: Above the bench jobs' CPU time (86,400 s), so that every queue matches.
+CPU_TIME = 200_000
+#: Tokens outlive any run.
+TOKEN_LIFETIME = 7 * 86400
+#: At most this many error texts are kept per client (the count is always exact).
+ERROR_SAMPLES = 3
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def load_taskqueue_bench() -> ModuleType:
+    """bench/taskqueue.py as a module (under another name: its own would shadow the
+    ``taskqueue`` package)."""
+    loaded = sys.modules.get(TASKQUEUE_BENCH_MODULE)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location(TASKQUEUE_BENCH_MODULE, TASKQUEUE_BENCH)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {TASKQUEUE_BENCH}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[TASKQUEUE_BENCH_MODULE] = module  # dataclasses look their module up here
+    spec.loader.exec_module(module)
+    return module
+
+
+# --------------------------------------------------------------------------- clients
+
+
+@dataclass(frozen=True)
+class ClientSpec:
+    """What one pilot client does."""
+
+    index: int
+    host: str
+    port: int
+    token: str
+    count: int
+    reference: str
+    timeout: float
+
+
+@dataclass
+class ClientResult:
+    """One client's measured window (requests started in it; warm-up requests apart)."""
+
+    index: int
+    latencies: list[float] = field(default_factory=list)
+    matched: int = 0
+    jobs: int = 0
+    no_match: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    error_samples: list[str] = field(default_factory=list)
+    warmup_requests: int = 0
+    last_done: float = 0.0
+
+
+def resource_body(reference: str, count: int) -> bytes:
+    resource = {"vo": VO, "site": SITE, "ce": CE, "pilot_reference": reference,
+                "cpu_time": CPU_TIME, "owner_group": "ANY", "tags": "ANY"}
+    return json.dumps({"resource": resource, "count": count}).encode()
+
+
+def run_client(spec: ClientSpec, t_warm: float, t_end: float) -> ClientResult:
+    """Send match requests back to back until ``t_end`` (``time.monotonic``)."""
+    body = resource_body(spec.reference, spec.count)
+    headers = {"Authorization": f"Bearer {spec.token}", "Content-Type": "application/json",
+               "Accept": "application/json"}
+    result = ClientResult(spec.index)
+    conn = http.client.HTTPConnection(spec.host, spec.port, timeout=spec.timeout)
+    clock = time.monotonic
+    perf = time.perf_counter
+    try:
+        while True:
+            started = clock()
+            if started >= t_end:
+                break
+            counted = started >= t_warm
+            t0 = perf()
+            try:
+                conn.request("POST", MATCH_PATH, body, headers)
+                response = conn.getresponse()
+                data = response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                conn.close()
+                if counted:
+                    result.errors += 1
+                    _sample(result, f"{type(exc).__name__}: {exc}")
+                time.sleep(0.01)  # a server that is down must not make the client spin
+                continue
+            elapsed = perf() - t0
+            if not counted:
+                result.warmup_requests += 1
+                continue
+            result.last_done = clock()
+            if response.status != 200:
+                result.errors += 1
+                _sample(result, f"HTTP {response.status}: {data[:300].decode(errors='replace')}")
+                continue
+            result.latencies.append(elapsed)
+            answer = json.loads(data)
+            jobs = answer.get("jobs") or []
+            if jobs:
+                result.matched += 1
+                result.jobs += len(jobs)
+            else:
+                reason = str((answer.get("no_match") or {}).get("reason"))
+                result.no_match[reason] = result.no_match.get(reason, 0) + 1
+    finally:
+        conn.close()
+    return result
+
+
+def _sample(result: ClientResult, text: str) -> None:
+    if len(result.error_samples) < ERROR_SAMPLES:
+        result.error_samples.append(text)
+
+
+def client_process(specs: list[ClientSpec], warmup: float, duration: float, barrier: Barrier,
+                   go: Event, clock: Any, results: Any) -> None:
+    """One client process: its clients in threads (one each), its CPU time in the window."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends the run and this process
+    out: dict[str, Any] = {"pid": os.getpid(), "clients": [], "cpu_seconds": 0.0, "error": None}
+    try:
+        barrier.wait()
+        go.wait()
+        t_warm = clock.value + warmup
+        t_end = t_warm + duration
+        done: list[ClientResult] = []
+        threads = [threading.Thread(target=lambda s=s: done.append(run_client(s, t_warm, t_end)),
+                                    daemon=True)
+                   for s in specs]
+        for t in threads:
+            t.start()
+        _sleep_until(t_warm)
+        cpu0 = time.process_time()
+        for t in threads:
+            t.join()
+        out["cpu_seconds"] = time.process_time() - cpu0
+        out["clients"] = [asdict(r) for r in done]
+        if len(done) < len(specs):
+            out["error"] = f"{len(specs) - len(done)} client thread(s) died"
+    except BaseException:  # report, so that the parent does not wait for ever
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
+def _sleep_until(deadline: float) -> None:
+    while (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, 0.5))
+
+
+# --------------------------------------------------------------------------- CPU accounting
+
+
+def _proc_stat(pid: int) -> tuple[int, float, float] | None:
+    """(parent pid, own CPU seconds, reaped children's CPU seconds) of a process."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(")") + 2:].split()
+    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
+    return int(fields[1]), (utime + stime) / CLK_TCK, (cutime + cstime) / CLK_TCK
+
+
+def _process_comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of ``root``, its live children, and the children it has reaped (gunicorn's
+    arbiter and its workers, recycled ones included)."""
+    own = _proc_stat(root)
+    if own is None:
+        return 0.0
+    total = own[1] + own[2]
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and int(entry.name) != root:
+            stat = _proc_stat(int(entry.name))
+            if stat is not None and stat[0] == root:
+                total += stat[1]
+    return total
+
+
+def children_of(root: int) -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            stat = _proc_stat(int(entry.name))
+            if stat is not None and stat[0] == root:
+                pids.append(int(entry.name))
+    return sorted(pids)
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine since boot, all cores."""
+    first = Path("/proc/stat").read_text().splitlines()[0].split()
+    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    busy = user + nice + system + irq + softirq + steal
+    return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
+
+
+@dataclass
+class CpuSample:
+    at: float
+    server: float
+    #: PostgreSQL backend pid -> CPU seconds (None: the database server is not on this host).
+    backends: dict[int, float] | None
+    machine_busy: float
+    machine_total: float
+
+
+def backend_pids(engine: Engine | None) -> list[int] | None:
+    """The PostgreSQL backends connected to the benchmark database (the matcher's), when the
+    server runs on this machine; None otherwise."""
+    if engine is None:
+        return None
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        pids = list(conn.execute(text(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()")).scalars())
+    local = [p for p in pids if _process_comm(p) == "postgres"]
+    return local if local or not pids else None
+
+
+def sample_cpu(server_pid: int, engine: Engine | None) -> CpuSample:
+    pids = backend_pids(engine)
+    backends = None
+    if pids is not None:
+        backends = {}
+        for pid in pids:
+            stat = _proc_stat(pid)
+            if stat is not None:
+                backends[pid] = stat[1]
+    busy, total = machine_cpu_seconds()
+    return CpuSample(time.monotonic(), tree_cpu_seconds(server_pid), backends, busy, total)
+
+
+def cpu_record(a: CpuSample, b: CpuSample, clients_cpu: float, requests: int
+               ) -> dict[str, Any]:
+    """Where the CPU went between two samples: cores used (cpu-seconds per second) and ms per
+    request, for the matcher, the database backends, the clients and everything else."""
+    seconds = b.at - a.at
+    if seconds <= 0:
+        return {}
+    server = b.server - a.server
+    postgres: float | None = None
+    if a.backends is not None and b.backends is not None:
+        # A backend that appeared in the window is counted from its start.
+        postgres = sum(cpu - a.backends.get(pid, 0.0) for pid, cpu in b.backends.items())
+    busy = b.machine_busy - a.machine_busy
+    other = busy - server - (postgres or 0.0) - clients_cpu
+
+    def cores(x: float | None) -> float | None:
+        return None if x is None else round(x / seconds, 2)
+
+    def per_request(x: float | None) -> float | None:
+        return None if x is None or requests == 0 else round(x * 1000 / requests, 3)
+
+    return {
+        "window_s": round(seconds, 2),
+        "machine_cores": os.cpu_count(),
+        "machine_busy_cores": cores(busy),
+        "server_cores": cores(server), "postgres_cores": cores(postgres),
+        "clients_cores": cores(clients_cpu), "other_cores": cores(other),
+        "server_ms_per_request": per_request(server),
+        "postgres_ms_per_request": per_request(postgres),
+        "clients_ms_per_request": per_request(clients_cpu),
+    }
+
+
+# --------------------------------------------------------------------------- the server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@dataclass
+class Server:
+    """A running ``gridpilot serve`` (gunicorn arbiter in a session of its own)."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    workers: int
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+def _get(port: int, path: str, token: str | None = None, timeout: float = 10.0
+         ) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, port, timeout=timeout)
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def server_command(config: Path, port: int, workers: int) -> list[str]:
+    """How the matcher is started: as an operator would (an experiment may replace this)."""
+    return [sys.executable, "-m", "gridpilot", "--config", str(config), "serve",
+            "--bind", f"{HOST}:{port}", "--workers", str(workers)]
+
+
+@contextmanager
+def running_server(db_url: str, workers: int, *, config: Path, secret: str, tmpdir: Path,
+                   max_requests: int) -> Iterator[Server]:
+    """Start the matcher under gunicorn on a free loopback port, wait until every worker is
+    up and it answers /healthz, and stop it (and anything left of its session) afterwards."""
+    port = free_port()
+    run_dir = tmpdir / f"server-w{workers}-{port}"
+    run_dir.mkdir(parents=True)
+    env = {**os.environ,
+           "GRIDPILOT_DATABASE_URL": db_url,
+           "GRIDPILOT_AUTH_SECRET": secret,
+           "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(run_dir / "metrics"),
+           "GRIDPILOT_MATCHER_MAX_REQUESTS": str(max_requests)}
+    log_path = run_dir / "server.log"
+    with log_path.open("wb") as log_file:
+        proc = subprocess.Popen(
+            server_command(config, port, workers), env=env, cwd=run_dir,
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=log_file, start_new_session=True)
+    server = Server(proc, port, workers, log_path)
+    try:
+        _wait_ready(server)
+        log(f"matcher up: pid {server.pid}, {workers} worker(s) {children_of(server.pid)}, "
+            f"port {port}")
+        yield server
+    finally:
+        stop_server(server)
+
+
+def _wait_ready(server: Server, timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    healthy = False
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise SystemExit(f"the matcher exited with code {server.proc.returncode}:\n"
+                             f"{server.log_tail()}")
+        if not healthy:
+            with suppress(OSError):
+                healthy = _get(server.port, "/healthz", timeout=5)[0] == 200
+        if healthy and len(children_of(server.pid)) >= server.workers:
+            return
+        time.sleep(0.2)
+    raise SystemExit(f"the matcher did not become ready in {timeout:.0f} s:\n"
+                     f"{server.log_tail()}")
+
+
+def stop_server(server: Server) -> None:
+    """SIGTERM to the arbiter (graceful stop), then SIGKILL to its session if it lingers."""
+    proc = server.proc
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=40)
+        except subprocess.TimeoutExpired:
+            log(f"matcher pid {proc.pid} did not stop in 40 s: killing its process group")
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind, if any (our session)
+    if proc.poll() is None:
+        proc.wait(timeout=10)
+    log(f"matcher pid {proc.pid} stopped (exit code {proc.returncode})")
+
+
+# --------------------------------------------------------------------------- server metrics
+
+_METRIC_LINE = re.compile(r"^([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)$")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+Metrics = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape_metrics(port: int, token: str) -> Metrics | None:
+    """GET /metrics (operator token), parsed; None when it fails (it is optional)."""
+    try:
+        status, body = _get(port, "/metrics", token, timeout=30)
+    except OSError as exc:
+        log(f"GET /metrics failed: {exc}")
+        return None
+    if status != 200:
+        log(f"GET /metrics answered {status}: {body[:200]!r}")
+        return None
+    out: Metrics = {}
+    for line in body.decode().splitlines():
+        m = _METRIC_LINE.match(line)
+        if m is None or line.startswith("#"):
+            continue
+        labels = frozenset(_LABEL.findall(m.group(2) or ""))
+        try:
+            out[(m.group(1), labels)] = float(m.group(3))
+        except ValueError:
+            continue
+    return out
+
+
+def _metric(metrics: Metrics, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in metrics.items() if n == name and wanted <= ls)
+
+
+def flush_workers(server: Server) -> None:
+    """Each worker writes its metrics at most once a second, on a request: after a pause, a
+    few concurrent /healthz requests make every worker handle one and write its file."""
+    time.sleep(1.1)
+
+    def ping() -> None:
+        with suppress(OSError):
+            _get(server.port, "/healthz", timeout=10)
+
+    threads = [threading.Thread(target=ping) for _ in range(server.workers * 3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def server_view(before: Metrics | None, after: Metrics | None) -> dict[str, Any] | None:
+    """The matcher's own count and handling time of the match requests between two scrapes
+    (warm-up included; the time from the request's routing to its response, without the
+    queueing in the listen backlog and the HTTP parsing)."""
+    if before is None or after is None:
+        return None
+
+    def delta(name: str, **labels: str) -> float:
+        return _metric(after, name, **labels) - _metric(before, name, **labels)
+
+    hist = "gridpilot_http_request_duration_seconds"
+    n = delta(f"{hist}_count", endpoint=MATCH_PATH)
+    total = delta(f"{hist}_sum", endpoint=MATCH_PATH)
+    within = delta(f"{hist}_bucket", endpoint=MATCH_PATH, le="0.05")
+    return {
+        "requests": int(n),
+        "mean_ms": round(total / n * 1000, 3) if n else None,
+        "within_50ms": round(within / n, 4) if n else None,
+        "matched": int(delta("gridpilot_match_requests_total", outcome="matched")),
+        "no_match": int(delta("gridpilot_match_requests_total", outcome="no_match")),
+        "jobs_matched": int(delta("gridpilot_jobs_matched_total")),
+        "non_200": int(delta("gridpilot_http_requests_total", endpoint=MATCH_PATH)
+                       - delta("gridpilot_http_requests_total", endpoint=MATCH_PATH,
+                               status="200")),
+    }
+
+
+# --------------------------------------------------------------------------- the jobs
+
+
+@dataclass
+class Fill:
+    """The bulk load's numbering: the next job number (its queue is number % queues)."""
+
+    url: str
+    backend: str
+    queues: int
+    target: int
+    next_number: int
+
+
+def waiting_jobs(url: str) -> int:
+    from sqlalchemy import func, select
+
+    from taskqueue.database import make_engine
+    from taskqueue.models import tq_jobs_table
+
+    engine = make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(tq_jobs_table))
+                       .scalar_one())
+    finally:
+        engine.dispose()
+
+
+def initial_load(tq: ModuleType, fill: Fill, settings: Settings, insert_jobs: int) -> None:
+    """``fill.target`` waiting jobs: the first ``insert_jobs`` through the library (they create
+    the queues), the rest by bench/taskqueue.py's bulk load."""
+    library = min(insert_jobs, fill.target)
+    done = 0
+    if library > 0:
+        log(f"inserting {library:,} jobs through the library")
+        done = tq.insert_jobs(fill.url, fill.backend, fill.queues, library, min(library, 1000),
+                              settings, max_seconds=float("inf"), total_jobs=fill.target)
+    if done < fill.target:
+        log(f"bulk-filling jobs {done:,}..{fill.target - 1:,}")
+        tq.bulk_fill(fill.url, fill.backend, fill.queues, done, fill.target, settings)
+    fill.next_number = fill.target
+    tq.recompute(fill.url, fill.backend, fill.queues, settings)
+
+
+def top_up(tq: ModuleType, fill: Fill, settings: Settings) -> int:
+    """Put back the jobs the last measurement took (bulk load, queues it emptied reactivated);
+    return how many were added."""
+    missing = fill.target - waiting_jobs(fill.url)
+    if missing <= 0:
+        return 0
+    log(f"refilling {missing:,} jobs")
+    first = fill.next_number
+    tq.bulk_fill(fill.url, fill.backend, fill.queues, first, first + missing, settings)
+    fill.next_number += missing
+    revived = reactivate_queues(fill.url)
+    if revived:
+        log(f"reactivated {revived:,} task queue(s) that the last measurement emptied")
+    tq.recompute(fill.url, fill.backend, fill.queues, settings)
+    return missing
+
+
+def reactivate_queues(url: str) -> int:
+    """Mark active the inactive queues that hold jobs again, as the library's insert does for
+    a queue coming back: its clock restarts from the VO's current virtual time."""
+    from sqlalchemy import bindparam, exists, select, update
+
+    from taskqueue.database import make_engine, make_session_factory
+    from taskqueue.models import task_queues_table, tq_jobs_table
+    from taskqueue.shares import virtual_time
+
+    tq = task_queues_table.c
+    engine = make_engine(url)
+    rng = random.Random()
+    try:
+        with make_session_factory(engine).begin() as session:
+            conn = session.connection()
+            rows = conn.execute(
+                select(tq.id, tq.vo, tq.draw_key, tq.priority)
+                .where(tq.active == 0, exists().where(tq_jobs_table.c.tq_id == tq.id))
+                .order_by(tq.id).with_for_update()).all()
+            clocks: dict[str, float] = {}
+            changes = []
+            for row in rows:
+                if row.vo not in clocks:
+                    clocks[row.vo] = virtual_time(session, row.vo)
+                key = max(row.draw_key, clocks[row.vo]) + rng.expovariate(
+                    max(row.priority, 1e-12))
+                changes.append({"b_id": row.id, "b_key": key})
+            if changes:
+                conn.execute(update(task_queues_table).where(tq.id == bindparam("b_id"))
+                             .values(draw_key=bindparam("b_key"), active=1, emptied_at=None),
+                             changes)
+            return len(changes)
+    finally:
+        engine.dispose()
+
+
+def prepare_tables(tq: ModuleType, fill: Fill, *, vacuum: bool, full: bool) -> None:
+    """Planner statistics and dead rows: VACUUM ANALYZE the database after a load, only the
+    claim tables otherwise (PostgreSQL); ANALYZE elsewhere."""
+    if full or fill.backend != "postgresql" or not vacuum:
+        tq.analyze(fill.url, fill.backend, vacuum=vacuum)
+    else:
+        tq.vacuum_hot_tables(fill.url)
+
+
+# --------------------------------------------------------------------------- a measurement
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    clients: int
+    client_processes: int
+    duration: float
+    warmup: float
+    timeout: float
+    target_rps: float
+    target_p99_ms: float
+
+
+def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot_token: str,
+            operator_token: str, url: str, backend: str, queues: int,
+            metrics_before: Metrics | None) -> tuple[dict[str, Any], Metrics | None]:
+    """Run the clients against ``server`` for the warm-up and the measured window; return the
+    record and the metrics scraped after it."""
+    from taskqueue.database import make_engine
+
+    waiting_before = waiting_jobs(url)
+    specs = [ClientSpec(i, HOST, server.port, pilot_token, count,
+                        f"bench-w{server.workers}-n{count}-c{i}", cfg.timeout)
+             for i in range(cfg.clients)]
+    n_procs = min(cfg.client_processes, cfg.clients)
+    groups = [specs[p::n_procs] for p in range(n_procs)]
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(n_procs + 1)
+    go = ctx.Event()
+    clock = ctx.Value("d", 0.0)
+    results = ctx.Queue()
+    procs = [ctx.Process(target=client_process,
+                         args=(g, cfg.warmup, cfg.duration, barrier, go, clock, results),
+                         daemon=True)
+             for g in groups]
+    engine = make_engine(url, pool_size=1) if backend == "postgresql" else None
+    outcomes: list[dict[str, Any]] = []
+    try:
+        for p in procs:
+            p.start()
+        try:
+            barrier.wait(timeout=120)
+        except Exception as exc:
+            raise SystemExit(f"the client processes did not start: {exc!r}") from exc
+        clock.value = time.monotonic()
+        go.set()
+        t_warm = clock.value + cfg.warmup
+        t_end = t_warm + cfg.duration
+        _sleep_until(t_warm)
+        cpu_a = sample_cpu(server.pid, engine)
+        _sleep_until(t_end)
+        cpu_b = sample_cpu(server.pid, engine)
+        deadline = time.monotonic() + cfg.timeout + 60
+        while len(outcomes) < len(procs):
+            try:
+                outcomes.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+            except queue.Empty as exc:
+                raise SystemExit("the client processes did not report in time") from exc
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+        if engine is not None:
+            engine.dispose()
+    alive = server.proc.poll() is None
+    flush_workers(server)
+    metrics_after = scrape_metrics(server.port, operator_token) if alive else None
+
+    clients = [ClientResult(**c) for o in outcomes for c in o["clients"]]
+    proc_errors = [o["error"] for o in outcomes if o["error"]]
+    for err in proc_errors:
+        log(f"client process error:\n{err}")
+    latencies = sorted(x for c in clients for x in c.latencies)
+    requests = len(latencies)
+    last = max((c.last_done for c in clients), default=0.0)
+    seconds = max(last, t_end) - t_warm if requests else cfg.duration
+    jobs = sum(c.jobs for c in clients)
+    matched = sum(c.matched for c in clients)
+    no_match: dict[str, int] = {}
+    for c in clients:
+        for reason, n in c.no_match.items():
+            no_match[reason] = no_match.get(reason, 0) + n
+    errors = sum(c.errors for c in clients)
+    samples = [s for c in clients for s in c.error_samples][:ERROR_SAMPLES]
+    rps = requests / seconds if seconds > 0 else 0.0
+    p99 = tq._percentile_ms(latencies, 0.99)
+    waiting_after = waiting_jobs(url)
+    record: dict[str, Any] = {
+        "measure": "match_http", "backend": backend, "queues": queues,
+        "workers": server.workers, "clients": cfg.clients, "client_processes": n_procs,
+        "count": count, "seconds": round(seconds, 3), "warmup_s": cfg.warmup,
+        "requests": requests, "requests_per_s": round(rps, 1),
+        "matched_requests": matched, "jobs": jobs, "jobs_per_s": tq._rate(jobs, seconds),
+        "p50_ms": tq._percentile_ms(latencies, 0.50),
+        "p90_ms": tq._percentile_ms(latencies, 0.90), "p99_ms": p99,
+        "max_ms": round(latencies[-1] * 1000, 2) if latencies else None,
+        "mean_ms": round(sum(latencies) / requests * 1000, 3) if requests else None,
+        "no_match": sum(no_match.values()), "no_match_reasons": no_match,
+        "errors": errors, "error_samples": samples,
+        "warmup_requests": sum(c.warmup_requests for c in clients),
+        "waiting_before": waiting_before, "waiting_after": waiting_after,
+        "cpu": cpu_record(cpu_a, cpu_b, sum(float(o["cpu_seconds"]) for o in outcomes),
+                          requests),
+        "server": server_view(metrics_before, metrics_after),
+        "target": {"requests_per_s": cfg.target_rps, "p99_ms": cfg.target_p99_ms,
+                   "met": bool(requests and rps >= cfg.target_rps and p99 is not None
+                               and p99 <= cfg.target_p99_ms and errors == 0)},
+    }
+    if proc_errors:
+        record["client_process_errors"] = len(proc_errors)
+    if not alive:
+        record["server_exited"] = server.proc.returncode
+        log(f"the matcher exited during the measurement:\n{server.log_tail()}")
+    if waiting_after == 0 or (no_match and waiting_after < 0.05 * waiting_before):
+        record["ran_out_of_jobs"] = True
+        log("the measurement ran (nearly) out of jobs: raise --jobs or lower --duration")
+    return record, metrics_after
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def table(records: Sequence[dict[str, Any]]) -> str:
+    head = (f"{'workers':>7} {'clients':>7} {'count':>5} {'req/s':>8} {'jobs/s':>8} "
+            f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'max ms':>7} {'no-match':>8} "
+            f"{'errors':>6} {'srv ms':>6} {'cores srv/pg/cli/other':>23} {'target':>6}")
+    lines = [head, "-" * len(head)]
+
+    def num(value: Any, fmt: str) -> str:
+        return "-" if value is None else format(value, fmt)
+
+    for r in records:
+        cpu = r.get("cpu") or {}
+        cores = "/".join(num(cpu.get(k), ".2f") for k in
+                         ("server_cores", "postgres_cores", "clients_cores", "other_cores"))
+        srv = (r.get("server") or {}).get("mean_ms")
+        lines.append(
+            f"{r['workers']:>7} {r['clients']:>7} {r['count']:>5} "
+            f"{num(r['requests_per_s'], ',.1f'):>8} {num(r['jobs_per_s'], ',.1f'):>8} "
+            f"{num(r['p50_ms'], '.1f'):>7} {num(r['p90_ms'], '.1f'):>7} "
+            f"{num(r['p99_ms'], '.1f'):>7} {num(r['max_ms'], '.1f'):>7} {r['no_match']:>8} "
+            f"{r['errors']:>6} {num(srv, '.2f'):>6} {cores:>23} "
+            f"{'yes' if r['target']['met'] else 'no':>6}")
+    if records:
+        t = records[0]["target"]
+        lines.append(f"target: >= {t['requests_per_s']:g} match requests/s with p99 <= "
+                     f"{t['p99_ms']:g} ms and no error; srv ms = the matcher's own mean "
+                     "handling time (GET /metrics); cores = CPU used by the matcher, the "
+                     "database backends, the clients and everything else")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- main
+
+
+def _int_list(text_value: str) -> list[int]:
+    try:
+        values = [int(v) for v in text_value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {exc}") from exc
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError("expected positive integers")
+    return values
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
+                        help="SQLAlchemy URL; a server URL only serves to create and drop a "
+                             "fresh gp_bench_* database (default: %(default)s)")
+    parser.add_argument("--jobs", type=int, default=100_000,
+                        help="waiting jobs at the start of every measurement (default 100000)")
+    parser.add_argument("--queues", type=int, default=1000,
+                        help="task queues the jobs are spread over (default 1000)")
+    parser.add_argument("--workers", type=_int_list, default=[1, 2, 4],
+                        help="comma list of gunicorn worker counts (default 1,2,4)")
+    parser.add_argument("--counts", type=_int_list, default=[1, 4],
+                        help="comma list of jobs asked for per match request (default 1,4)")
+    parser.add_argument("--clients", type=int, default=8,
+                        help="concurrent pilot clients (default 8)")
+    parser.add_argument("--client-processes", type=int, default=None,
+                        help="processes the clients run in, one thread per client (default: "
+                             "one process per client)")
+    parser.add_argument("--duration", type=float, default=20.0,
+                        help="measured seconds per measurement (default 20)")
+    parser.add_argument("--warmup", type=float, default=2.0,
+                        help="seconds of requests before each measurement, not counted "
+                             "(default 2)")
+    parser.add_argument("--timeout", type=float, default=30.0,
+                        help="client socket timeout in seconds (default 30)")
+    parser.add_argument("--max-requests", type=int, default=0,
+                        help="gunicorn max_requests: a worker is replaced after this many "
+                             "requests (default 0 = never, so that no restart falls in a "
+                             "measurement; conf/gridpilot.toml says 20000)")
+    parser.add_argument("--insert-jobs", type=int, default=None,
+                        help="jobs inserted through the library's path before the bulk load "
+                             "(default: one per queue, which creates the queues; 0 = none)")
+    parser.add_argument("--config", type=Path, default=ROOT / "conf" / "gridpilot.toml",
+                        help="the matcher's settings file (default conf/gridpilot.toml); the "
+                             "database, secret, resources file and metrics folder are set "
+                             "through the environment")
+    parser.add_argument("--target-rps", type=float, default=500.0,
+                        help="target match requests/s (default 500)")
+    parser.add_argument("--target-p99-ms", type=float, default=50.0,
+                        help="target p99 latency in ms (default 50)")
+    parser.add_argument("--no-vacuum", action="store_true",
+                        help="PostgreSQL: only ANALYZE, never VACUUM, between measurements")
+    parser.add_argument("--keep", action="store_true",
+                        help="do not drop the database (nor remove the temporary folder with "
+                             "the server logs)")
+    args = parser.parse_args(argv)
+    if args.jobs < 1 or args.queues < 1 or args.clients < 1:
+        parser.error("--jobs, --queues and --clients must be positive")
+    if args.queues > args.jobs:
+        parser.error("--queues must not exceed --jobs")
+    if args.duration <= 0 or args.warmup < 0 or args.timeout <= 0:
+        parser.error("--duration and --timeout must be positive, --warmup not negative")
+    if args.client_processes is not None and args.client_processes < 1:
+        parser.error("--client-processes must be positive")
+    if args.max_requests < 0:
+        parser.error("--max-requests must not be negative")
+    if args.insert_jobs is not None and args.insert_jobs < 0:
+        parser.error("--insert-jobs must not be negative")
+    if not args.config.is_file():
+        parser.error(f"--config {args.config} does not exist")
+    return args
+
+
+def _terminate(signum: int, _frame: Any) -> None:
+    # So that the finally blocks stop the server and the clients and drop the database.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _terminate)
+    tq = load_taskqueue_bench()
+    import gunicorn
+
+    from matcher.auth import issue_token
+    from taskqueue.settings import load_settings
+
+    settings = load_settings(args.config, {})
+    most = settings.matcher.max_jobs_per_match
+    if max(args.counts) > most:
+        raise SystemExit(f"--counts: the matcher hands out at most {most} jobs per request "
+                         f"(matcher.max_jobs_per_match)")
+    secret = secrets.token_urlsafe(32)
+    pilot_token = issue_token(secret, subject="bench-pilots", role="pilot", vo=VO,
+                              group="lhcb_pilot", lifetime=TOKEN_LIFETIME)
+    operator_token = issue_token(secret, subject="bench-operator", role="operator", vo=VO,
+                                 group="lhcb_admin", lifetime=TOKEN_LIFETIME)
+    cfg = RunConfig(args.clients, args.client_processes or args.clients, args.duration,
+                    args.warmup, args.timeout, args.target_rps, args.target_p99_ms)
+    backend = tq.backend_of(args.url)
+    tmpdir = Path(tempfile.mkdtemp(prefix="gp_bench_matcher_"))
+    started = time.perf_counter()
+    records: list[dict[str, Any]] = []
+    log(f"backend {backend}, {args.jobs:,} jobs over {args.queues:,} queues, workers "
+        f"{args.workers}, counts {args.counts}, {args.clients} clients in {cfg.client_processes} "
+        f"process(es), {args.warmup:g} s warm-up + {args.duration:g} s per measurement")
+    try:
+        with tq.fresh_database(args.url, f"m{args.queues}", keep=args.keep,
+                               tmpdir=tmpdir) as db:
+            tq.emit(tq.server_info(db.url, backend))
+            tq.emit({"measure": "setup", "python": platform.python_version(),
+                     "gunicorn": gunicorn.__version__, "worker_class": "sync",
+                     "max_requests": args.max_requests, "clients": args.clients,
+                     "client_processes": cfg.client_processes, "jobs": args.jobs,
+                     "queues": args.queues, "duration_s": args.duration,
+                     "warmup_s": args.warmup, "resource": json.loads(
+                         resource_body("bench-pilot", 1))["resource"]})
+            fill = Fill(db.url, backend, args.queues, args.jobs, 0)
+            initial_load(tq, fill, settings,
+                         args.queues if args.insert_jobs is None else args.insert_jobs)
+            fresh = True
+            for workers in args.workers:
+                log(f"starting the matcher with {workers} worker(s)")
+                with running_server(db.url, workers, config=args.config, secret=secret,
+                                    tmpdir=tmpdir, max_requests=args.max_requests) as server:
+                    metrics = scrape_metrics(server.port, operator_token)
+                    for count in args.counts:
+                        fresh = top_up(tq, fill, settings) > 0 or fresh
+                        prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
+                        fresh = False
+                        log(f"measuring: {workers} worker(s), {args.clients} clients, "
+                            f"count={count}")
+                        record, metrics = measure(
+                            tq, server, count, cfg, pilot_token=pilot_token,
+                            operator_token=operator_token, url=db.url, backend=backend,
+                            queues=args.queues, metrics_before=metrics)
+                        tq.emit(record)
+                        records.append(record)
+                        log(f"  {record['requests_per_s']:,.1f} requests/s, "
+                            f"{record['jobs_per_s'] or 0:,.1f} jobs/s, p50 {record['p50_ms']} "
+                            f"ms, p99 {record['p99_ms']} ms, {record['no_match']} no-match, "
+                            f"{record['errors']} errors")
+                log(f"elapsed so far {time.perf_counter() - started:.0f} s")
+    finally:
+        if args.keep:
+            log(f"--keep: server logs left in {tmpdir}")
+        else:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        if records:
+            print("\n" + table(records), file=sys.stderr, flush=True)
+    log(f"done in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        raise SystemExit(main())
+    except KeyboardInterrupt as interrupt:  # the finally blocks have cleaned up by now
+        log(f"interrupted ({interrupt or 'Ctrl-C'})")
+        raise SystemExit(130) from None
