@@ -29,7 +29,7 @@ from typing import Any
 from agents.context import AgentContext
 from agents.executors import ExecutorPool, PilotSpec
 from optimizers.classads import expression_check
-from optimizers.queueresources import resource_for_queue
+from optimizers.queueresources import labels, resource_for_queue
 from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
 from taskqueue.matching import matching_queues
@@ -215,14 +215,14 @@ class Director:
             arguments += ["--memory", str(target.memory_mb)]
         if a.pass_submit_pools:
             arguments += ["--submit-pools", ",".join(pools)]
-        for platform in _labels(params.get("Platform")):
+        for platform in labels(params.get("Platform")):
             arguments += ["--platform", platform]
         for name, value in sorted(params.items()):
             if name not in _NOT_ATTRIBUTES and value is not None:
                 arguments += ["--attribute", f"{name}={json.dumps(_plain(value))}"]
-        for tag in _labels(params.get("Tags")):
+        for tag in labels(params.get("Tags")):
             arguments += ["--tag", tag]
-        for tag in _labels(params.get("RequiredTags")):
+        for tag in labels(params.get("RequiredTags")):
             arguments += ["--required-tag", tag]
         environment = {"GRIDPILOT_PILOT_TOKEN": self._token(target, reference)}
         for key, name in (("MachineFeatures", "MACHINEFEATURES"),
@@ -264,11 +264,3 @@ def _plain(value: Any) -> Any:
 def _jobstatus_dir(params: dict[str, Any], base: Path, reference: str) -> Path:
     root = params.get("JobStatusRoot")
     return Path(root) / reference if isinstance(root, str) and root else base / "jobstatus"
-
-
-def _labels(value: Any) -> list[str]:
-    if value is None:
-        return []
-    if isinstance(value, tuple | list):
-        return [str(v) for v in value]
-    return [str(value)]

@@ -32,9 +32,6 @@ HELP: dict[str, tuple[str, str]] = {
     "gridpilot_waiting_jobs": ("gauge", "Jobs waiting in each task queue"),
 }
 
-Labels = tuple[tuple[str, str], ...]
-
-
 def _key(name: str, labels: Mapping[str, str]) -> str:
     return json.dumps([name, sorted(labels.items())])
 

@@ -59,11 +59,16 @@ def resource_ad(resource: Resource) -> classad2.ClassAd:
 
 
 def expression_check(resource: Resource) -> Callable[[str], bool]:
-    """A check for taskqueue.matching: does ``resource`` satisfy an expression's text?"""
-    target = resource_ad(resource)
+    """A check for taskqueue.matching: does ``resource`` satisfy an expression's text?
+
+    The resource's ad is built on the first expression to evaluate: most matches meet no
+    queue with an expression, and each ad costs time and some never-freed native memory."""
+    target: list[classad2.ClassAd] = []
 
     def check(text: str) -> bool:
-        return evaluates_true(text, target)
+        if not target:
+            target.append(resource_ad(resource))
+        return evaluates_true(text, target[0])
 
     return check
 

@@ -27,11 +27,11 @@ def queue_resource_data(config: ResourcesConfig, site: str, ce: str, queue: str,
     description: dict[str, Any] = {
         "vo": vo, "site": site, "ce": ce, "queue": queue, "pilot_reference": pilot_reference,
         "submit_pools": sorted(submit_pools),
-        "tags": _labels(params.get("Tags")),
-        "required_tags": _labels(params.get("RequiredTags")),
+        "tags": labels(params.get("Tags")),
+        "required_tags": labels(params.get("RequiredTags")),
     }
     if params.get("Platform") is not None:
-        description["platform"] = _labels(params.get("Platform"))
+        description["platform"] = labels(params.get("Platform"))
     cpu = q.normalised_cpu_time(vo)
     if cpu is not None:
         description["cpu_time"] = int(cpu)
@@ -46,7 +46,8 @@ def queue_resource_data(config: ResourcesConfig, site: str, ce: str, queue: str,
     return description
 
 
-def _labels(value: Value | None) -> list[str]:
+def labels(value: Value | None) -> list[str]:
+    """A parameter as a list of labels (a single value is a one-element list)."""
     if value is None:
         return []
     return [str(v) for v in value] if isinstance(value, tuple) else [str(value)]

@@ -69,17 +69,11 @@ def _may_move(current: str, new: str) -> bool:
     return PILOT_STATES.index(new) >= PILOT_STATES.index(current)
 
 
-def set_pilot_status(session: Session, *, status: str, now: datetime, reason: str = "",
-                     reference: str | None = None, executor: str | None = None,
-                     native_id: str | None = None) -> bool:
-    """Move a pilot (by reference, or by executor and native id) forward to ``status``;
-    returns whether it moved."""
-    stmt = select(Pilot).with_for_update()
-    if reference is not None:
-        stmt = stmt.where(Pilot.reference == reference)
-    else:
-        stmt = stmt.where(Pilot.executor == executor, Pilot.native_id == native_id)
-    pilot = session.scalars(stmt).first()
+def set_pilot_status(session: Session, *, reference: str, status: str, now: datetime,
+                     reason: str = "") -> bool:
+    """Move a pilot forward to ``status``; returns whether it moved."""
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
+                            .with_for_update()).first()
     if pilot is None or not _may_move(pilot.status, status):
         return False
     pilot.status, pilot.updated_at = status, now
