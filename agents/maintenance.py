@@ -6,7 +6,8 @@
   pending job has used within ``taskqueue.submit_pool_grace``;
 - :func:`recompute_shares` recomputes the fair-share priorities of every task queue;
 - :func:`clean_up` deletes task queues empty for longer than ``taskqueue.empty_queue_grace``
-  and unused SubmitPools.
+  and unused SubmitPools;
+- :func:`record_dashboard_activity` keeps the dashboard's counters and job-count snapshots.
 
 Each returns a one-line summary. Several agent processes may run them at once: pools are
 taken in batches locked with SKIP LOCKED, and the deletions skip what others hold.
@@ -18,6 +19,7 @@ from datetime import datetime, timedelta
 
 from agents.context import AgentContext
 from optimizers.resources import ResourcesConfig, eligible_queues
+from taskqueue.activity import Retention, record_activity
 from taskqueue.database import Session
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.queues import delete_empty_queues
@@ -101,3 +103,14 @@ def clean_up(ctx: AgentContext) -> str:
                      ", ".join(str(q) for q in queues[:20]))
     pools = _drop_unused_pools(ctx, now)
     return f"{len(queues)} empty task queues deleted, {len(pools)} unused SubmitPools deleted"
+
+
+def record_dashboard_activity(ctx: AgentContext) -> str:
+    """The dashboard's counters for the last minutes, their roll-ups, a job-count snapshot,
+    and the pruning of old rows (taskqueue.activity)."""
+    d = ctx.settings.dashboard
+    retention = Retention(timedelta(seconds=d.minute_retention),
+                          timedelta(seconds=d.hour_retention),
+                          timedelta(seconds=d.day_retention))
+    now = ctx.now()
+    return ctx.transaction(lambda s: record_activity(s, now=now, retention=retention)).line()

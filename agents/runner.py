@@ -3,7 +3,8 @@
 Loops: optimizer (Received jobs through the chain), director (pilots to queues with work),
 pilots (the batch systems' view of the pilots), submitpools (SubmitPool → queue mappings
 re-evaluated; unused pools dropped), watchdog (silent jobs Stalled, rescheduled or failed),
-priorities (fair share), cleanup (empty task queues). Several agent processes may run at once:
+priorities (fair share), cleanup (empty task queues), activity (the dashboard's counters and
+job-count snapshots). Several agent processes may run at once:
 each loop's turn is taken in the database (taskqueue.agentruns), and every loop is itself safe
 to run twice at once.
 """
@@ -22,7 +23,12 @@ from types import FrameType
 from agents.context import AgentContext
 from agents.director import Director
 from agents.executors import ExecutorPool
-from agents.maintenance import clean_up, recompute_shares, refresh_submit_pools
+from agents.maintenance import (
+    clean_up,
+    recompute_shares,
+    record_dashboard_activity,
+    refresh_submit_pools,
+)
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, start_run
@@ -68,6 +74,7 @@ class Agents:
             "watchdog": (a.watchdog_interval, partial(watch_jobs, ctx)),
             "priorities": (a.priorities_interval, partial(recompute_shares, ctx)),
             "cleanup": (a.cleanup_interval, partial(clean_up, ctx)),
+            "activity": (a.activity_interval, partial(record_dashboard_activity, ctx)),
         }
         unknown = sorted(set(names or ()) - set(every))
         if unknown:

@@ -264,8 +264,8 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
 @_friendly
 def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> None:
     """Run the central loops (all, or the NAMES given): optimizer, director, pilots,
-    submitpools, watchdog, priorities, cleanup. Intervals come from [agents]; several agent
-    processes may run at once."""
+    submitpools, watchdog, priorities, cleanup, activity. Intervals come from [agents];
+    several agent processes may run at once."""
     from agents.context import AgentContext
     from agents.runner import Agents
 

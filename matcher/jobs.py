@@ -7,16 +7,15 @@ from typing import Any
 
 from flask import Blueprint
 
-from matcher import schemas
+from matcher import jobactions, schemas
 from matcher.access import accessible_job
 from matcher.api import JDL, JSON, Call, Param, endpoint
 from matcher.auth import OPERATOR, USER
 from matcher.views import iso, job_summary
-from optimizers.chain import Identity, optimize_received, submissions_from_text, submit
+from optimizers.chain import Identity, submissions_from_text, submit
 from taskqueue.database import Session
-from taskqueue.jobcontrol import delete_job, kill_job, reschedule_job
+from taskqueue.jobcontrol import delete_job
 from taskqueue.jobs import JobFilter, find_jobs, job_history, jobs_by_id
-from taskqueue.models import Job
 from taskqueue.states import JobStatus
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -110,14 +109,8 @@ def get_output(call: Call, job_id: int) -> dict[str, Any]:
           responses={200: ("The job is Killed", schemas.JOB_STATUS)})
 def kill(call: Call, job_id: int) -> dict[str, Any]:
     reason = (call.body or {}).get("reason") or ""
-
-    def work(session: Session) -> dict[str, Any]:
-        accessible_job(session, call.principal, job_id)
-        kill_job(session, job_id, by=call.principal.name, now=call.now,
-                 reason=f"Killed by {call.principal.name}" + (f": {reason}" if reason else ""))
-        return _status(session, job_id)
-
-    return call.runtime.transaction(work)
+    return call.runtime.transaction(lambda session: jobactions.kill(
+        session, call.principal, job_id, now=call.now, reason=reason))
 
 
 @endpoint(bp, "POST", "/<int:job_id>/reschedule", tag="jobs", roles=OWNERS,
@@ -127,19 +120,9 @@ def kill(call: Call, job_id: int) -> dict[str, Any]:
           body={JSON: schemas.REASON}, body_required=False,
           responses={200: ("The job's status after the chain ran", schemas.JOB_STATUS)})
 def reschedule(call: Call, job_id: int) -> dict[str, Any]:
-    reason = (call.body or {}).get("reason") or f"Rescheduled by {call.principal.name}"
-    ctx = call.runtime.chain_context(call.now)
-
-    def work(session: Session) -> dict[str, Any]:
-        accessible_job(session, call.principal, job_id)
-        reschedule_job(session, job_id, by=call.principal.name, now=call.now,
-                       reason=reason,
-                       max_reschedules=call.runtime.settings.taskqueue.max_reschedules,
-                       fail_when_exhausted=False)
-        optimize_received(session, ctx, job_ids=[job_id])
-        return _status(session, job_id)
-
-    return call.runtime.transaction(work)
+    reason = (call.body or {}).get("reason") or ""
+    return call.runtime.transaction(lambda session: jobactions.reschedule(
+        session, call.runtime, call.principal, job_id, now=call.now, reason=reason))
 
 
 @endpoint(bp, "DELETE", "/<int:job_id>", tag="jobs", roles=OWNERS,
@@ -149,12 +132,6 @@ def delete(call: Call, job_id: int) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any]:
         accessible_job(session, call.principal, job_id)
         delete_job(session, job_id, by=call.principal.name, now=call.now)
-        return _status(session, job_id)
+        return jobactions.job_status(session, job_id)
 
     return call.runtime.transaction(work)
-
-
-def _status(session: Session, job_id: int) -> dict[str, Any]:
-    job = session.get(Job, job_id, populate_existing=True)
-    assert job is not None
-    return {"job_id": job.id, "status": job.status, "minor_status": job.minor_status}

@@ -255,16 +255,20 @@ class JobFilter:
     job_type: str | None = None
 
 
-def find_jobs(session: Session, which: JobFilter, *, after: int = 0, limit: int = 100
-              ) -> list[Job]:
-    """A page of the jobs ``which`` selects, by ascending id, those after ``after``."""
-    stmt = select(Job).where(Job.vo == which.vo, Job.id > after)
+def find_jobs(session: Session, which: JobFilter, *, after: int = 0, limit: int = 100,
+              before: int | None = None) -> list[Job]:
+    """A page of the jobs ``which`` selects: by ascending id, those after ``after``; or, when
+    ``before`` is given, newest first, those with an id below it (the dashboard's order)."""
+    stmt = select(Job).where(Job.vo == which.vo)
     for column, value in ((Job.status, which.status), (Job.site, which.site),
                           (Job.owner, which.owner), (Job.owner_group, which.owner_group),
                           (Job.job_type, which.job_type)):
         if value is not None:
             stmt = stmt.where(column == value)
-    return list(session.scalars(stmt.order_by(Job.id).limit(limit)))
+    if before is not None:
+        return list(session.scalars(stmt.where(Job.id < before).order_by(Job.id.desc())
+                                    .limit(limit)))
+    return list(session.scalars(stmt.where(Job.id > after).order_by(Job.id).limit(limit)))
 
 
 def jobs_by_id(session: Session, job_ids: Sequence[int]) -> list[Job]:

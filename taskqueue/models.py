@@ -138,6 +138,10 @@ class JobStatusHistory(Base):
     #: Who made the change: "submit", "optimizer", "matcher", "pilot", "operator", an agent ...
     source: Mapped[str] = mapped_column(String(64))
 
+    #: The activity loop reads the recent changes into Matched, Done and Failed (and the
+    #: dashboard the last hour's failures) without walking the whole history.
+    __table_args__ = (Index(None, "status", "at"),)
+
 
 class SubmitPool(Base):
     __tablename__ = "submit_pools"
@@ -349,6 +353,40 @@ class GroupShare(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class SiteActivity(Base):
+    """Jobs matched, done and failed at one site in one period (a minute, an hour or a day),
+    derived from the job status history by the activity loop (taskqueue.activity); what the
+    dashboard's charts and failure rates read, the same for every matcher process."""
+
+    __tablename__ = "site_activity"
+
+    #: Seconds the row covers: 60, 3600 or 86400.
+    period: Mapped[int] = mapped_column(Integer, primary_key=True)
+    start: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: "" for jobs that no longer name a site (rescheduled before the loop saw them).
+    site: Mapped[str] = mapped_column(String(128), primary_key=True)
+    matched: Mapped[int] = mapped_column(Integer)
+    done: Mapped[int] = mapped_column(Integer)
+    failed: Mapped[int] = mapped_column(Integer)
+
+
+class JobCount(Base):
+    """A snapshot of a VO's jobs per status, and of its waiting jobs per owner group, taken by
+    the activity loop; one snapshot a minute is kept for a while, one an hour and one a day
+    for longer (``period`` says which tier a row belongs to)."""
+
+    __tablename__ = "job_counts"
+
+    period: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime, primary_key=True)
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: "status" (jobs in each status) or "owner_group" (waiting jobs of each group).
+    dimension: Mapped[str] = mapped_column(String(16), primary_key=True)
+    value: Mapped[str] = mapped_column(String(128), primary_key=True)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
 # Core table handles, for the hot paths (claims, bulk inserts) that skip the ORM layer.
 jobs_table = cast(Table, Job.__table__)
 pilots_table = cast(Table, Pilot.__table__)
@@ -360,3 +398,5 @@ tq_banned_sites_table = cast(Table, TaskQueueBannedSite.__table__)
 tq_platforms_table = cast(Table, TaskQueuePlatform.__table__)
 tq_tags_table = cast(Table, TaskQueueTag.__table__)
 submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
+site_activity_table = cast(Table, SiteActivity.__table__)
+job_counts_table = cast(Table, JobCount.__table__)

@@ -311,13 +311,19 @@ class QueueInfo:
     values: dict[str, list[str]]
 
 
-def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100
-               ) -> list[QueueInfo]:
-    """A page of the VO's task queues by ascending id, with their waiting jobs and their
-    sites, banned sites, platforms and tags."""
-    queues = list(session.scalars(select(TaskQueue).where(TaskQueue.vo == vo,
-                                                          TaskQueue.id > after)
-                                  .order_by(TaskQueue.id).limit(limit)))
+def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100,
+               owner_group: str | None = None, job_type: str | None = None,
+               ids: Sequence[int] | None = None) -> list[QueueInfo]:
+    """A page of the VO's task queues by ascending id (of ``ids`` only, when given), with
+    their waiting jobs and their sites, banned sites, platforms and tags."""
+    stmt = select(TaskQueue).where(TaskQueue.vo == vo, TaskQueue.id > after)
+    for column, value in ((TaskQueue.owner_group, owner_group),
+                          (TaskQueue.job_type, job_type)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    if ids is not None:
+        stmt = stmt.where(TaskQueue.id.in_(list(ids)))
+    queues = list(session.scalars(stmt.order_by(TaskQueue.id).limit(limit)))
     ids = [q.id for q in queues]
     if not ids:
         return []

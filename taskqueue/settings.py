@@ -173,6 +173,8 @@ class AgentSettings:
     watchdog_interval: int = 60
     priorities_interval: int = 300
     cleanup_interval: int = 300
+    #: The dashboard's counters and job-count snapshots (taskqueue.activity).
+    activity_interval: int = 60
     #: A Running or Matched job without a heartbeat for this long becomes Stalled ...
     job_lease: int = 1800
     #: ... and one Stalled for this much longer is rescheduled (or failed at the maximum).
@@ -206,6 +208,34 @@ class AgentSettings:
 
 
 @dataclass(frozen=True)
+class DashboardSettings:
+    """The operators' web pages under /ui/ and the history their charts show."""
+
+    #: Seconds a sign-in lasts (never longer than the token it was made with).
+    session_lifetime: int = 3600
+    #: Rows per page of the lists.
+    page_size: int = 50
+    #: Seconds the per-minute counters and snapshots are kept, then the hourly and the daily
+    #: ones (the activity loop prunes older rows).
+    minute_retention: int = 172800
+    hour_retention: int = 5184000
+    day_retention: int = 69120000
+
+    def __post_init__(self) -> None:
+        for name in ("session_lifetime", "page_size"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(
+                    f"dashboard.{name} must be at least 1, got {getattr(self, name)}")
+        # An hour is summed from its minutes and a day from its hours while they last.
+        for name, least in (("minute_retention", 7200), ("hour_retention", 172800),
+                            ("day_retention", 172800)):
+            if getattr(self, name) < least:
+                raise ConfigurationError(
+                    f"dashboard.{name} must be at least {least} seconds, got "
+                    f"{getattr(self, name)}")
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -214,6 +244,7 @@ class Settings:
     matcher: MatcherSettings = field(default_factory=MatcherSettings)
     auth: AuthSettings = field(default_factory=AuthSettings)
     agents: AgentSettings = field(default_factory=AgentSettings)
+    dashboard: DashboardSettings = field(default_factory=DashboardSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

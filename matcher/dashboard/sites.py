@@ -1,0 +1,175 @@
+"""/ui/sites: each site and its queues now, and banning or unbanning a site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from flask import Response, redirect, request, url_for
+
+from matcher.dashboard.charts import bar
+from matcher.dashboard.web import Page, bp, page, render, safe_next
+from matcher.problems import Problem
+from optimizers.classads import expression_check
+from optimizers.queueresources import resource_for_queue
+from optimizers.resources import serves_vo
+from taskqueue.activity import SiteTotals, site_totals
+from taskqueue.database import Session
+from taskqueue.limits import ban_site, site_bans, unban_site
+from taskqueue.models import DirectorQueue, SiteBan
+from taskqueue.pilots import ALIVE_STATES
+from taskqueue.sitestatus import (
+    LimitUsage,
+    QueueKey,
+    QueuePilots,
+    director_states,
+    limit_usage,
+    pilots_by_queue,
+    running_by_queue,
+    waiting_for,
+    waiting_per_task_queue,
+)
+from taskqueue.submitpools import get_submit_pools_for_queue
+
+#: Longest site name (the column's) and reason accepted from the forms.
+MAX_SITE, MAX_REASON = 128, 255
+
+
+@dataclass
+class QueueRow:
+    site: str
+    ce: str
+    queue: str
+    configured: bool
+    executor: str = ""
+    running: int = 0
+    waiting_for: int | None = None
+    task_queues: int = 0
+    pilots: QueuePilots = field(default_factory=QueuePilots)
+    director: DirectorQueue | None = None
+    failing: bool = False
+
+    @property
+    def alive(self) -> int:
+        return sum(self.pilots.alive.values())
+
+
+@dataclass
+class SiteRow:
+    name: str
+    queues: list[QueueRow]
+    ban: SiteBan | None
+    hour: SiteTotals
+    day: SiteTotals
+    limits: list[tuple[LimitUsage, str]]
+
+    @property
+    def running(self) -> int:
+        return sum(q.running for q in self.queues)
+
+    @property
+    def alive(self) -> int:
+        return sum(q.alive for q in self.queues)
+
+    @property
+    def last_seen(self) -> datetime | None:
+        seen = [q.pilots.last_seen for q in self.queues if q.pilots.last_seen]
+        return max(seen) if seen else None
+
+    @property
+    def failing(self) -> bool:
+        return any(q.failing for q in self.queues)
+
+
+@bp.get("/sites")
+@page(operator=True)
+def sites(p: Page) -> Response:
+    config = p.runtime.resources()
+    serves = serves_vo(p.vo)
+    configured = {(q.site, q.ce, q.name): str(q.parameters(p.vo).get("Executor") or "")
+                  for q in config.queues() if serves(q)}
+    now = p.now
+
+    def work(session: Session) -> dict[str, Any]:
+        waiting = waiting_per_task_queue(session, p.vo)
+        described = []
+        for site, ce, queue in configured:
+            pools = get_submit_pools_for_queue(session, site, ce, queue)
+            resource = resource_for_queue(config, site, ce, queue, p.vo, submit_pools=pools)
+            described.append(((site, ce, queue), resource, expression_check(resource)))
+        return {
+            "outlook": waiting_for(session, described, waiting),
+            "pilots": pilots_by_queue(session, p.vo, ended_since=now - timedelta(hours=24)),
+            "running": running_by_queue(session, p.vo),
+            "limits": limit_usage(session, p.vo),
+            "director": director_states(session),
+            "bans": {b.site: b for b in site_bans(session, p.vo)},
+            "hour": site_totals(session, p.vo, since=now - timedelta(hours=1)),
+            "day": site_totals(session, p.vo, since=now - timedelta(hours=24)),
+        }
+
+    data = p.runtime.transaction(work)
+    keys: set[QueueKey] = set(configured) | set(data["pilots"]) | set(data["running"])
+    rows: dict[str, list[QueueRow]] = {}
+    for key in sorted(keys):
+        site, ce, queue = key
+        row = QueueRow(site, ce, queue, key in configured, configured.get(key, ""),
+                       running=data["running"].get(key, 0),
+                       pilots=data["pilots"].get(key, QueuePilots()),
+                       director=data["director"].get(key))
+        if key in data["outlook"]:
+            row.waiting_for, row.task_queues = data["outlook"][key]
+        state = row.director
+        row.failing = state is not None and state.failures > 0
+        rows.setdefault(site, []).append(row)
+    for site in list(data["bans"]) + [u.limit.site for u in data["limits"]]:
+        rows.setdefault(site, [])
+    table = []
+    for name in sorted(rows, key=lambda s: (s not in data["bans"], s)):
+        limits = [(u, bar(u.fill or 0, "bad" if (u.fill or 0) >= 1 else ""))
+                  for u in data["limits"] if u.limit.site == name]
+        table.append(SiteRow(name, rows[name], data["bans"].get(name),
+                             data["hour"].get(name, SiteTotals()),
+                             data["day"].get(name, SiteTotals()), limits))
+    return render("sites.html", viewer=p.viewer, now=now, sites=table,
+                  banned=len(data["bans"]), failing=sum(1 for s in table if s.failing),
+                  alive_states=ALIVE_STATES, no_site=data["hour"].get(""))
+
+
+def _site_name(site: str) -> str:
+    if not site.strip() or len(site) > MAX_SITE or "\x00" in site:
+        raise Problem(422, f"a site name is 1 to {MAX_SITE} characters long")
+    return site
+
+
+@bp.route("/sites/<path:site>/ban", methods=["GET", "POST"])
+@page(operator=True)
+def ban(p: Page, site: str) -> Response:
+    site = _site_name(site)
+    back = safe_next(request.values.get("next") or url_for("ui.sites"))
+    if request.method == "GET":
+        return render("confirm.html", viewer=p.viewer, title=f"Ban {site}?",
+                      action=url_for("ui.ban", site=site), back=back, button="Ban the site",
+                      danger=True, reason_label="Why (shown to other operators)",
+                      text=f"While {site} is banned, its pilots get no job of VO {p.vo}. "
+                           "Jobs already running there go on.")
+    reason = (request.form.get("reason") or "").strip()[:MAX_REASON] or "banned by an operator"
+    p.runtime.transaction(lambda s: ban_site(s, p.vo, site, reason=reason,
+                                             by=p.viewer.principal.name, now=p.now))
+    return redirect(back)  # type: ignore[return-value]
+
+
+@bp.route("/sites/<path:site>/unban", methods=["GET", "POST"])
+@page(operator=True)
+def unban(p: Page, site: str) -> Response:
+    site = _site_name(site)
+    back = safe_next(request.values.get("next") or url_for("ui.sites"))
+    if request.method == "GET":
+        return render("confirm.html", viewer=p.viewer, title=f"Unban {site}?",
+                      action=url_for("ui.unban", site=site), back=back,
+                      button="Unban the site", danger=False, reason_label=None,
+                      text=f"Pilots at {site} get jobs of VO {p.vo} again at their next "
+                           "request.")
+    p.runtime.transaction(lambda s: unban_site(s, p.vo, site))
+    return redirect(back)  # type: ignore[return-value]
