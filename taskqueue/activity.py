@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, delete, func, select
+from sqlalchemy import Integer, delete, func, literal_column, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -119,13 +119,14 @@ def record_activity(session: Session, *, now: datetime,
 
 def _recompute_minutes(session: Session, since: datetime, now: datetime) -> int:
     h, j = history_table.c, jobs_table.c
-    minute = epoch_minute(h.at).label("minute")
+    minute = epoch_minute(h.at)
+    site = func.coalesce(j.site, literal_column("''"))
     rows = session.execute(
-        select(minute, j.vo, func.coalesce(j.site, "").label("site"), h.status,
+        select(minute.label("minute"), j.vo, site.label("site"), h.status,
                func.count().label("n"))
         .join_from(history_table, jobs_table, j.id == h.job_id)
         .where(h.status.in_(list(COUNTED)), h.at >= since, h.at <= now)
-        .group_by(minute, j.vo, func.coalesce(j.site, ""), h.status)).all()
+        .group_by(minute, j.vo, site, h.status)).all()
     counts: dict[tuple[datetime, str, str], dict[str, int]] = defaultdict(
         lambda: dict.fromkeys(COUNTED.values(), 0))
     for row in rows:

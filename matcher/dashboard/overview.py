@@ -49,9 +49,8 @@ def overview(p: Page) -> Response:
     span, period = RANGES[chosen]
     now = p.now
     since = now - span
-    # The minutes chart stops at the last complete minute; the hours one shows the current.
-    until = floor_time(now, period) - (timedelta(minutes=1) if period == MINUTE
-                                       else timedelta(0))
+    until = floor_time(now, period)  # the current minute or hour so far is the last point
+    last_minute = floor_time(now, MINUTE) - timedelta(minutes=1)
 
     def work(session: Session) -> dict[str, Any]:
         hour = site_totals(session, p.vo, since=now - timedelta(hours=1))
@@ -61,6 +60,8 @@ def overview(p: Page) -> Response:
                                       statuses=CHARTED),
             "activity": activity_series(session, p.vo, since=since, until=until,
                                         period=period),
+            "last_minute": activity_series(session, p.vo, since=last_minute,
+                                           until=last_minute, period=MINUTE),
             "failures": recent_failures(session, p.vo, since=now - timedelta(hours=1)),
             "bans": site_bans(session, p.vo),
             "matched_hour": sum(t.matched for t in hour.values()),
@@ -72,7 +73,7 @@ def overview(p: Page) -> Response:
     snapshot = data["snapshot"]
     activity = data["activity"]
     unit = "minute" if period == MINUTE else "hour"
-    last_matched = activity.lines["matched"][-1] if activity.times else 0
+    last_matched = data["last_minute"].lines["matched"][0]
     groups = sorted(snapshot.waiting_by_group.items(), key=lambda kv: (-kv[1], kv[0]))
     most = max((n for _, n in groups), default=0)
     failures = data["failures"]

@@ -13,6 +13,7 @@ from urllib.parse import urlencode, urlsplit
 
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
+from matcher.api import MAX_ID
 from matcher.dashboard import session as cookies
 from matcher.dashboard.session import Viewer
 from matcher.problems import Problem, status_of
@@ -60,6 +61,9 @@ def page(*, operator: bool = False) -> Callable[[View], View]:
                     raise Problem(401, "your session has ended; sign in again")
                 return redirect(url_for("ui.login", next=request.full_path.rstrip("?")))
             g.viewer = viewer
+            for name, value in kwargs.items():
+                if isinstance(value, int) and value > MAX_ID:
+                    raise Problem(404, f"{name.replace('_', ' ')} {value} does not exist")
             if operator and not viewer.is_operator:
                 raise Problem(403, "this page is for the VO's operators; a user sees their "
                               "own jobs")

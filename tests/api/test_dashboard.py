@@ -1,0 +1,429 @@
+"""The dashboard through the Flask test client on every backend: sign-in and its cookie, every
+page, what users and operators may see, CSRF, the operator actions, hostile input."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+from http.cookies import SimpleCookie
+from typing import Any
+
+import jwt
+import pytest
+from flask.testing import FlaskClient
+from sqlalchemy import func, select
+from werkzeug.test import TestResponse
+
+from matcher.dashboard import session as cookies
+from taskqueue.activity import record_activity
+from taskqueue.models import Job, JobStatusHistory, SiteBan
+from tests.api.conftest import SECRET, TokenMaker
+from tests.api.helpers import OTHER_SITE, SITE, VO, Api
+from tests.conftest import Database
+
+PAGES = ("/ui/", "/ui/sites", "/ui/taskqueues", "/ui/jobs", "/ui/pilots")
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field in the page"
+    return found.group(1)
+
+
+def sign_in(http: FlaskClient, token: str, *, next_url: str = "") -> TestResponse:
+    form = http.get("/ui/login")
+    assert form.status_code == 200
+    data = {"token": token, "csrf": csrf_of(form.get_data(as_text=True))}
+    if next_url:
+        data["next"] = next_url
+    return http.post("/ui/login", data=data)
+
+
+def page(http: FlaskClient, path: str, status: int = 200) -> str:
+    response = http.get(path)
+    text = response.get_data(as_text=True)
+    assert response.status_code == status, f"{path}: {response.status_code} {text[:2000]}"
+    return text
+
+
+def populate(client: Api, user_token: str, pilot_token: str, operator_token: str
+             ) -> dict[str, Any]:
+    """A few jobs: two done and one failed at CERN, one running at CNAF, some waiting."""
+    ids = client.submit_jdl(user_token, '[ Executable = "/bin/true"; Parameters = 6; ]')
+    client.ok("PUT", "/api/v1/pilots/pilot-1", pilot_token,
+              json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                         "status": "Running"})
+    matched = client.match(pilot_token, count=3, site=SITE, ce="ce503.cern.ch",
+                           pilot_reference="pilot-1")["jobs"]
+    done = [j["job_id"] for j in matched]
+    for job_id in done[:2]:
+        assert client.report(pilot_token, job_id, "Done", exit_code=0).status_code == 200
+    assert client.report(pilot_token, done[2], "Failed", exit_code=3,
+                         minor_status="Payload exited with code 3").status_code == 200
+    client.ok("PUT", "/api/v1/pilots/pilot-2", pilot_token,
+              json_body={"site": OTHER_SITE, "ce": "ce01-htc.cr.cnaf.infn.it",
+                         "queue": "htc_mcore", "status": "Running"})
+    running = client.match(pilot_token, site=OTHER_SITE, ce="ce01-htc.cr.cnaf.infn.it",
+                           pilot_reference="pilot-2")["jobs"][0]["job_id"]
+    assert client.report(pilot_token, running, "Running", reference="pilot-2"
+                         ).status_code == 200
+    client.ok("PUT", "/api/v1/sitemask/LCG.RAL.uk", operator_token,
+              json_body={"reason": "downtime"})
+    return {"ids": ids, "done": done[:2], "failed": done[2], "running": running,
+            "waiting": [i for i in ids if i not in done and i != running]}
+
+
+@pytest.fixture()
+def grid(client: Api, user_token: str, pilot_token: str, operator_token: str
+         ) -> dict[str, Any]:
+    return populate(client, user_token, pilot_token, operator_token)
+
+
+@pytest.fixture()
+def operator_http(client: Api, operator_token: str) -> FlaskClient:
+    http = client.client
+    assert sign_in(http, operator_token).status_code == 302
+    return http
+
+
+def cookie_header(response: TestResponse, name: str) -> str:
+    for header in response.headers.getlist("Set-Cookie"):
+        if header.startswith(f"{name}="):
+            return header
+    raise AssertionError(f"no {name} cookie set")
+
+
+# -- signing in ------------------------------------------------------------------------------
+
+def test_pages_send_the_signed_out_to_the_sign_in_form(client: Api) -> None:
+    for path in (*PAGES, "/ui/jobs/1", "/ui/taskqueues/1", "/ui/pilots/p"):
+        response = client.client.get(path)
+        assert response.status_code == 302, path
+        assert response.headers["Location"].startswith("/ui/login?next=")
+
+
+def test_sign_in_sets_a_strict_short_http_only_cookie(client: Api, operator_token: str
+                                                      ) -> None:
+    before = time.time()
+    response = sign_in(client.client, operator_token, next_url="/ui/sites")
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/ui/sites"
+    header = cookie_header(response, cookies.COOKIE)
+    assert "HttpOnly" in header and "SameSite=Strict" in header and "Path=/ui" in header
+    assert "Secure" not in header  # plain HTTP here
+    morsel = SimpleCookie(header)[cookies.COOKIE]
+    expires = datetime.strptime(morsel["expires"], "%a, %d %b %Y %H:%M:%S GMT").replace(
+        tzinfo=UTC).timestamp()
+    assert before + 3600 - 5 <= expires <= time.time() + 3600 + 1
+    page(client.client, "/ui/sites")
+
+
+def test_the_cookie_is_secure_over_https(client: Api, operator_token: str) -> None:
+    http = client.client
+    form = http.get("/ui/login", base_url="https://localhost")
+    assert "Secure" in cookie_header(form, cookies.LOGIN_COOKIE)
+    response = http.post("/ui/login", base_url="https://localhost",
+                         data={"token": operator_token,
+                               "csrf": csrf_of(form.get_data(as_text=True))})
+    assert response.status_code == 302
+    assert "Secure" in cookie_header(response, cookies.COOKIE)
+
+
+def test_the_session_never_outlives_its_token(client: Api, token: TokenMaker) -> None:
+    response = sign_in(client.client, token("olga", "operator", group="lhcb_admin",
+                                            lifetime=120))
+    claims = jwt.decode(SimpleCookie(cookie_header(response, cookies.COOKIE))[
+        cookies.COOKIE].value, options={"verify_signature": False})
+    assert claims["exp"] <= time.time() + 121
+
+
+@pytest.mark.parametrize(("which", "status", "fragment"), [
+    ("forged", 401, "not valid"), ("expired", 401, "expired"), ("pilot", 403, "pilot token"),
+    ("empty", 400, "Paste a token"), ("garbage", 401, "not valid"),
+    ("huge", 400, "longer than")])
+def test_bad_tokens_do_not_sign_in(client: Api, forged_token: str, expired_token: str,
+                                   pilot_token: str, which: str, status: int,
+                                   fragment: str) -> None:
+    value = {"forged": forged_token, "expired": expired_token, "pilot": pilot_token,
+             "empty": "  ", "garbage": "not.a.token", "huge": "x" * 20000}[which]
+    response = sign_in(client.client, value)
+    assert response.status_code == status
+    assert fragment in response.get_data(as_text=True)
+    assert not any(h.startswith(f"{cookies.COOKIE}=") for h in
+                   response.headers.getlist("Set-Cookie"))
+
+
+def test_the_sign_in_form_needs_its_own_csrf_value(client: Api, operator_token: str) -> None:
+    client.client.get("/ui/login")
+    response = client.client.post("/ui/login", data={"token": operator_token,
+                                                     "csrf": "guessed"})
+    assert response.status_code == 400
+    assert "expired" in response.get_data(as_text=True)
+
+
+def test_after_sign_in_only_dashboard_pages_are_followed(client: Api, operator_token: str
+                                                         ) -> None:
+    for target in ("//evil.example/ui/", "https://evil.example/", "/api/v1/jobs",
+                   "/ui/\\evil"):
+        http = client.client
+        response = sign_in(http, operator_token, next_url=target)
+        assert response.headers["Location"] == "/ui/", target
+        http.post("/ui/logout", data={"csrf": csrf_of(page(http, "/ui/jobs"))})
+
+
+def test_forged_or_foreign_cookies_are_not_sessions(client: Api, operator_token: str) -> None:
+    http = client.client
+    expired = cookies.encode(cookies.Viewer(cookies.principal_from_header(
+        f"Bearer {operator_token}", SECRET), int(time.time()) - 10, "x"), SECRET)
+    for value in (operator_token,  # a bearer token is not a session
+                  cookies.encode(cookies.Viewer(cookies.principal_from_header(
+                      f"Bearer {operator_token}", SECRET), int(time.time()) + 600, "x"),
+                      "another-secret-0123456789abcdef"),
+                  expired, "garbage"):
+        http.set_cookie(cookies.COOKIE, value, path="/ui")
+        assert http.get("/ui/jobs").status_code == 302
+
+
+def test_a_session_cookie_is_not_an_api_token(client: Api, operator_token: str) -> None:
+    response = sign_in(client.client, operator_token)
+    value = SimpleCookie(cookie_header(response, cookies.COOKIE))[cookies.COOKIE].value
+    assert client.call("GET", "/api/v1/jobs", value).status_code == 401
+
+
+def test_sign_out_ends_the_session(operator_http: FlaskClient) -> None:
+    html = page(operator_http, "/ui/jobs")
+    response = operator_http.post("/ui/logout", data={"csrf": csrf_of(html)})
+    assert response.status_code == 302
+    assert operator_http.get("/ui/jobs").status_code == 302
+
+
+# -- pages -------------------------------------------------------------------------------------
+
+def test_every_page_shows_the_vo(db: Database, client: Api, grid: dict[str, Any],
+                                 operator_http: FlaskClient) -> None:
+    with db.factory.begin() as session:
+        record_activity(session, now=datetime.now(UTC))
+    for path in PAGES:
+        html = page(operator_http, path)
+        assert "olga" in html and "lhcb" in html
+    failed = grid["failed"]
+    job_html = page(operator_http, f"/ui/jobs/{failed}")
+    assert "Payload exited with code 3" in job_html and "Failed" in job_html
+    pilot_html = page(operator_http, "/ui/pilots/pilot-1")
+    assert f'href="/ui/jobs/{failed}"' in pilot_html
+    tq = re.search(r'href="/ui/taskqueues/(\d+)"', page(operator_http, "/ui/taskqueues"))
+    assert tq
+    assert "Next jobs" in page(operator_http, f"/ui/taskqueues/{tq.group(1)}")
+
+
+def test_the_overview_shows_the_database_counts(db: Database, client: Api,
+                                                grid: dict[str, Any],
+                                                operator_http: FlaskClient) -> None:
+    with db.factory.begin() as session:
+        record_activity(session, now=datetime.now(UTC))
+    html = page(operator_http, "/ui/")
+    with db.factory() as session:
+        counts = {s: n for s, n in session.execute(
+            select(Job.status, func.count()).group_by(Job.status))}
+    for status, n in counts.items():
+        assert re.search(rf'data-status="{status}">\s*<span class="label">{status}</span>'
+                         rf'<span class="value">{n:,}</span>', html), status
+    assert re.search(r'id="failed-hour">1<', html)
+    assert re.search(r'id="matched-hour">4<', html)
+    assert "Payload exited with code 3" in html
+    assert "LCG.RAL.uk" in html and "downtime" in html
+
+
+def test_the_overview_says_when_the_activity_loop_is_not_running(
+        client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    html = page(operator_http, "/ui/")
+    assert "the activity loop has not run" in html
+    assert "gridpilot agents" in html
+
+
+def test_the_sites_page_counts_what_runs_and_what_waits(db: Database, client: Api,
+                                                        grid: dict[str, Any],
+                                                        operator_http: FlaskClient) -> None:
+    with db.factory.begin() as session:
+        record_activity(session, now=datetime.now(UTC))
+    html = page(operator_http, "/ui/sites")
+    cnaf = html[html.index('data-queue="LCG.CNAF.it/ce01-htc.cr.cnaf.infn.it/htc_mcore"'):]
+    assert re.search(r'data-field="running">1<', cnaf[:600])
+    # the waiting jobs are plain one-core jobs any queue may run
+    waiting = len(grid["waiting"])
+    assert re.search(rf'data-field="waiting-for">{waiting} ', cnaf)
+    cern = html[html.index('id="site-LCG.CERN.cern"'):]
+    assert re.search(r'data-field="failure-1h"[^>]*>33%<', cern)
+    ral = html[html.index('id="site-LCG.RAL.uk"') - 60:html.index('id="site-LCG.RAL.uk"')]
+    assert "banned" in ral
+
+
+def test_a_user_sees_only_their_own_jobs(client: Api, grid: dict[str, Any],
+                                         other_user_token: str, user_token: str) -> None:
+    mine = client.submit_jdl(other_user_token)[0]
+    http = client.client
+    response = sign_in(http, user_token)
+    assert response.headers["Location"] == "/ui/jobs"
+    html = page(http, "/ui/jobs")
+    assert f'data-job="{grid["ids"][0]}"' in html and f'data-job="{mine}"' not in html
+    assert f'data-job="{mine}"' not in page(http, "/ui/jobs?owner=bob")
+    assert "another user" in page(http, f"/ui/jobs/{mine}", 403)
+    for path in ("/ui/sites", "/ui/taskqueues", "/ui/pilots", "/ui/pilots/pilot-1"):
+        assert "operators" in page(http, path, 403)
+    assert http.get("/ui/").headers["Location"] == "/ui/jobs"
+
+
+def test_an_operator_sees_only_their_vo(client: Api, grid: dict[str, Any],
+                                        other_vo_operator_token: str) -> None:
+    http = client.client
+    sign_in(http, other_vo_operator_token)
+    assert "another VO" in page(http, f"/ui/jobs/{grid['failed']}", 403)
+    assert 'data-job=' not in page(http, "/ui/jobs")
+    page(http, "/ui/pilots/pilot-1", 404)
+    assert "LCG.RAL.uk" not in page(http, "/ui/")
+
+
+def test_job_lists_page_newest_first_without_gaps(client: Api, grid: dict[str, Any],
+                                                  operator_http: FlaskClient) -> None:
+    seen: list[int] = []
+    url = "/ui/jobs?owner=alice"
+    while url:
+        html = page(operator_http, url.replace("&amp;", "&"))
+        seen += [int(i) for i in re.findall(r'data-job="(\d+)"', html)]
+        found = re.search(r'href="([^"]+)" id="next"', html)
+        url = found.group(1) if found else ""
+    assert seen == sorted(grid["ids"], reverse=True)
+    assert re.findall(r'data-job="(\d+)"', page(operator_http, "/ui/jobs?status=Done")) == [
+        str(i) for i in sorted(grid["done"], reverse=True)]
+    jump = operator_http.get(f"/ui/jobs?id={grid['failed']}")
+    assert jump.headers["Location"] == f"/ui/jobs/{grid['failed']}"
+
+
+@pytest.mark.parametrize("query", ["before=abc", "before=-1", "status=Bogus", "id=1e9",
+                                   "owner=" + "x" * 300, "site=a%00b", "range=forever"])
+def test_hostile_queries_get_a_clear_400_page(operator_http: FlaskClient, query: str) -> None:
+    path = "/ui/?" + query if query.startswith("range") else "/ui/jobs?" + query
+    html = page(operator_http, path, 400)
+    assert "Bad request" in html and "Traceback" not in html
+
+
+def test_unknown_objects_get_a_404_page(operator_http: FlaskClient) -> None:
+    assert "does not exist" in page(operator_http, "/ui/jobs/999999", 404)
+    assert "does not exist" in page(operator_http, f"/ui/jobs/{2**70}", 404)
+    assert "does not exist" in page(operator_http, "/ui/taskqueues/999999", 404)
+    page(operator_http, "/ui/pilots/nobody", 404)
+
+
+def test_pages_forbid_scripts_from_elsewhere(operator_http: FlaskClient) -> None:
+    response = operator_http.get("/ui/jobs")
+    assert "script-src 'self'" in response.headers["Content-Security-Policy"]
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["Cache-Control"] == "no-store"
+    css = operator_http.get("/ui/static/dashboard.css")
+    assert css.status_code == 200 and css.mimetype == "text/css"
+    assert b"--accent" in css.get_data()
+    css.close()
+
+
+def test_names_are_escaped(client: Api, token: TokenMaker, operator_http: FlaskClient) -> None:
+    evil = '<script>alert(1)</script>'
+    client.ok("PUT", "/api/v1/sitemask/" + "x%3Cb%3E", token("olga", "operator",
+                                                             group="lhcb_admin"),
+              json_body={"reason": evil})
+    html = page(operator_http, "/ui/sites")
+    assert evil not in html and "&lt;script&gt;" in html
+
+
+# -- actions -----------------------------------------------------------------------------------
+
+def test_kill_asks_first_and_needs_the_csrf_value(db: Database, client: Api,
+                                                  grid: dict[str, Any],
+                                                  operator_http: FlaskClient) -> None:
+    job_id = grid["running"]
+    confirm = page(operator_http, f"/ui/jobs/{job_id}/kill")
+    assert "Kill job" in confirm and 'id="confirm"' in confirm
+    with db.factory() as session:
+        assert session.get(Job, job_id).status == "Running"  # type: ignore[union-attr]
+    for data in ({}, {"csrf": "wrong"}):
+        assert operator_http.post(f"/ui/jobs/{job_id}/kill", data=data).status_code == 403
+    other_site = operator_http.post(f"/ui/jobs/{job_id}/kill",
+                                    data={"csrf": csrf_of(confirm)},
+                                    headers={"Origin": "https://evil.example"})
+    assert other_site.status_code == 403
+    with db.factory() as session:
+        assert session.get(Job, job_id).status == "Running"  # type: ignore[union-attr]
+    response = operator_http.post(f"/ui/jobs/{job_id}/kill",
+                                  data={"csrf": csrf_of(confirm), "reason": "looping"})
+    assert response.status_code == 302
+    html = page(operator_http, response.headers["Location"])
+    assert 'id="done"' in html and "Killed" in html
+    with db.factory() as session:
+        history = session.scalars(select(JobStatusHistory).where(
+            JobStatusHistory.job_id == job_id).order_by(JobStatusHistory.id)).all()
+    assert history[-1].status == "Killed"
+    assert history[-1].minor_status == "Killed by operator:olga: looping"
+    # again: the job is final now; a clear page, nothing changes
+    again = operator_http.post(f"/ui/jobs/{job_id}/kill", data={"csrf": csrf_of(confirm)})
+    assert again.status_code == 409 and "already Killed" in again.get_data(as_text=True)
+
+
+def test_reschedule_sends_the_job_back_to_its_queue(db: Database, client: Api,
+                                                    grid: dict[str, Any],
+                                                    operator_http: FlaskClient) -> None:
+    job_id = grid["failed"]
+    csrf = csrf_of(page(operator_http, f"/ui/jobs/{job_id}/reschedule"))
+    response = operator_http.post(f"/ui/jobs/{job_id}/reschedule", data={"csrf": csrf})
+    assert response.status_code == 302
+    with db.factory() as session:
+        job = session.get(Job, job_id)
+        assert job is not None and job.status == "Waiting" and job.reschedule_count == 1
+
+
+def test_a_user_acts_on_their_own_jobs_only(client: Api, grid: dict[str, Any],
+                                            other_user_token: str, user_token: str) -> None:
+    theirs = client.submit_jdl(other_user_token)[0]
+    http = client.client
+    sign_in(http, user_token)
+    csrf = csrf_of(page(http, "/ui/jobs"))
+    assert http.post(f"/ui/jobs/{theirs}/kill", data={"csrf": csrf}).status_code == 403
+    assert http.post(f"/ui/sites/{SITE}/ban", data={"csrf": csrf}).status_code == 403
+    mine = grid["waiting"][0]
+    assert http.post(f"/ui/jobs/{mine}/kill", data={"csrf": csrf}).status_code == 302
+
+
+def test_ban_and_unban_a_site(db: Database, client: Api, operator_http: FlaskClient,
+                              pilot_token: str, user_token: str) -> None:
+    client.submit_jdl(user_token)
+    confirm = page(operator_http, f"/ui/sites/{SITE}/ban")
+    assert f"Ban {SITE}?" in confirm
+    response = operator_http.post(f"/ui/sites/{SITE}/ban",
+                                  data={"csrf": csrf_of(confirm), "reason": "broken CVMFS"})
+    assert response.status_code == 302 and response.headers["Location"] == "/ui/sites"
+    with db.factory() as session:
+        ban = session.get(SiteBan, (VO, SITE))
+        assert ban is not None and ban.reason == "broken CVMFS"
+        assert ban.banned_by == "operator:olga"
+    answer = client.match(pilot_token, site=SITE, pilot_reference="p-9")
+    assert answer["no_match"]["reason"] == "site_banned"
+    response = operator_http.post(f"/ui/sites/{SITE}/unban",
+                                  data={"csrf": csrf_of(confirm)})
+    assert response.status_code == 302
+    with db.factory() as session:
+        assert session.get(SiteBan, (VO, SITE)) is None
+    missing = operator_http.post("/ui/sites/LCG.Nowhere/unban", data={"csrf": csrf_of(confirm)})
+    assert missing.status_code == 404
+
+
+def test_the_overview_charts_the_counters(db: Database, client: Api, grid: dict[str, Any],
+                                          operator_http: FlaskClient) -> None:
+    now = datetime.now(UTC)
+    with db.factory.begin() as session:
+        record_activity(session, now=now - timedelta(minutes=2))
+        record_activity(session, now=now)
+    html = page(operator_http, "/ui/?range=6h")
+    totals = [int(t) for t in re.findall(r'data-total="(\d+)"', html)]
+    # status lines (Waiting, Matched, Running, Stalled) and matched, done, failed
+    assert len(totals) == 7
+    assert totals[4:] == [4, 2, 1]
+    assert 'data-total="4"' in page(operator_http, "/ui/?range=30d")  # the hour rows
