@@ -83,7 +83,9 @@ def _mysql_minute(element: epoch_minute, compiler: SQLCompiler, **kw: Any) -> st
 
 @compiles(epoch_minute, "sqlite")
 def _sqlite_minute(element: epoch_minute, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"(CAST(strftime('%s', {compiler.process(element.clauses, **kw)}) AS INTEGER) / 60)"
+    # Whole seconds only: SQLite rounds "12:00:59.9999" up into the next minute.
+    column = compiler.process(element.clauses, **kw)
+    return f"(CAST(strftime('%s', substr({column}, 1, 19)) AS INTEGER) / 60)"
 
 
 def floor_time(moment: datetime, period: int) -> datetime:
@@ -250,6 +252,7 @@ def activity_series(session: Session, vo: str, *, since: datetime, until: dateti
     """Matched, done and failed per ``period`` from ``since`` to ``until`` (every period
     present, zero where nothing happened), for one site or all."""
     a = site_activity_table.c
+    since = floor_time(since, period)
     stmt = (select(a.start, func.sum(a.matched), func.sum(a.done), func.sum(a.failed))
             .where(a.period == period, a.vo == vo, a.start >= since, a.start <= until)
             .group_by(a.start))
@@ -257,7 +260,7 @@ def activity_series(session: Session, vo: str, *, since: datetime, until: dateti
         stmt = stmt.where(a.site == site)
     found = {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in session.execute(stmt)}
     times = []
-    t = floor_time(since, period)
+    t = since
     while t <= until:
         times.append(t)
         t += timedelta(seconds=period)
