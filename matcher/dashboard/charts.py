@@ -14,15 +14,14 @@ WIDTH, HEIGHT = 760, 230
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 14, 30
 
 
-def nice_ceiling(value: float) -> int:
-    """The smallest of 1, 2, 2.5, 5 times a power of ten that is at least ``value``."""
-    if value <= 0:
-        return 1
-    power = 10.0 ** math.floor(math.log10(value))
-    for step in (1, 2, 2.5, 5, 10):
-        if step * power >= value:
-            return max(1, math.ceil(step * power))
-    return math.ceil(10 * power)  # pragma: no cover
+def nice_step(value: float, lines: int = 5) -> int:
+    """A step of 1, 2 or 5 times a power of ten such that ``lines`` steps reach ``value``."""
+    target = max(value / lines, 1)
+    power = 10 ** math.floor(math.log10(target))
+    for step in (1, 2, 5, 10):
+        if step * power >= target:
+            return int(step * power)
+    return int(10 * power)  # pragma: no cover
 
 
 def _label(value: int) -> str:
@@ -38,54 +37,57 @@ def _time_label(t: datetime, span_seconds: float) -> str:
 
 
 def line_chart(series: Series, *, title: str, classes: dict[str, str],
+               start: datetime | None = None, end: datetime | None = None,
                unit: str = "jobs") -> str:
-    """Lines of ``series`` (one per name, class from ``classes``) over time."""
+    """Lines of ``series`` (one per name, class from ``classes``) over time, on an axis from
+    ``start`` to ``end`` (default: the series' own first and last times)."""
     label = escape(title)
     if not series.times:
         return (f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
                 f'aria-label="{label}: no data yet"><text x="{WIDTH / 2}" y="{HEIGHT / 2}" '
                 'class="empty" text-anchor="middle">No data yet: the activity loop has not '
                 'recorded this period</text></svg>')
-    top = nice_ceiling(max((max(v) for v in series.lines.values() if v), default=0))
+    peak = max((max(v) for v in series.lines.values() if v), default=0)
+    step = nice_step(peak)
+    top = max(step, math.ceil(peak / step) * step)
     plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    t0, t1 = series.times[0], series.times[-1]
+    t0 = min(start or series.times[0], series.times[0])
+    t1 = max(end or series.times[-1], series.times[-1])
     span = max((t1 - t0).total_seconds(), 1.0)
 
     def x(t: datetime) -> float:
-        return LEFT + plot_w * ((t - t0).total_seconds() / span if len(series.times) > 1
-                                else 0.5)
+        return LEFT + plot_w * ((t - t0).total_seconds() / span)
 
     def y(v: float) -> float:
         return TOP + plot_h * (1 - v / top)
 
     parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
              f'aria-label="{label}">', f"<title>{label}</title>"]
-    for i in range(5):
-        value = top * i / 4
+    for value in range(0, top + 1, step):
         yy = y(value)
         parts.append(f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{yy:.1f}" '
                      f'y2="{yy:.1f}"/>')
         parts.append(f'<text class="axis" x="{LEFT - 6}" y="{yy + 4:.1f}" text-anchor="end">'
-                     f"{_label(round(value))}</text>")
+                     f"{_label(value)}</text>")
     ticks = 6
     for i in range(ticks + 1):
-        t = series.times[round(i * (len(series.times) - 1) / ticks)]
+        t = t0 + (t1 - t0) * i / ticks
         parts.append(f'<text class="axis" x="{x(t):.1f}" y="{HEIGHT - 10}" '
                      f'text-anchor="middle">{_time_label(t, span)}</text>')
+    last = series.times[-1]
     for name, values in series.lines.items():
         css = classes.get(name, "")
-        total = sum(values)
-        latest = values[-1] if values else 0
-        tip = escape(f"{name}: {latest:,} {unit} at {_time_label(t1, span)} UTC "
+        tip = escape(f"{name}: {values[-1]:,} {unit} at {_time_label(last, span)} UTC "
                      f"(peak {max(values, default=0):,})")
         if len(values) == 1:
-            parts.append(f'<circle class="line {css}" cx="{x(t0):.1f}" cy="{y(values[0]):.1f}" '
-                         f'r="3"><title>{tip}</title></circle>')
+            parts.append(f'<circle class="line {css}" data-total="{values[0]}" '
+                         f'cx="{x(last):.1f}" cy="{y(values[0]):.1f}" r="3.5">'
+                         f"<title>{tip}</title></circle>")
             continue
         points = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in zip(series.times, values,
                                                                       strict=True))
-        parts.append(f'<polyline class="line {css}" data-total="{total}" points="{points}">'
-                     f"<title>{tip}</title></polyline>")
+        parts.append(f'<polyline class="line {css}" data-total="{sum(values)}" '
+                     f'points="{points}"><title>{tip}</title></polyline>')
     parts.append("</svg>")
     return "".join(parts)
 

@@ -16,8 +16,8 @@ from taskqueue.activity import (
     epoch_minute,
     floor_time,
     latest_snapshot,
-    record_activity,
     recent_failures,
+    record_activity,
     site_totals,
     status_series,
 )
@@ -51,9 +51,9 @@ def rows(db: Database, period: int) -> list[tuple[datetime, str, str, int, int, 
             .where(a.period == period).order_by(a.start, a.vo, a.site))]
 
 
-def turn(db: Database, now: datetime, retention: Retention = Retention()) -> None:
+def turn(db: Database, now: datetime, retention: Retention | None = None) -> None:
     with db.factory.begin() as session:
-        record_activity(session, now=now, retention=retention)
+        record_activity(session, now=now, retention=retention or Retention())
 
 
 @pytest.mark.parametrize("moment", [
