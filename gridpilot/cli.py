@@ -235,13 +235,19 @@ def optimize_command(settings: Settings, batch: int | None, once: bool) -> None:
 @click.option("--jobs", "n_jobs", type=click.IntRange(1, 1_000_000), default=600,
               show_default=True, help="Number of jobs to submit.")
 @click.option("--seed", type=int, default=7, show_default=True, help="Random seed.")
+@click.option("--linger", type=click.FloatRange(0, 86400), default=None,
+              help="Seconds the matcher and its dashboard stay up after the pilots finish "
+                   "(Ctrl-C stops earlier). Default: 600 in a terminal, 0 otherwise (CI).")
 @click.pass_obj
 @_friendly
-def demo(settings: Settings, work: Path, n_jobs: int, seed: int) -> None:
-    """Fill task queues with jobs and match them all with a few worker-node descriptions."""
+def demo(settings: Settings, work: Path, n_jobs: int, seed: int, linger: float | None) -> None:
+    """A small grid on this machine: users submit, the site director starts pilots, the pilots
+    run the jobs; the dashboard shows it at the address printed."""
     from gridpilot.demo import run_demo
 
-    run_demo(settings, work, n_jobs=n_jobs, seed=seed, echo=click.echo)
+    if linger is None:
+        linger = 600.0 if sys.stdin.isatty() and sys.stdout.isatty() else 0.0
+    run_demo(settings, work, n_jobs=n_jobs, seed=seed, echo=click.echo, linger=linger)
 
 
 @cli.command()

@@ -7,7 +7,9 @@ PSI/J's ``local`` executor, each with generated machine/job features directories
 match jobs over HTTP with their own tokens, run the payloads, report them and keep their
 ``$JOBSTATUS`` current; the site admin's drain-cost table is printed while they work and at the
 end. Everything runs on this machine, on an SQLite file in the work folder: each queue's pilots
-stand in for that site's worker nodes.
+stand in for that site's worker nodes. The dashboard (/ui/) is served by the same matcher; the
+demo prints its address and an operator's token, and keeps its counters as the activity loop
+would.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +40,7 @@ from gridpilot.reports import queue_table
 from matcher.auth import issue_token
 from optimizers.chain import Identity
 from pilot.features import write_features
+from taskqueue.activity import record_activity
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import Job, Pilot, TaskQueueJob
 from taskqueue.settings import Settings
@@ -92,7 +96,9 @@ KINDS = (
 
 
 def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
-             echo: Callable[[str], None]) -> None:
+             echo: Callable[[str], None], linger: float = 0.0) -> None:
+    """The demo; with ``linger`` seconds, the matcher (and its dashboard) stays up that long
+    after the pilots have finished, or until Ctrl-C."""
     rng = random.Random(seed)
     work = work.resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -117,13 +123,15 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
          "executor, with generated machine/job features)")
     with matcher_server(settings.database.url, secret, resources_file, work) as base:
         echo(f"Matcher: gunicorn with 2 workers at {base}")
+        _announce_dashboard(base, secret, linger, echo)
         settings = replace(settings, matcher=replace(settings.matcher, url=base))
         waiting = _submit_all(base, secret, n_jobs, rng, echo)
         with factory() as session:
             echo("\nThe 8 largest task queues:")
             echo(queue_table(session, 8))
         _direct(settings, factory, work, echo)
-    _summary(factory, work, waiting, echo)
+        _summary(factory, work, waiting, echo)
+        _linger(base, linger, echo)
 
 
 def demo_resources(source: Path, work: Path) -> Path:
@@ -205,6 +213,8 @@ def _direct(settings: Settings, factory: Any, work: Path,
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         director.cycle()
+        # What `gridpilot agents activity` does in production: the dashboard's counters.
+        ctx.transaction(partial(record_activity, now=ctx.now()))
         with factory() as session:
             open_jobs = session.scalar(select(func.count()).select_from(Job).where(
                 Job.status.not_in([s.value for s in FINAL_STATES]))) or 0
@@ -218,11 +228,33 @@ def _direct(settings: Settings, factory: Any, work: Path,
             echo(_drain_cost(work))
             snapshot_taken = True
         if open_jobs == 0 and alive == 0:
+            ctx.transaction(partial(record_activity, now=ctx.now()))
             break
         time.sleep(1.0)
     else:
         raise SystemExit("the demo's pilots did not finish the jobs within 15 minutes")
     echo(f"\nThe site director's pilots ran every job in {time.perf_counter() - t0:.1f} s.")
+
+
+def _announce_dashboard(base: str, secret: str, linger: float,
+                        echo: Callable[[str], None]) -> None:
+    token = issue_token(secret, subject="demo-operator", role="operator", vo=VO,
+                        group="lhcb_admin", lifetime=max(3600, int(linger) + 3600))
+    after = (f"it stays up {linger:.0f} s after the pilots finish" if linger
+             else "it stops when the demo ends")
+    echo(f"\nDashboard: {base}/ui/ (sign in with the operator token below; {after}; "
+         "Ctrl-C stops the demo):")
+    echo(f"  {token}")
+
+
+def _linger(base: str, linger: float, echo: Callable[[str], None]) -> None:
+    if linger <= 0:
+        return
+    echo(f"\nThe dashboard stays at {base}/ui/ for {linger:.0f} s; press Ctrl-C to stop now.")
+    try:
+        time.sleep(linger)
+    except KeyboardInterrupt:
+        echo("Stopping.")
 
 
 def _drain_cost(work: Path) -> str:

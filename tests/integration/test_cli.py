@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import jwt
+import requests
 
 from matcher.auth import principal_from_header
 from tests.conftest import Database
@@ -28,17 +30,17 @@ def test_db_upgrade_then_current(tmp_path: Path) -> None:
     assert "(empty database) - behind" in first.stdout
     up = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
     assert up.returncode == 0, up.stderr
-    assert "revision (empty) -> 0003" in up.stdout
+    assert "revision (empty) -> 0009" in up.stdout
     again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert "revision 0003 -> 0003" in again.stdout
+    assert "revision 0009 -> 0009" in again.stdout
     current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert current.stdout.strip() == "0003 - up to date"
+    assert current.stdout.strip() == "0009 - up to date"
 
 
 def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
     out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0003 - up to date"
+    assert out.stdout.strip() == "0009 - up to date"
 
 
 def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
@@ -60,10 +62,39 @@ def test_unusable_database_url(tmp_path: Path) -> None:
 
 
 def test_demo_matches_every_job(tmp_path: Path) -> None:
+    """The demo runs every job, and its dashboard answers while the pilots work and after,
+    until Ctrl-C stops the demo (``--linger``; without a terminal, as in CI, it ends by
+    itself: the other runs of the demo in this file show that)."""
     resources = Path(__file__).resolve().parents[2] / "conf" / "resources.toml"
-    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "200"], tmp_path,
-              GRIDPILOT_RESOURCES_FILE=str(resources))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRIDPILOT_")}
+    env["GRIDPILOT_RESOURCES_FILE"] = str(resources)
+    lines: list[str] = []
+    seen_while_working = seen_after = url = token = ""
+    with subprocess.Popen([sys.executable, "-m", "gridpilot", "demo", "--work",
+                           str(tmp_path / "work"), "--jobs", "200", "--linger", "120"],
+                          cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            for line in proc.stdout:
+                lines.append(line)
+                if line.startswith("Dashboard: "):
+                    url = line.split()[1]
+                elif url and not token:
+                    token = line.strip()
+                    seen_while_working = _dashboard_overview(url, token)
+                elif line.startswith("The dashboard stays at"):
+                    seen_after = _dashboard_overview(url, token)
+                    proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        out = subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines),
+                                          proc.stderr.read())
     assert out.returncode == 0, out.stderr
+    assert "lhcb" in seen_while_working and "Sign out" in seen_while_working
+    assert 'data-status="Done"' in seen_after and "Stopping." in out.stdout
     submitted = re.search(r"Submitted 200 jobs .*: (\d+) waiting, (\d+) failed", out.stdout)
     assert submitted, out.stdout
     waiting, failed = int(submitted[1]), int(submitted[2])
@@ -117,3 +148,14 @@ def test_agents_once_runs_every_loop(tmp_path: Path) -> None:
     assert "director: 0 pilot(s) submitted" in out.stdout  # no job waits: no pilot
     unknown = run(["agents", "nosuch", "--once"], tmp_path, **env)
     assert unknown.returncode == 2 and "no agent loop named nosuch" in unknown.stderr
+
+
+def _dashboard_overview(url: str, token: str) -> str:
+    """The overview page, signed in with ``token`` as a browser would."""
+    with requests.Session() as http:
+        form = http.get(f"{url}login", timeout=30)
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf, form.text
+        page = http.post(f"{url}login", data={"token": token, "csrf": csrf[1]}, timeout=30)
+        assert page.status_code == 200 and page.url == url, page.text
+        return page.text

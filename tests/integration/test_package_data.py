@@ -1,0 +1,43 @@
+"""An installed (not editable) gridpilot serves the dashboard's templates and static files:
+they ship as package data."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PROBE = """
+import sys, matcher
+from pathlib import Path
+assert Path(matcher.__file__).is_relative_to(sys.argv[1]), matcher.__file__
+from matcher.app import create_app
+from taskqueue.settings import Settings, AuthSettings
+app = create_app(Settings(auth=AuthSettings(secret="package-data-test-secret-0123")))
+client = app.test_client()
+login = client.get("/ui/login")
+assert login.status_code == 200 and b"Sign in to the dashboard" in login.data, login.data[:300]
+for name in ("dashboard.css", "dashboard.js", "favicon.svg"):
+    response = client.get(f"/ui/static/{name}")
+    assert response.status_code == 200 and response.data, name
+    response.close()
+print("served from", Path(matcher.__file__).parent)
+"""
+
+
+def test_an_installed_package_serves_the_dashboard(tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+         "--no-build-isolation", "--target", str(target), str(ROOT)],
+        capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    assert (target / "matcher" / "dashboard" / "templates" / "ui" / "overview.html").is_file()
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", PROBE, str(target)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert str(target) in out.stdout
