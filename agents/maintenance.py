@@ -18,12 +18,14 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from agents.context import AgentContext
+from optimizers.outlook import queue_outlook
 from optimizers.resources import ResourcesConfig, eligible_queues
 from taskqueue.activity import Retention, record_activity
 from taskqueue.database import Session
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.queues import delete_empty_queues
 from taskqueue.shares import recompute_priorities
+from taskqueue.sitestatus import record_queue_status, vos_at_work
 from taskqueue.submitpools import (
     PoolInUse,
     delete_unused_submit_pools,
@@ -106,11 +108,19 @@ def clean_up(ctx: AgentContext) -> str:
 
 
 def record_dashboard_activity(ctx: AgentContext) -> str:
-    """The dashboard's counters for the last minutes, their roll-ups, a job-count snapshot,
-    and the pruning of old rows (taskqueue.activity)."""
+    """The dashboard's counters for the last minutes, their roll-ups, the job-count and queue
+    snapshots, and the pruning of old rows (taskqueue.activity, taskqueue.sitestatus)."""
     d = ctx.settings.dashboard
     retention = Retention(timedelta(seconds=d.minute_retention),
                           timedelta(seconds=d.hour_retention),
                           timedelta(seconds=d.day_retention))
     now = ctx.now()
-    return ctx.transaction(lambda s: record_activity(s, now=now, retention=retention)).line()
+    config = ctx.resources()
+
+    def work(session: Session) -> str:
+        summary = record_activity(session, now=now, retention=retention)
+        outlook = queue_outlook(session, config, vos_at_work(session))
+        queues = record_queue_status(session, now=now, outlook=outlook)
+        return f"{summary.line()}, {queues} queues in the queue snapshot"
+
+    return ctx.transaction(work)

@@ -387,6 +387,31 @@ class JobCount(Base):
     jobs: Mapped[int] = mapped_column(BigInteger)
 
 
+class QueueStatus(Base):
+    """What each queue (site, CE, queue) is doing for a VO, as the activity loop last saw it:
+    jobs running through its pilots, waiting jobs its pilots could run, its pilots by status
+    and when one last spoke. The dashboard's sites and pilots pages read these few rows
+    instead of counting the jobs and pilots tables on every view."""
+
+    __tablename__ = "queue_status"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    site: Mapped[str] = mapped_column(String(128), primary_key=True)
+    ce: Mapped[str] = mapped_column(String(255), primary_key=True)
+    queue: Mapped[str] = mapped_column(String(128), primary_key=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: 1 when the resources file lists the queue for the VO.
+    configured: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer)
+    #: Waiting jobs its pilots could run, and the task queues they are in (NULL when the
+    #: queue is not configured: its pilots' description is not known).
+    waiting_for: Mapped[int | None] = mapped_column(Integer)
+    task_queues: Mapped[int | None] = mapped_column(Integer)
+    #: JSON: {"alive": {status: n}, "ended": {status: n in the last 24 h}}.
+    pilots: Mapped[str] = mapped_column(Text)
+    last_pilot_seen: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
 # Core table handles, for the hot paths (claims, bulk inserts) that skip the ORM layer.
 jobs_table = cast(Table, Job.__table__)
 pilots_table = cast(Table, Pilot.__table__)
@@ -400,3 +425,4 @@ tq_tags_table = cast(Table, TaskQueueTag.__table__)
 submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
 site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)
+queue_status_table = cast(Table, QueueStatus.__table__)

@@ -1,21 +1,24 @@
-"""What each site and queue is doing now, for the dashboard's sites and pilots pages: jobs
-running there, pilots by status and when one was last seen, how full the site limits are, the
-site director's trouble, and how many waiting jobs a queue's pilots could run.
+"""What each site and queue is doing, for the dashboard's sites and pilots pages: jobs running
+there, pilots by status and when one was last seen, how full the site limits are, the site
+director's trouble, and how many waiting jobs a queue's pilots could run.
 
-Every query reads the live tables through their indexes; their cost follows what is active
-(running jobs, limits, task queues), not the history kept in the database.
+The counts that read whole tables (pilots, waiting jobs) are taken once a turn by the activity
+loop into ``queue_status`` (:func:`record_queue_status`); a page reads that snapshot and the
+small live tables (limits, the director's queues), so its cost does not grow with the grid.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import case, func, select
+from sqlalchemy import case, delete, func, select
 from sqlalchemy.orm import Session
 
+from taskqueue.bulk import insert_rows
 from taskqueue.limits import LIMIT_ATTRIBUTES, RUNNING_STATES, site_limits
 from taskqueue.matching import ExpressionCheck, condition_parameters, queue_conditions
 from taskqueue.models import (
@@ -24,12 +27,15 @@ from taskqueue.models import (
     Pilot,
     SiteLimit,
     TaskQueueJob,
+    queue_status_table,
     task_queues_table,
 )
-from taskqueue.pilots import ALIVE_STATES, PILOT_STATES
+from taskqueue.pilots import ALIVE_STATES
 from taskqueue.resources import Resource
 
 QueueKey = tuple[str, str, str]
+#: A queue for one VO: (vo, site, CE, queue).
+VoQueueKey = tuple[str, str, str, str]
 
 
 @dataclass
@@ -41,18 +47,23 @@ class QueuePilots:
     ended: dict[str, int] = field(default_factory=dict)
     last_seen: datetime | None = None
 
+    def to_json(self) -> str:
+        return json.dumps({"alive": self.alive, "ended": self.ended}, sort_keys=True)
 
-def pilots_by_queue(session: Session, vo: str, *, ended_since: datetime
-                    ) -> dict[QueueKey, QueuePilots]:
-    """Per (site, CE, queue) of the VO's pilots: counts by status (ended ones only since
-    ``ended_since``) and the last time one was seen."""
+
+def pilots_by_queue(session: Session, *, ended_since: datetime
+                    ) -> dict[VoQueueKey, QueuePilots]:
+    """Per (VO, site, CE, queue): the pilots by status (ended ones only since
+    ``ended_since``) and the last time one was seen. Reads every pilot record: the activity
+    loop calls it, not a page."""
     p = Pilot.__table__.c
     recent = func.sum(case((p.updated_at >= ended_since, 1), else_=0))
-    out: dict[QueueKey, QueuePilots] = defaultdict(QueuePilots)
-    for site, ce, queue, status, n, n_recent, seen in session.execute(
-            select(p.site, p.ce, p.queue, p.status, func.count(), recent, func.max(p.last_seen_at))
-            .where(p.vo == vo).group_by(p.site, p.ce, p.queue, p.status)):
-        entry = out[(site, ce, queue)]
+    out: dict[VoQueueKey, QueuePilots] = defaultdict(QueuePilots)
+    for vo, site, ce, queue, status, n, n_recent, seen in session.execute(
+            select(p.vo, p.site, p.ce, p.queue, p.status, func.count(), recent,
+                   func.max(p.last_seen_at))
+            .group_by(p.vo, p.site, p.ce, p.queue, p.status)):
+        entry = out[(vo, site, ce, queue)]
         if status in ALIVE_STATES:
             entry.alive[status] = int(n)
         elif n_recent:
@@ -62,15 +73,69 @@ def pilots_by_queue(session: Session, vo: str, *, ended_since: datetime
     return dict(out)
 
 
-def running_by_queue(session: Session, vo: str) -> dict[QueueKey, int]:
-    """The VO's jobs matched or running, per (site, CE, queue) of the pilot that holds them
-    (read through the status index: the cost follows the running jobs)."""
+def running_by_queue(session: Session) -> dict[VoQueueKey, int]:
+    """Jobs matched or running, per (VO, site, CE, queue) of the pilot that holds them (read
+    through the status index: the cost follows the running jobs)."""
     j, p = Job.__table__.c, Pilot.__table__.c
-    return {(site, ce, queue): int(n) for site, ce, queue, n in session.execute(
-        select(p.site, p.ce, p.queue, func.count())
+    return {(vo, site, ce, queue): int(n) for vo, site, ce, queue, n in session.execute(
+        select(j.vo, p.site, p.ce, p.queue, func.count())
         .join_from(Job.__table__, Pilot.__table__, p.reference == j.pilot_reference)
-        .where(j.status.in_(RUNNING_STATES), j.vo == vo)
-        .group_by(p.site, p.ce, p.queue))}
+        .where(j.status.in_(RUNNING_STATES))
+        .group_by(j.vo, p.site, p.ce, p.queue))}
+
+
+def record_queue_status(session: Session, *, now: datetime,
+                        outlook: dict[VoQueueKey, tuple[int, int]]) -> int:
+    """Replace the queue snapshot: every queue of ``outlook`` (the configured ones, with the
+    waiting jobs their pilots could run and the task queues those are in) and every queue
+    with pilots or running jobs. Returns the rows written."""
+    pilots = pilots_by_queue(session, ended_since=now - timedelta(hours=24))
+    running = running_by_queue(session)
+    rows = []
+    for key in sorted(set(outlook) | set(pilots) | set(running)):
+        vo, site, ce, queue = key
+        seen = pilots.get(key, QueuePilots())
+        waiting, task_queues = outlook.get(key, (None, None))
+        rows.append({"vo": vo, "site": site, "ce": ce, "queue": queue, "at": now,
+                     "configured": int(key in outlook), "running": running.get(key, 0),
+                     "waiting_for": waiting, "task_queues": task_queues,
+                     "pilots": seen.to_json(), "last_pilot_seen": seen.last_seen})
+    session.execute(delete(queue_status_table))
+    insert_rows(session.connection(), queue_status_table, rows)
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """One queue of the snapshot, as the pages show it."""
+
+    site: str
+    ce: str
+    queue: str
+    at: datetime
+    configured: bool
+    running: int
+    waiting_for: int | None
+    task_queues: int | None
+    pilots: QueuePilots
+
+
+def queue_states(session: Session, vo: str, *, site: str | None = None,
+                 ce: str | None = None, queue: str | None = None) -> list[QueueState]:
+    """The VO's queues in the snapshot (narrowed to a site, CE or queue), in name order."""
+    q = queue_status_table.c
+    stmt = select(queue_status_table).where(q.vo == vo)
+    for column, value in ((q.site, site), (q.ce, ce), (q.queue, queue)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    out = []
+    for row in session.execute(stmt.order_by(q.site, q.ce, q.queue)):
+        counts = json.loads(row.pilots)
+        out.append(QueueState(row.site, row.ce, row.queue, row.at, bool(row.configured),
+                              row.running, row.waiting_for, row.task_queues,
+                              QueuePilots(counts.get("alive", {}), counts.get("ended", {}),
+                                          row.last_pilot_seen)))
+    return out
 
 
 @dataclass(frozen=True)
@@ -109,29 +174,37 @@ def director_states(session: Session) -> dict[QueueKey, DirectorQueue]:
     return {(d.site, d.ce, d.queue): d for d in session.scalars(select(DirectorQueue))}
 
 
-def waiting_per_task_queue(session: Session, vo: str) -> dict[int, int]:
-    """Waiting jobs of each of the VO's non-empty task queues."""
-    tq = task_queues_table.c
+def waiting_per_task_queue(session: Session) -> dict[int, int]:
+    """Waiting jobs of each non-empty task queue (every job waiting is read: the activity
+    loop calls it, not a page)."""
     return {int(tq_id): int(n) for tq_id, n in session.execute(
-        select(TaskQueueJob.tq_id, func.count())
-        .join(task_queues_table, tq.id == TaskQueueJob.tq_id)
-        .where(tq.vo == vo).group_by(TaskQueueJob.tq_id))}
+        select(TaskQueueJob.tq_id, func.count()).group_by(TaskQueueJob.tq_id))}
 
 
-def matching_task_queues(session: Session, resource: Resource,
-                         check: ExpressionCheck) -> list[int]:
-    """The ids of the task queues (empty or not) ``resource`` could be served from: the
-    matcher's own conditions, and ``check`` for queues that carry a ClassAd expression."""
+def vos_at_work(session: Session) -> list[str]:
+    """The VOs with task queues or pilots."""
+    tq, p = task_queues_table.c, Pilot.__table__.c
+    return sorted(set(session.scalars(select(tq.vo).distinct()))
+                  | set(session.scalars(select(p.vo).where(p.status.in_(ALIVE_STATES))
+                                        .distinct())))
+
+
+def matching_task_queues(session: Session, resource: Resource, check: ExpressionCheck, *,
+                         only: int | None = None) -> list[int]:
+    """The ids of the task queues (empty or not; task queue ``only``, when given) ``resource``
+    could be served from: the matcher's own conditions, and ``check`` for queues that carry a
+    ClassAd expression."""
     tq = task_queues_table.c
-    rows = session.connection().execute(
-        select(tq.id, tq.expression).where(*queue_conditions(resource, with_expressions=True)),
-        condition_parameters(resource))
+    stmt = select(tq.id, tq.expression).where(*queue_conditions(resource, with_expressions=True))
+    if only is not None:
+        stmt = stmt.where(tq.id == only)
+    rows = session.connection().execute(stmt, condition_parameters(resource))
     return [int(r.id) for r in rows if r.expression is None or check(r.expression)]
 
 
-def waiting_for(session: Session, resources: Iterable[tuple[QueueKey, Resource,
+def waiting_for(session: Session, resources: Iterable[tuple[VoQueueKey, Resource,
                                                              ExpressionCheck]],
-                waiting: dict[int, int]) -> dict[QueueKey, tuple[int, int]]:
+                waiting: dict[int, int]) -> dict[VoQueueKey, tuple[int, int]]:
     """For each queue's resource description: the waiting jobs its pilots could run and the
     non-empty task queues they are in (``waiting``: from :func:`waiting_per_task_queue`)."""
     out = {}
@@ -140,6 +213,3 @@ def waiting_for(session: Session, resources: Iterable[tuple[QueueKey, Resource,
         out[key] = (sum(waiting[i] for i in ids), len(ids))
     return out
 
-
-#: Pilot statuses in their order, for tables.
-PILOT_COLUMNS = PILOT_STATES

@@ -3,7 +3,6 @@ jobs and what it last said."""
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from flask import Response
@@ -22,7 +21,7 @@ from taskqueue.pilots import (
     jobs_of_pilot,
     pilot_of_vo,
 )
-from taskqueue.sitestatus import pilots_by_queue
+from taskqueue.sitestatus import queue_states
 
 FILTERS = ("site", "ce", "queue", "status")
 LIMITS = {"site": 128, "ce": 255, "queue": 128, "status": 32}
@@ -38,17 +37,20 @@ def pilots(p: Page) -> Response:
     limit = p.page_size
 
     def work(session: Session) -> dict[str, Any]:
-        return {"counts": pilots_by_queue(session, p.vo,
-                                          ended_since=p.now - timedelta(hours=24)),
+        return {"counts": queue_states(session, p.vo, site=args["site"], ce=args["ce"],
+                                       queue=args["queue"]),
                 "pilots": find_pilots(session, PilotFilter(p.vo, **args), before=before,
                                       limit=limit)}
 
     data = p.runtime.transaction(work)
     rows = data["pilots"]
-    counts = sorted(data["counts"].items())
+    counts = [((q.site, q.ce, q.queue), q.pilots) for q in data["counts"]
+              if q.pilots.alive or q.pilots.ended or q.pilots.last_seen]
     totals = {s: sum({**c.alive, **c.ended}.get(s, 0) for _, c in counts)
               for s in PILOT_STATES}
+    taken = min((q.at for q in data["counts"]), default=None)
     return render("pilots.html", viewer=p.viewer, counts=counts, states=PILOT_STATES,
+                  taken=taken,
                   alive_states=ALIVE_STATES, totals=totals, pilots=rows, args=args,
                   status_class=status_class,
                   next_url=query_url("ui.pilots", args, before=rows[-1].id)

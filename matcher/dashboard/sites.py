@@ -2,35 +2,22 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from flask import Response, redirect, request, url_for
 
 from matcher.dashboard.charts import bar
+from matcher.dashboard.overview import STALE
 from matcher.dashboard.web import Page, bp, page, render, safe_next
 from matcher.problems import Problem
-from optimizers.classads import expression_check
-from optimizers.queueresources import resource_for_queue
-from optimizers.resources import serves_vo
 from taskqueue.activity import SiteTotals, site_totals
 from taskqueue.database import Session
 from taskqueue.limits import ban_site, site_bans, unban_site
 from taskqueue.models import DirectorQueue, SiteBan
 from taskqueue.pilots import ALIVE_STATES
-from taskqueue.sitestatus import (
-    LimitUsage,
-    QueueKey,
-    QueuePilots,
-    director_states,
-    limit_usage,
-    pilots_by_queue,
-    running_by_queue,
-    waiting_for,
-    waiting_per_task_queue,
-)
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.sitestatus import LimitUsage, QueueState, director_states, limit_usage, queue_states
 
 #: Longest site name (the column's) and reason accepted from the forms.
 MAX_SITE, MAX_REASON = 128, 255
@@ -38,21 +25,17 @@ MAX_SITE, MAX_REASON = 128, 255
 
 @dataclass
 class QueueRow:
-    site: str
-    ce: str
-    queue: str
-    configured: bool
+    state: QueueState
     executor: str = ""
-    running: int = 0
-    waiting_for: int | None = None
-    task_queues: int = 0
-    pilots: QueuePilots = field(default_factory=QueuePilots)
     director: DirectorQueue | None = None
-    failing: bool = False
+
+    @property
+    def failing(self) -> bool:
+        return self.director is not None and self.director.failures > 0
 
     @property
     def alive(self) -> int:
-        return sum(self.pilots.alive.values())
+        return sum(self.state.pilots.alive.values())
 
 
 @dataclass
@@ -66,7 +49,7 @@ class SiteRow:
 
     @property
     def running(self) -> int:
-        return sum(q.running for q in self.queues)
+        return sum(q.state.running for q in self.queues)
 
     @property
     def alive(self) -> int:
@@ -74,7 +57,7 @@ class SiteRow:
 
     @property
     def last_seen(self) -> datetime | None:
-        seen = [q.pilots.last_seen for q in self.queues if q.pilots.last_seen]
+        seen = [q.state.pilots.last_seen for q in self.queues if q.state.pilots.last_seen]
         return max(seen) if seen else None
 
     @property
@@ -86,22 +69,13 @@ class SiteRow:
 @page(operator=True)
 def sites(p: Page) -> Response:
     config = p.runtime.resources()
-    serves = serves_vo(p.vo)
-    configured = {(q.site, q.ce, q.name): str(q.parameters(p.vo).get("Executor") or "")
-                  for q in config.queues() if serves(q)}
+    executors = {(q.site, q.ce, q.name): str(q.parameters(p.vo).get("Executor") or "")
+                 for q in config.queues()}
     now = p.now
 
     def work(session: Session) -> dict[str, Any]:
-        waiting = waiting_per_task_queue(session, p.vo)
-        described = []
-        for site, ce, queue in configured:
-            pools = get_submit_pools_for_queue(session, site, ce, queue)
-            resource = resource_for_queue(config, site, ce, queue, p.vo, submit_pools=pools)
-            described.append(((site, ce, queue), resource, expression_check(resource)))
         return {
-            "outlook": waiting_for(session, described, waiting),
-            "pilots": pilots_by_queue(session, p.vo, ended_since=now - timedelta(hours=24)),
-            "running": running_by_queue(session, p.vo),
+            "queues": queue_states(session, p.vo),
             "limits": limit_usage(session, p.vo),
             "director": director_states(session),
             "bans": {b.site: b for b in site_bans(session, p.vo)},
@@ -110,19 +84,11 @@ def sites(p: Page) -> Response:
         }
 
     data = p.runtime.transaction(work)
-    keys: set[QueueKey] = set(configured) | set(data["pilots"]) | set(data["running"])
     rows: dict[str, list[QueueRow]] = {}
-    for key in sorted(keys):
-        site, ce, queue = key
-        row = QueueRow(site, ce, queue, key in configured, configured.get(key, ""),
-                       running=data["running"].get(key, 0),
-                       pilots=data["pilots"].get(key, QueuePilots()),
-                       director=data["director"].get(key))
-        if key in data["outlook"]:
-            row.waiting_for, row.task_queues = data["outlook"][key]
-        state = row.director
-        row.failing = state is not None and state.failures > 0
-        rows.setdefault(site, []).append(row)
+    for state in data["queues"]:
+        key = (state.site, state.ce, state.queue)
+        rows.setdefault(state.site, []).append(
+            QueueRow(state, executors.get(key, ""), data["director"].get(key)))
     for site in list(data["bans"]) + [u.limit.site for u in data["limits"]]:
         rows.setdefault(site, [])
     table = []
@@ -132,9 +98,11 @@ def sites(p: Page) -> Response:
         table.append(SiteRow(name, rows[name], data["bans"].get(name),
                              data["hour"].get(name, SiteTotals()),
                              data["day"].get(name, SiteTotals()), limits))
+    taken = min((s.at for s in data["queues"]), default=None)
     return render("sites.html", viewer=p.viewer, now=now, sites=table,
                   banned=len(data["bans"]), failing=sum(1 for s in table if s.failing),
-                  alive_states=ALIVE_STATES, no_site=data["hour"].get(""))
+                  alive_states=ALIVE_STATES, no_site=data["hour"].get(""), taken=taken,
+                  stale=taken is None or now - taken > STALE)
 
 
 def _site_name(site: str) -> str:

@@ -11,16 +11,13 @@ from sqlalchemy import select
 
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
-from optimizers.classads import expression_check
-from optimizers.queueresources import resource_for_queue
-from optimizers.resources import serves_vo
+from optimizers.outlook import described_queues
 from taskqueue.database import Session
 from taskqueue.errors import NotFoundError
 from taskqueue.models import Job, SubmitPool, SubmitPoolQueue, TaskQueueJob
 from taskqueue.queues import queue_page
 from taskqueue.shares import share_table
 from taskqueue.sitestatus import matching_task_queues
-from taskqueue.submitpools import get_submit_pools_for_queue
 
 #: Jobs shown on a task queue's page: the next ones its pilots would get.
 NEXT_JOBS = 20
@@ -75,7 +72,6 @@ def taskqueues(p: Page) -> Response:
 @page(operator=True)
 def taskqueue(p: Page, tq_id: int) -> Response:
     config = p.runtime.resources()
-    serves = serves_vo(p.vo)
 
     def work(session: Session) -> dict[str, Any]:
         found = queue_page(session, p.vo, after=0, limit=1, ids=[tq_id])
@@ -88,15 +84,9 @@ def taskqueue(p: Page, tq_id: int) -> Response:
             select(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool.id)
             .order_by(SubmitPoolQueue.site, SubmitPoolQueue.ce, SubmitPoolQueue.queue))
         ) if pool else []
-        eligible = []
-        for q in config.queues():
-            if not serves(q):
-                continue
-            pools = get_submit_pools_for_queue(session, q.site, q.ce, q.name)
-            resource = resource_for_queue(config, q.site, q.ce, q.name, p.vo,
-                                          submit_pools=pools)
-            if tq_id in matching_task_queues(session, resource, expression_check(resource)):
-                eligible.append(f"{q.site}/{q.ce}/{q.name}")
+        eligible = ["/".join(key[1:]) for key, resource, check
+                    in described_queues(session, config, p.vo)
+                    if matching_task_queues(session, resource, check, only=tq_id)]
         jobs = list(session.scalars(
             select(Job).join(TaskQueueJob, TaskQueueJob.job_id == Job.id)
             .where(TaskQueueJob.tq_id == tq_id)

@@ -1,5 +1,6 @@
 """The dashboard's history: jobs matched, done and failed per site and period, snapshots of
-the jobs per status, and the index on the job status history the activity loop reads by.
+the jobs per status and of each queue's state, and the index on the job status history the
+activity loop reads by.
 
 Revision ID: 0009
 Revises: 0003
@@ -44,6 +45,21 @@ def upgrade() -> None:
         sa.Column("failed", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("period", "start", "vo", "site", name=op.f("pk_site_activity")),
     )
+    op.create_table(
+        "queue_status",
+        sa.Column("vo", sa.String(length=64), nullable=False),
+        sa.Column("site", sa.String(length=128), nullable=False),
+        sa.Column("ce", sa.String(length=255), nullable=False),
+        sa.Column("queue", sa.String(length=128), nullable=False),
+        sa.Column("at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("configured", sa.Integer(), nullable=False),
+        sa.Column("running", sa.Integer(), nullable=False),
+        sa.Column("waiting_for", sa.Integer(), nullable=True),
+        sa.Column("task_queues", sa.Integer(), nullable=True),
+        sa.Column("pilots", sa.Text(), nullable=False),
+        sa.Column("last_pilot_seen", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.PrimaryKeyConstraint("vo", "site", "ce", "queue", name=op.f("pk_queue_status")),
+    )
     with op.batch_alter_table("job_status_history", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_job_status_history_status_at"), ["status", "at"],
                               unique=False)
@@ -52,5 +68,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("job_status_history", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_job_status_history_status_at"))
+    op.drop_table("queue_status")
     op.drop_table("site_activity")
     op.drop_table("job_counts")

@@ -21,7 +21,14 @@ from taskqueue.activity import (
     site_totals,
     status_series,
 )
-from taskqueue.models import history_table, job_counts_table, jobs_table, site_activity_table
+from taskqueue.models import (
+    history_table,
+    job_counts_table,
+    jobs_table,
+    pilots_table,
+    site_activity_table,
+)
+from taskqueue.sitestatus import queue_states, record_queue_status
 from tests.conftest import Database
 
 NOW = datetime(2026, 11, 22, 12, 0, 30, tzinfo=UTC)
@@ -171,3 +178,46 @@ def test_snapshots_count_jobs_per_status_and_keep_the_first_of_each_hour(db: Dat
                               statuses=("Running",))
     assert minutes.lines == {"Running": [1, 2], "Stalled": [0, 0]}
     assert hours.lines == {"Running": [1]}  # the hour keeps its first snapshot
+
+
+def add_pilot(db: Database, reference: str, status: str, place: tuple[str, str, str], *,
+              seen: datetime, vo: str = "lhcb") -> None:
+    with db.engine.begin() as conn:
+        conn.execute(insert(pilots_table).values(
+            reference=reference, vo=vo, site=place[0], ce=place[1], queue=place[2],
+            status=status, submitted_at=seen - timedelta(hours=1), last_seen_at=seen,
+            reason="", updated_at=seen))
+
+
+def test_the_queue_snapshot_replaces_itself(db: Database) -> None:
+    a, c = ("A", "ce-a", "q"), ("C", "ce-c", "q")
+    add_pilot(db, "p1", "Running", a, seen=NOW - timedelta(minutes=1))
+    add_pilot(db, "p2", "Running", a, seen=NOW - timedelta(minutes=3))
+    add_pilot(db, "p3", "Done", a, seen=NOW - timedelta(hours=1))
+    add_pilot(db, "p4", "Failed", a, seen=NOW - timedelta(days=2))
+    add_pilot(db, "p5", "Waiting", c, seen=NOW - timedelta(minutes=9))
+    add_pilot(db, "p6", "Running", a, seen=NOW, vo="belle")
+    job = add_job(db, status="Running", site="A")
+    with db.engine.begin() as conn:
+        conn.execute(jobs_table.update().where(jobs_table.c.id == job).values(
+            pilot_reference="p1"))
+    outlook = {("lhcb", *a): (5, 2), ("lhcb", "B", "ce-b", "q"): (0, 0)}
+    with db.factory.begin() as session:
+        assert record_queue_status(session, now=NOW, outlook=outlook) == 4
+    with db.factory() as session:
+        states = {(q.site, q.ce, q.queue): q for q in queue_states(session, "lhcb")}
+        assert [q.queue for q in queue_states(session, "belle")] == ["q"]
+    assert sorted(states) == [a, ("B", "ce-b", "q"), c]
+    first = states[a]
+    assert (first.configured, first.running, first.waiting_for, first.task_queues) == (
+        True, 1, 5, 2)
+    assert first.pilots.alive == {"Running": 2} and first.pilots.ended == {"Done": 1}
+    assert first.pilots.last_seen == NOW - timedelta(minutes=1)
+    assert (states[c].configured, states[c].waiting_for, states[c].pilots.alive) == (
+        False, None, {"Waiting": 1})
+    assert states[("B", "ce-b", "q")].pilots.last_seen is None
+    with db.factory.begin() as session:
+        record_queue_status(session, now=NOW, outlook={})
+    with db.factory() as session:
+        assert [(q.site, q.configured) for q in queue_states(session, "lhcb")] == [
+            ("A", False), ("C", False)]
