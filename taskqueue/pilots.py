@@ -10,8 +10,8 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from taskqueue.errors import ForbiddenError, InvalidInputError
-from taskqueue.models import DirectorQueue, Job, Pilot
+from taskqueue.errors import ForbiddenError, InvalidInputError, NotFoundError
+from taskqueue.models import DirectorQueue, Job, JobStatusHistory, Pilot
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
 #: pilot itself report them. Submitting: decided by a director, not yet accepted by the batch
@@ -212,3 +212,51 @@ def expire_submitting(session: Session, site: str, ce: str, queue: str, *,
         pilot.reason = "never submitted: the site director stopped before submitting it"
     session.flush()
     return len(stuck)
+
+
+@dataclass(frozen=True)
+class PilotFilter:
+    """Which pilots a listing shows: a VO's, narrowed by any of the other fields."""
+
+    vo: str
+    site: str | None = None
+    ce: str | None = None
+    queue: str | None = None
+    status: str | None = None
+
+
+def find_pilots(session: Session, which: PilotFilter, *, before: int | None = None,
+                limit: int = 50) -> list[Pilot]:
+    """A page of the pilots ``which`` selects, newest first, those with an id below
+    ``before``."""
+    stmt = select(Pilot).where(Pilot.vo == which.vo)
+    if before is not None:
+        stmt = stmt.where(Pilot.id < before)
+    for column, value in ((Pilot.site, which.site), (Pilot.ce, which.ce),
+                          (Pilot.queue, which.queue), (Pilot.status, which.status)):
+        if value is not None:
+            stmt = stmt.where(column == value)
+    return list(session.scalars(stmt.order_by(Pilot.id.desc()).limit(limit)))
+
+
+def pilot_of_vo(session: Session, vo: str, reference: str) -> Pilot:
+    """The VO's pilot with that reference; NotFoundError otherwise."""
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)).one_or_none()
+    if pilot is None or pilot.vo != vo:
+        raise NotFoundError(f"pilot {reference} does not exist in VO {vo}")
+    return pilot
+
+
+def jobs_of_pilot(session: Session, reference: str, *, limit: int = 200) -> list[Job]:
+    """The jobs a pilot holds or held (their latest attempt), newest first."""
+    return list(session.scalars(select(Job).where(Job.pilot_reference == reference)
+                                .order_by(Job.id.desc()).limit(limit)))
+
+
+def last_pilot_report(session: Session, reference: str) -> JobStatusHistory | None:
+    """The last thing the pilot reported on one of its jobs (a status change it made), or
+    None."""
+    return session.scalars(
+        select(JobStatusHistory).join(Job, Job.id == JobStatusHistory.job_id)
+        .where(Job.pilot_reference == reference, JobStatusHistory.source == "pilot")
+        .order_by(JobStatusHistory.id.desc()).limit(1)).first()
