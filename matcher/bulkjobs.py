@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from flask import Blueprint
-from sqlalchemy import select
 
 from matcher import schemas
 from matcher.api import JSON, Call, endpoint
@@ -21,8 +20,13 @@ from matcher.problems import status_of
 from optimizers.chain import optimize_received
 from taskqueue.database import Session
 from taskqueue.errors import GridpilotError
-from taskqueue.jobcontrol import delete_job, kill_job, reschedule_job
-from taskqueue.models import Job
+from taskqueue.jobcontrol import (
+    delete_job,
+    kill_job,
+    owners_of,
+    reschedule_job,
+    statuses_of,
+)
 
 bp = Blueprint("bulkjobs", __name__, url_prefix="/api/v1/jobs")
 OWNERS = (USER, OPERATOR)
@@ -34,14 +38,13 @@ def _refusals(session: Session, principal: Principal, job_ids: Sequence[int]
               ) -> dict[int, tuple[int, str]]:
     """The jobs ``principal`` may not act on, with the HTTP status and reason for each: a job
     of another VO is as good as absent (404), another user's is forbidden (403)."""
-    found = {row.id: row for row in session.execute(
-        select(Job.id, Job.vo, Job.owner).where(Job.id.in_(list(job_ids))))}
+    found = owners_of(session, job_ids)
     refused: dict[int, tuple[int, str]] = {}
     for job_id in job_ids:
-        row = found.get(job_id)
-        if row is None or row.vo != principal.vo:
+        vo, owner = found.get(job_id, (None, None))
+        if vo != principal.vo:
             refused[job_id] = (404, f"job {job_id} does not exist")
-        elif principal.role == USER and row.owner != principal.subject:
+        elif principal.role == USER and owner != principal.subject:
             refused[job_id] = (403, f"job {job_id} belongs to another user; a user token acts "
                                     "on its own jobs only")
     return refused
@@ -74,10 +77,9 @@ def _act_on_each(session: Session, principal: Principal, job_ids: Sequence[int],
 
 def _answer(session: Session, done: list[int], errors: list[dict[str, Any]]
             ) -> dict[str, Any]:
-    rows = session.execute(select(Job.id, Job.status, Job.minor_status)
-                           .where(Job.id.in_(done)).order_by(Job.id)).all() if done else []
-    return {"jobs": [{"job_id": r.id, "status": r.status, "minor_status": r.minor_status}
-                     for r in rows], "errors": errors}
+    return {"jobs": [{"job_id": job_id, "status": status, "minor_status": minor}
+                     for job_id, status, minor in statuses_of(session, done)],
+            "errors": errors}
 
 
 @endpoint(bp, "POST", "/kill", tag="jobs", roles=OWNERS,

@@ -205,4 +205,7 @@ SHARE = obj({"owner_group": STRING, "share": NUMBER,
              "source": {"type": "string", "enum": ["operator", "settings"]}})
 SHARE_LIST = obj({"default_share": NUMBER, "shares": {"type": "array", "items": SHARE}},
                  ("default_share", "shares"))
+WHOAMI = obj({"subject": STRING, "role": STRING, "vo": STRING, "group": STRING,
+              "site": nullable(STRING), "pilot": nullable(STRING), "issuer": STRING,
+              "expires_at": TIME}, ("subject", "role", "vo", "group"))
 HEALTH = obj({"status": STRING, "database": STRING})

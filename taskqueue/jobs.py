@@ -278,9 +278,11 @@ class JobFilter:
             if value is not None:
                 conditions.append(_name_matches(column, value))
         if self.since is not None:
-            # The id bound lets a page scan start at the first job of the period (one probe of
-            # the submitted_at index) instead of filtering every older job of the owner.
-            first = (select(func.min(Job.id)).where(Job.submitted_at >= self.since)
+            # The id bound lets a page scan start at the first job of the period (read from
+            # the submitted_at index) instead of filtering every older job of the owner. The
+            # "+ 0" keeps PostgreSQL from finding the minimum by walking the primary key from
+            # its oldest job up.
+            first = (select(func.min(Job.id + 0)).where(Job.submitted_at >= self.since)
                      .scalar_subquery())
             conditions += [Job.submitted_at >= self.since, Job.id >= first]
         return conditions

@@ -125,10 +125,12 @@ class Job(Base):
         # Listings are keyset pages in id order: each filter they are asked for most has an
         # index that ends in the id, so a page reads its rows in order and stops.
         Index(None, "vo", "owner", "id"),
-        Index(None, "job_group", "id"),
-        Index(None, "job_name", "id"),
-        # "since": the first id submitted at or after a time, found in one index probe.
-        Index(None, "submitted_at"),
+        # Pattern operators on PostgreSQL: a prefix search (LIKE 'abc%') can use the index
+        # whatever the database's collation.
+        Index(None, "job_group", "id", postgresql_ops={"job_group": "varchar_pattern_ops"}),
+        Index(None, "job_name", "id", postgresql_ops={"job_name": "varchar_pattern_ops"}),
+        # "since": the smallest id submitted at or after a time, read from the index alone.
+        Index(None, "submitted_at", "id"),
         Index(None, "submit_pool", "status"),
         # Running limits count a site's running jobs.
         Index(None, "site", "status", "ce"),

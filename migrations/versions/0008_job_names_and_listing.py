@@ -26,16 +26,17 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_jobs_vo_owner_id"), ["vo", "owner", "id"],
                               unique=False)
         batch_op.create_index(batch_op.f("ix_jobs_job_group_id"), ["job_group", "id"],
-                              unique=False)
+                              unique=False,
+                              postgresql_ops={"job_group": "varchar_pattern_ops"})
         batch_op.create_index(batch_op.f("ix_jobs_job_name_id"), ["job_name", "id"],
-                              unique=False)
-        batch_op.create_index(batch_op.f("ix_jobs_submitted_at"), ["submitted_at"],
+                              unique=False, postgresql_ops={"job_name": "varchar_pattern_ops"})
+        batch_op.create_index(batch_op.f("ix_jobs_submitted_at_id"), ["submitted_at", "id"],
                               unique=False)
 
 
 def downgrade() -> None:
     with op.batch_alter_table("jobs", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_jobs_submitted_at"))
+        batch_op.drop_index(batch_op.f("ix_jobs_submitted_at_id"))
         batch_op.drop_index(batch_op.f("ix_jobs_job_name_id"))
         batch_op.drop_index(batch_op.f("ix_jobs_job_group_id"))
         batch_op.drop_index(batch_op.f("ix_jobs_vo_owner_id"))

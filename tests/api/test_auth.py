@@ -99,6 +99,7 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}",
                       json_body={**CERN_CONDOR, "status": "Running"}),
     ("GET", "/healthz"): lambda w: Req("/healthz"),
+    ("GET", "/api/v1/whoami"): lambda w: Req("/api/v1/whoami"),
     ("GET", "/metrics"): lambda w: Req("/metrics"),
     ("GET", "/api/v1/taskqueues"): lambda w: Req("/api/v1/taskqueues"),
     ("POST", "/api/v1/taskqueues/matching"):
