@@ -127,6 +127,10 @@ class Sql:
     def md5(self, expr: str) -> str:
         return f"md5({self.digits(expr)})"
 
+    def named(self, prefix: str, expr: str) -> str:
+        """``prefix`` followed by the digits of ``expr``."""
+        return self.text(_quote(prefix), self.digits(expr))
+
 
 def _quote(value: Any) -> str:
     return str(value) if isinstance(value, int) else "'" + str(value).replace("'", "''") + "'"
@@ -145,6 +149,7 @@ def populate(engine: Engine, *, jobs: int, queues: int, pilots: int) -> dict[str
     spacing = WEEK / jobs  # job n was submitted (jobs - n) * spacing seconds ago
     status = f"(CASE {STATUS} END)"
     place = f"(n % {len(places)})"
+    sites, ces, names = (sql.pick([p[i] for p in places], place) for i in range(3))
     started = time.perf_counter()
     with engine.begin() as conn:
         conn.execute(text(
@@ -153,13 +158,14 @@ def populate(engine: Engine, *, jobs: int, queues: int, pilots: int) -> dict[str
             "jobs_inserted, active, draw_key, created_at, emptied_at) "
             f"SELECT n, {sql.md5('n')}, CASE WHEN (n - 1) % 20 = 0 THEN 'belle' ELSE 'lhcb' END, "
             f"{sql.pick(GROUPS, '((n - 1) % 10)')}, "
-            f"CASE WHEN (n - 1) % 10 = 1 THEN NULL ELSE {sql.text(chr(39) + 'user' + chr(39), sql.digits('(n - 1) % 200'))} END, "
+            f"CASE WHEN (n - 1) % 10 = 1 THEN NULL ELSE {sql.named('user', '(n - 1) % 200')} "
+            "END, "
             f"{sql.pick(SEGMENTS, '(n % 13)')}, {sql.pick((1, 1, 2, 8), '(n % 4)')}, "
             f"{sql.pick((0, 2048, 4096), '(n % 3)')}, "
             f"CASE WHEN n % 3 = 0 THEN 'MCSimulation' ELSE 'User' END, NULL, NULL, 1.0, 1.0, "
             f"100, 1, n * 0.001, {sql.ago('3600')}, NULL FROM {sql.numbers(queues)}"))
         conn.execute(text(
-            f"INSERT INTO tq_sites (tq_id, value) SELECT n, {sql.pick([p[0] for p in places], place)} "
+            f"INSERT INTO tq_sites (tq_id, value) SELECT n, {sites} "
             f"FROM {sql.numbers(queues)} WHERE n % 5 = 0"))
         conn.execute(text(
             f"INSERT INTO tq_tags (tq_id, value) SELECT n, 'MultiProcessor' "
@@ -169,18 +175,23 @@ def populate(engine: Engine, *, jobs: int, queues: int, pilots: int) -> dict[str
             "INSERT INTO jobs (id, vo, owner, owner_group, status, minor_status, description, "
             "description_format, bulk_index, job_type, user_priority, cpu_time, processors, "
             "memory, submit_pool, site, ce, pilot_reference, submitted_at, started_at, ended_at, "
-            "heartbeat_at, reschedule_count, cpu_used, progress, exit_code, output_tail) "
+            "heartbeat_at, reschedule_count, cpu_used, progress, exit_code, output_tail, "
+            "job_name, job_group) "
             f"SELECT n, CASE WHEN n % 20 = 0 THEN 'belle' ELSE 'lhcb' END, "
-            f"{sql.text(chr(39) + 'user' + chr(39), sql.digits('n % 200'))}, "
+            f"{sql.named('user', 'n % 200')}, "
             f"{sql.pick(GROUPS, '(n % 10)')}, {status}, "
-            f"CASE WHEN {status} = 'Failed' THEN {sql.text(chr(39) + 'Payload exited with code ' + chr(39), sql.digits('n % 7 + 1'))} ELSE '' END, "
+            f"CASE WHEN {status} = 'Failed' THEN "
+            f"{sql.named('Payload exited with code ', 'n % 7 + 1')} ELSE '' END, "
             "'[ Executable = \"/bin/sh\"; Arguments = \"-c true\"; ]', 'jdl', NULL, "
             "CASE WHEN n % 3 = 0 THEN 'MCSimulation' ELSE 'User' END, n % 5, 3600, 1, 0, NULL, "
-            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {sql.pick([p[0] for p in places], place)} END, "
-            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {sql.pick([p[1] for p in places], place)} END, "
-            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {sql.text(chr(39) + 'pilot-' + chr(39), sql.digits(f'n % {pilots} + 1'))} END, "
+            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {sites} END, "
+            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {ces} END, "
+            f"CASE WHEN n % 100 < 30 THEN NULL ELSE {sql.named('pilot-', f'n % {pilots} + 1')} "
+            "END, "
             f"{sql.ago(f'({jobs} - n) * {spacing:.6f} + 700')}, NULL, NULL, NULL, 0, NULL, NULL, "
-            f"NULL, NULL FROM {sql.numbers(jobs)}"))
+            f"NULL, NULL, {sql.named('task-', 'n % 1000')}, "
+            f"{sql.named('campaign-', 'FLOOR(n / 5000)')} "
+            f"FROM {sql.numbers(jobs)}"))
         log(f"{jobs:,} jobs ({time.perf_counter() - started:.0f} s)")
         conn.execute(text(
             "INSERT INTO task_queue_jobs (job_id, tq_id, rank) "
@@ -202,9 +213,8 @@ def populate(engine: Engine, *, jobs: int, queues: int, pilots: int) -> dict[str
         conn.execute(text(
             "INSERT INTO pilots (id, reference, vo, site, ce, queue, status, submitted_at, "
             "last_seen_at, executor, native_id, reason, updated_at) "
-            f"SELECT n, {sql.text(chr(39) + 'pilot-' + chr(39), sql.digits('n'))}, 'lhcb', "
-            f"{sql.pick([p[0] for p in places], place)}, {sql.pick([p[1] for p in places], place)}, "
-            f"{sql.pick([p[2] for p in places], place)}, {pilot_status}, "
+            f"SELECT n, {sql.named('pilot-', 'n')}, 'lhcb', {sites}, {ces}, {names}, "
+            f"{pilot_status}, "
             f"{sql.ago(f'({pilots} - n) * {WEEK / pilots:.6f} + 900')}, "
             f"{sql.ago(f'({pilots} - n) * {WEEK / pilots:.6f}')}, 'slurm', "
             f"{sql.digits('n')}, '', {sql.ago(f'({pilots} - n) * {WEEK / pilots:.6f}')} "
@@ -212,7 +222,8 @@ def populate(engine: Engine, *, jobs: int, queues: int, pilots: int) -> dict[str
         now = datetime.now(UTC)
         conn.execute(text(
             "INSERT INTO site_bans (vo, site, reason, banned_by, banned_at) VALUES "
-            "('lhcb', 'LCG.RAL.uk', 'CE in downtime', 'operator:bench', :now)"), {"now": now.replace(tzinfo=None)})
+            "('lhcb', 'LCG.RAL.uk', 'CE in downtime', 'operator:bench', :now)"),
+            {"now": now.replace(tzinfo=None)})
         for i, (site, value) in enumerate((("LCG.CERN.cern", "User"),
                                            ("LCG.CNAF.it", "MCSimulation"))):
             conn.execute(text(
@@ -266,6 +277,8 @@ def pages(first_tq: int, job_id: int, failed_job: int, pilot: str) -> list[tuple
         ("jobs of a group", "/ui/jobs?owner_group=lhcb_calib"),
         ("jobs at a site", "/ui/jobs?site=LCG.CNAF.it"),
         ("jobs of a type, Killed", "/ui/jobs?job_type=User&status=Killed"),
+        ("jobs by name prefix", "/ui/jobs?job_name=task-99*"),
+        ("jobs of a job group", "/ui/jobs?job_group=campaign-100"),
         ("job", f"/ui/jobs/{failed_job}"),
         ("job explained", f"/ui/jobs/{failed_job}?explain=LCG.CERN.cern/ce503.cern.ch/condor"),
         ("pilots", "/ui/pilots"), ("pilots of a queue",

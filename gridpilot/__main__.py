@@ -1,5 +1,5 @@
 """``python -m gridpilot`` runs the command line."""
 
-from gridpilot.cli import main
+from gridpilot.entry import main
 
 main()

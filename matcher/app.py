@@ -8,7 +8,17 @@ from pathlib import Path
 
 from flask import Flask, Response, current_app, g, request
 
-from matcher import dashboard, jobs, operator, pilots, problems, service, taskqueues
+from matcher import (
+    bulkjobs,
+    dashboard,
+    jobs,
+    operator,
+    pilots,
+    problems,
+    service,
+    taskqueues,
+    whoami,
+)
 from matcher.metrics import Metrics
 from matcher.runtime import EXTENSION, Runtime, runtime_of
 from taskqueue.settings import Settings
@@ -21,7 +31,8 @@ def create_app(settings: Settings) -> Flask:
     app.config.update(MAX_CONTENT_LENGTH=settings.matcher.max_body_bytes, JSON_SORT_KEYS=False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)))
-    for bp in (jobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp, dashboard.bp):
+    for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
+               whoami.bp, dashboard.bp):
         app.register_blueprint(bp)
     problems.install(app)
     app.before_request(_start_clock)

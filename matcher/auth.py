@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jwt
@@ -33,6 +33,9 @@ class Principal:
     #: Pilot tokens only: the site the pilot runs at, and the one reference it speaks for.
     site: str | None = None
     pilot: str | None = None
+    #: Who issued the token (this service, or an identity provider) and when it expires.
+    issuer: str = ISSUER
+    expires_at: float | None = None
 
     @property
     def name(self) -> str:
@@ -59,7 +62,7 @@ def principal_from_header(header: str | None, secret: str) -> Principal:
         raise Problem(401, "the token has expired; ask for a new one") from exc
     except jwt.InvalidTokenError as exc:
         raise Problem(401, f"the token is not valid: {exc}") from exc
-    principal = _principal(claims)
+    principal = replace(_principal(claims), expires_at=float(claims["exp"]))
     if len(_verified) >= _VERIFIED_MAX:
         _verified.clear()
     _verified[(token, secret)] = (float(claims["exp"]), principal)

@@ -3,19 +3,27 @@ output."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from flask import Blueprint
 
 from matcher import jobactions, schemas
 from matcher.access import accessible_job
-from matcher.api import JDL, JSON, Call, Param, endpoint
+from matcher.api import JDL, JSON, MAX_ID, Call, Param, endpoint
 from matcher.auth import OPERATOR, USER
+from matcher.problems import Problem
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
 from taskqueue.database import Session
 from taskqueue.jobcontrol import delete_job
-from taskqueue.jobs import JobFilter, find_jobs, job_history, jobs_by_id
+from taskqueue.jobs import (
+    JobFilter,
+    count_jobs_by_status,
+    find_jobs,
+    job_history,
+    jobs_by_id,
+)
 from taskqueue.states import JobStatus
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -44,29 +52,73 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
     return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs}, 201
 
 
+#: The filters of a job listing and of its summary.
+FILTERS = (Param("status", "only jobs in this status", enum=tuple(s.value for s in JobStatus)),
+           Param("site", "only jobs at this site"),
+           Param("owner", "only this owner's jobs (operators; a user sees their own)"),
+           Param("owner_group", "only this group's jobs"),
+           Param("job_type", "only jobs of this type"),
+           Param("job_name", "only jobs of this JobName (a trailing * matches a prefix)"),
+           Param("job_group", "only jobs of this JobGroup (a trailing * matches a prefix)"),
+           Param("since", "only jobs submitted at or after this time (ISO 8601, UTC unless "
+                          "it says otherwise)"))
+
+
+def job_filter(call: Call) -> JobFilter:
+    """The listing's filters, held to what the caller may see: a user their own jobs."""
+    q = call.query
+    owner = call.principal.subject if call.principal.role == USER else q.get("owner")
+    return JobFilter(call.principal.vo, status=q.get("status"), site=q.get("site"),
+                     owner=owner, owner_group=q.get("owner_group"),
+                     job_type=q.get("job_type"), job_name=q.get("job_name"),
+                     job_group=q.get("job_group"), since=_time(q.get("since"), "since"))
+
+
+def _time(text: str | None, name: str) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise Problem(400, f"query parameter {name} must be a time in ISO 8601, such as "
+                           f"2026-11-23T08:00:00Z, got {text!r}") from exc
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 @endpoint(bp, "GET", "", tag="jobs", roles=OWNERS,
-          summary="List jobs (a user's own; an operator's whole VO), newest last, a page at a "
-                  "time: pass the answer's next_after as 'after' for the next page",
-          query=(Param("status", "only jobs in this status",
-                       enum=tuple(s.value for s in JobStatus)),
-                 Param("site", "only jobs at this site"),
-                 Param("owner", "only this owner's jobs (operators)"),
-                 Param("owner_group", "only this group's jobs"),
-                 Param("job_type", "only jobs of this type"),
-                 Param("after", "only jobs with a larger id", "integer", minimum=0),
+          summary="List jobs (a user's own; an operator's whole VO) a page at a time, oldest "
+                  "first (order=desc: newest first): pass the answer's next_after as 'after' "
+                  "for the next page",
+          query=(*FILTERS,
+                 Param("order", "asc: oldest first (the default); desc: newest first",
+                       enum=("asc", "desc")),
+                 Param("after", "where the page starts: the next_after of the previous page",
+                       "integer", minimum=0),
                  Param("limit", "jobs per page", "integer", minimum=1)),
           responses={200: ("A page of jobs", schemas.JOB_LIST)})
 def list_jobs(call: Call) -> dict[str, Any]:
     q = call.query
     limit = min(q["limit"], call.runtime.settings.matcher.max_page_size)
-    owner = call.principal.subject if call.principal.role == USER else q.get("owner")
-
-    which = JobFilter(call.principal.vo, status=q.get("status"), site=q.get("site"),
-                      owner=owner, owner_group=q.get("owner_group"), job_type=q.get("job_type"))
+    which = job_filter(call)
+    if q.get("order") == "desc":
+        page = {"before": q.get("after", MAX_ID)}
+    else:
+        page = {"after": q.get("after", 0)}
     rows = call.runtime.transaction(
-        lambda session: find_jobs(session, which, after=q.get("after", 0), limit=limit))
+        lambda session: find_jobs(session, which, limit=limit, **page))
     return {"jobs": [job_summary(r) for r in rows],
             "next_after": rows[-1].id if len(rows) == limit else None}
+
+
+@endpoint(bp, "GET", "/summary", tag="jobs", roles=OWNERS,
+          summary="How many jobs (a user's own; an operator's whole VO) are in each status, "
+                  "with the listing's filters",
+          query=FILTERS,
+          responses={200: ("Counts by status", schemas.JOB_COUNTS)})
+def summary(call: Call) -> dict[str, Any]:
+    which = job_filter(call)
+    counts = call.runtime.transaction(lambda session: count_jobs_by_status(session, which))
+    return {"total": sum(counts.values()), "by_status": dict(sorted(counts.items()))}
 
 
 @endpoint(bp, "GET", "/<int:job_id>", tag="jobs", roles=OWNERS,

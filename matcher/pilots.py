@@ -13,7 +13,7 @@ from matcher import schemas
 from matcher.api import JSON, Call, Param, endpoint
 from matcher.auth import OPERATOR, PILOT, Principal
 from matcher.problems import Problem
-from matcher.views import iso
+from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, parse_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescriptionError
@@ -24,7 +24,16 @@ from taskqueue.jobs import jobs_for_pilot
 from taskqueue.limits import claim_for_pilot
 from taskqueue.models import Job
 from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
-from taskqueue.pilots import PilotInfo, register_pilot
+from taskqueue.pilots import (
+    PILOT_STATES,
+    PilotFilter,
+    PilotInfo,
+    find_pilots,
+    jobs_of_pilot,
+    last_pilot_report,
+    pilot_of_vo,
+    register_pilot,
+)
 from taskqueue.resources import Resource, parse_resource
 from taskqueue.states import JobStatus
 from taskqueue.submitpools import get_submit_pools_for_queue
@@ -193,5 +202,52 @@ def put_pilot(call: Call, reference: str) -> dict[str, Any]:
                 "ce": pilot.ce, "queue": pilot.queue, "status": pilot.status,
                 "submitted_at": iso(pilot.submitted_at),
                 "last_seen_at": iso(pilot.last_seen_at)}
+
+    return call.runtime.transaction(work)
+
+
+@endpoint(bp, "GET", "", tag="pilots", roles=(OPERATOR,),
+          summary="The VO's pilots, newest first, a page at a time: pass the answer's "
+                  "next_after as 'after' for the next page",
+          query=(Param("site", "only pilots at this site"),
+                 Param("ce", "only pilots of this CE"),
+                 Param("queue", "only pilots of this queue"),
+                 Param("status", "only pilots in this status", enum=PILOT_STATES),
+                 Param("after", "where the page starts: the next_after of the previous page",
+                       "integer", minimum=0),
+                 Param("limit", "pilots per page", "integer", minimum=1)),
+          responses={200: ("A page of pilots", schemas.PILOT_LIST)})
+def list_pilots(call: Call) -> dict[str, Any]:
+    q = call.query
+    limit = min(q["limit"], call.runtime.settings.matcher.max_page_size)
+    which = PilotFilter(call.principal.vo, site=q.get("site"), ce=q.get("ce"),
+                        queue=q.get("queue"), status=q.get("status"))
+    rows = call.runtime.transaction(lambda session: [
+        (p.id, pilot_summary(p))
+        for p in find_pilots(session, which, before=q.get("after"), limit=limit)])
+    return {"pilots": [summary for _, summary in rows],
+            "next_after": rows[-1][0] if len(rows) == limit else None}
+
+
+@endpoint(bp, "GET", "/<reference>", tag="pilots", roles=(PILOT, OPERATOR),
+          summary="One pilot's record, the jobs it holds or held, and the last status it "
+                  "reported on one of them",
+          responses={200: ("The pilot", schemas.PILOT_RECORD)})
+def get_pilot(call: Call, reference: str) -> dict[str, Any]:
+    if reference in RESERVED_REFERENCES:
+        raise Problem(404, f"pilot {reference} does not exist in VO {call.principal.vo}")
+    _own_reference(call.principal, reference)
+
+    def work(session: Session) -> dict[str, Any]:
+        pilot = pilot_of_vo(session, call.principal.vo, reference)
+        if call.principal.site is not None and pilot.site != call.principal.site:
+            raise Problem(403, f"this pilot token is for site {call.principal.site} only")
+        report = last_pilot_report(session, reference)
+        return {**pilot_summary(pilot),
+                "jobs": [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
+                         for j in jobs_of_pilot(session, reference)],
+                "last_report": None if report is None else {
+                    "job_id": report.job_id, "at": iso(report.at), "status": report.status,
+                    "minor_status": report.minor_status}}
 
     return call.runtime.transaction(work)

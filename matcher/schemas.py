@@ -99,6 +99,22 @@ PILOT_REGISTRATION = obj({"site": SHORT_NAME, "ce": NAME, "queue": SHORT_NAME,
                          ("site", "ce", "queue", "status"))
 PILOT = obj({"reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
              "status": STRING, "submitted_at": TIME, "last_seen_at": TIME})
+PILOT_FIELDS: dict[str, Schema] = {
+    "reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
+    "status": STRING, "reason": STRING, "executor": nullable(STRING),
+    "native_id": nullable(STRING), "submitted_at": TIME, "last_seen_at": TIME,
+    "updated_at": TIME,
+}
+PILOT_SUMMARY = obj(PILOT_FIELDS)
+PILOT_LIST = obj({"pilots": {"type": "array", "items": PILOT_SUMMARY},
+                  "next_after": nullable(INTEGER)}, ("pilots", "next_after"))
+PILOT_RECORD = obj({
+    **PILOT_FIELDS,
+    "jobs": {"type": "array", "items": obj({"job_id": ID, "status": STRING,
+                                            "minor_status": STRING})},
+    "last_report": nullable(obj({"job_id": ID, "at": TIME, "status": STRING,
+                                 "minor_status": STRING})),
+})
 SUBMIT_POOLS = obj({"site": STRING, "ce": STRING, "queue": STRING,
                     "submit_pools": STRINGS}, ("submit_pools",))
 
@@ -114,7 +130,8 @@ HISTORY_ENTRY = obj({"at": TIME, "status": STRING, "minor_status": STRING, "sour
 JOB_SUMMARY_FIELDS: dict[str, Schema] = {
     "job_id": ID, "vo": STRING, "owner": STRING, "owner_group": STRING, "status": STRING,
     "minor_status": STRING, "job_type": STRING, "site": nullable(STRING),
-    "submitted_at": TIME, "ended_at": TIME,
+    "submitted_at": TIME, "ended_at": TIME, "job_name": nullable(STRING),
+    "job_group": nullable(STRING),
 }
 JOB_SUMMARY = obj(JOB_SUMMARY_FIELDS)
 JOB = obj({
@@ -127,6 +144,20 @@ JOB = obj({
 })
 JOB_LIST = obj({"jobs": {"type": "array", "items": JOB_SUMMARY},
                 "next_after": nullable(INTEGER)}, ("jobs", "next_after"))
+JOB_COUNTS = obj({"total": COUNT, "by_status": {"type": "object",
+                                                "additionalProperties": COUNT}},
+                 ("total", "by_status"))
+#: Most jobs one bulk request acts on: a client sends more in several requests.
+MAX_BULK_JOBS = 1000
+BULK_REQUEST = obj({"job_ids": {"type": "array", "items": ID, "minItems": 1,
+                                "maxItems": MAX_BULK_JOBS},
+                    "reason": {"type": "string", "maxLength": 255}}, ("job_ids",))
+BULK_ANSWER = obj({
+    "jobs": {"type": "array", "items": obj({"job_id": ID, "status": STRING,
+                                            "minor_status": STRING})},
+    "errors": {"type": "array", "items": obj({"job_id": ID, "code": INTEGER,
+                                              "detail": STRING})},
+}, ("jobs", "errors"))
 JOB_OUTPUT = obj({"job_id": ID, "status": STRING, "exit_code": nullable(INTEGER),
                   "output_tail": nullable(STRING)})
 JOB_STATUS = obj({"job_id": ID, "status": STRING, "minor_status": STRING})
@@ -174,4 +205,7 @@ SHARE = obj({"owner_group": STRING, "share": NUMBER,
              "source": {"type": "string", "enum": ["operator", "settings"]}})
 SHARE_LIST = obj({"default_share": NUMBER, "shares": {"type": "array", "items": SHARE}},
                  ("default_share", "shares"))
+WHOAMI = obj({"subject": STRING, "role": STRING, "vo": STRING, "group": STRING,
+              "site": nullable(STRING), "pilot": nullable(STRING), "issuer": STRING,
+              "expires_at": TIME}, ("subject", "role", "vo", "group"))
 HEALTH = obj({"status": STRING, "database": STRING})

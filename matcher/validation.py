@@ -1,8 +1,8 @@
 """Request bodies checked against the same JSON Schemas the OpenAPI document publishes.
 
 A small, strict subset of JSON Schema (type, properties, required, additionalProperties,
-items, enum, minimum, maximum, minLength, maxLength, maxItems, oneOf of types): enough for
-our schemas, and every error names the path of the offending value.
+items, enum, minimum, maximum, minLength, maxLength, minItems, maxItems, oneOf of types):
+enough for our schemas, and every error names the path of the offending value.
 """
 
 from __future__ import annotations
@@ -51,6 +51,9 @@ def validate(value: Any, schema: Schema, where: str = "body") -> None:
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise SchemaError(f"{where} must be at most {schema['maxLength']} characters long")
     if isinstance(value, list):
+        if len(value) < schema.get("minItems", 0):
+            raise SchemaError(f"{where} must hold at least {schema['minItems']} item"
+                              + ("s" if schema["minItems"] > 1 else ""))
         if "maxItems" in schema and len(value) > schema["maxItems"]:
             raise SchemaError(f"{where} may hold at most {schema['maxItems']} items")
         if "items" in schema:

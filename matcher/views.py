@@ -17,4 +17,13 @@ def job_summary(job: Any) -> dict[str, Any]:
     return {"job_id": job.id, "vo": job.vo, "owner": job.owner, "owner_group": job.owner_group,
             "status": job.status, "minor_status": job.minor_status, "job_type": job.job_type,
             "site": job.site, "submitted_at": iso(job.submitted_at),
-            "ended_at": iso(job.ended_at)}
+            "ended_at": iso(job.ended_at), "job_name": job.job_name,
+            "job_group": job.job_group}
+
+
+def pilot_summary(pilot: Any) -> dict[str, Any]:
+    return {"reference": pilot.reference, "vo": pilot.vo, "site": pilot.site, "ce": pilot.ce,
+            "queue": pilot.queue, "status": pilot.status, "reason": pilot.reason,
+            "executor": pilot.executor, "native_id": pilot.native_id,
+            "submitted_at": iso(pilot.submitted_at), "last_seen_at": iso(pilot.last_seen_at),
+            "updated_at": iso(pilot.updated_at)}

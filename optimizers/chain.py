@@ -95,7 +95,8 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
            ctx: ChainContext) -> ChainResult:
     """Store new jobs (Received) and run the chain on them at once."""
     new = [NewJob(s.text, _basic_requirements(identity, s.description),
-                  s.description.priority, s.format, s.bulk_index) for s in submissions]
+                  s.description.priority, s.format, s.bulk_index, s.description.job_name,
+                  s.description.job_group) for s in submissions]
     ids = add_jobs(session, new, now=ctx.now)
     return run_chain(session, [(job_id, identity, s.description)
                                for job_id, s in zip(ids, submissions, strict=True)], ctx)

@@ -29,6 +29,9 @@ MAX_EXPANDED_BYTES = 16 * 1024 * 1024
 #: Largest absolute value a numeric parameter may reach.
 MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
+#: Longest job name and job group (their database columns).
+MAX_JOB_NAME = 255
+MAX_JOB_GROUP = 128
 DEFAULT_PRIORITY = 1
 
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
@@ -56,6 +59,8 @@ class JobDescription:
     input_sandbox: tuple[str, ...] = ()
     output_sandbox: tuple[str, ...] = ()
     job_name: str | None = None
+    #: A label the owner groups jobs under (a campaign, a production): listed and searched by.
+    job_group: str | None = None
     job_type: str = DEFAULT_JOB_TYPE
     priority: int = DEFAULT_PRIORITY
     #: Requested CPU time in normalised (reference) seconds.
@@ -82,8 +87,8 @@ class JobDescription:
 #: case-insensitive, like ClassAd attribute names.
 KNOWN_FIELDS = (
     "Executable", "Arguments", "Environment", "Directory", "StdOutput", "StdError",
-    "InputSandbox", "OutputSandbox", "JobName", "JobType", "Priority", "CPUTime", "Site",
-    "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
+    "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
+    "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "Parameters", "ParameterStart",
     "ParameterStep", "ParameterFactor",
 )
@@ -134,7 +139,8 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         stderr=_string(raw, "StdError"),
         input_sandbox=_strings(raw, "InputSandbox"),
         output_sandbox=_strings(raw, "OutputSandbox"),
-        job_name=_string(raw, "JobName"),
+        job_name=_bounded(raw, "JobName", MAX_JOB_NAME),
+        job_group=_bounded(raw, "JobGroup", MAX_JOB_GROUP),
         job_type=_label(raw, "JobType") or DEFAULT_JOB_TYPE,
         priority=_integer(raw, "Priority", DEFAULT_PRIORITY, low=0, high=10,
                           what="an integer from 0 to 10"),
@@ -287,6 +293,22 @@ def _string(raw: Raw, name: str, *, required: bool = False) -> str | None:
     if not isinstance(value, str) or not value.strip():
         raise JobDescriptionError(f"{label} must be a non-empty string, got {_show(value)}",
                                   label)
+    return value
+
+
+def _bounded(raw: Raw, name: str, longest: int) -> str | None:
+    """A one-line string of at most ``longest`` characters (a name stored in a column)."""
+    value = _string(raw, name)
+    if value is None:
+        return None
+    label = raw[name][0]
+    if len(value) > longest:
+        raise JobDescriptionError(
+            f"{label} is {len(value)} characters long; at most {longest} are accepted", label)
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise JobDescriptionError(
+            f"{label} must be one line of text without control characters, got {_show(value)}",
+            label)
     return value
 
 

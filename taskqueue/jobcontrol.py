@@ -8,8 +8,10 @@ to run (taskqueue.pilotreports).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import IllegalTransitionError, NotFoundError
@@ -107,3 +109,20 @@ def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, rea
                          else {})})
     return S.RECEIVED
 
+
+
+def owners_of(session: Session, job_ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+    """(VO, owner) of each job of ``job_ids`` that exists: who may act on it."""
+    if not job_ids:
+        return {}
+    return {row.id: (row.vo, row.owner) for row in session.execute(
+        select(Job.id, Job.vo, Job.owner).where(Job.id.in_(list(job_ids))))}
+
+
+def statuses_of(session: Session, job_ids: Sequence[int]) -> list[tuple[int, str, str]]:
+    """(id, status, minor status) of the jobs of ``job_ids``, by id."""
+    if not job_ids:
+        return []
+    return [(row.id, row.status, row.minor_status) for row in session.execute(
+        select(Job.id, Job.status, Job.minor_status).where(Job.id.in_(list(job_ids)))
+        .order_by(Job.id))]

@@ -11,7 +11,7 @@ import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     CTE,
@@ -21,6 +21,7 @@ from sqlalchemy import (
     Executable,
     any_,
     bindparam,
+    func,
     insert,
     select,
     update,
@@ -44,6 +45,8 @@ class NewJob:
     user_priority: int = 1
     description_format: str = "jdl"
     bulk_index: int | None = None
+    job_name: str | None = None
+    job_group: str | None = None
 
 
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
@@ -69,6 +72,8 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
             "submit_pool": j.requirements.submit_pool,
             "submitted_at": now,
             "reschedule_count": 0,
+            "job_name": j.job_name,
+            "job_group": j.job_group,
         }
         for j in jobs
     ]
@@ -245,7 +250,11 @@ def lock_received_jobs(session: Session, limit: int,
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Which jobs a listing shows: a VO's, narrowed by any of the other fields."""
+    """Which jobs a listing shows: a VO's, narrowed by any of the other fields.
+
+    ``job_name`` and ``job_group`` match exactly, or by prefix when they end in ``*``;
+    ``since`` keeps the jobs submitted at or after that time.
+    """
 
     vo: str
     status: str | None = None
@@ -253,22 +262,58 @@ class JobFilter:
     owner: str | None = None
     owner_group: str | None = None
     job_type: str | None = None
+    job_name: str | None = None
+    job_group: str | None = None
+    since: datetime | None = None
+
+    def where(self) -> list[ColumnElement[bool]]:
+        """The conditions, for a SELECT on jobs."""
+        conditions: list[ColumnElement[bool]] = [Job.vo == self.vo]
+        for column, value in ((Job.status, self.status), (Job.site, self.site),
+                              (Job.owner, self.owner), (Job.owner_group, self.owner_group),
+                              (Job.job_type, self.job_type)):
+            if value is not None:
+                conditions.append(column == value)
+        for column, value in ((Job.job_name, self.job_name), (Job.job_group, self.job_group)):
+            if value is not None:
+                conditions.append(_name_matches(column, value))
+        if self.since is not None:
+            # The id bound lets a page scan start at the first job of the period (read from
+            # the submitted_at index) instead of filtering every older job of the owner. The
+            # "+ 0" keeps PostgreSQL from finding the minimum by walking the primary key from
+            # its oldest job up.
+            first = (select(func.min(Job.id + 0)).where(Job.submitted_at >= self.since)
+                     .scalar_subquery())
+            conditions += [Job.submitted_at >= self.since, Job.id >= first]
+        return conditions
+
+
+def _name_matches(column: Any, value: str) -> ColumnElement[bool]:
+    if not value.endswith("*"):
+        return cast(ColumnElement[bool], column == value)
+    prefix = value[:-1]
+    # "!" as the escape character: a backslash means something else in MariaDB's literals.
+    escaped = prefix.replace("!", "!!").replace("%", "!%").replace("_", "!_")
+    return cast(ColumnElement[bool], column.like(escaped + "%", escape="!"))
 
 
 def find_jobs(session: Session, which: JobFilter, *, after: int = 0, limit: int = 100,
               before: int | None = None) -> list[Job]:
     """A page of the jobs ``which`` selects: by ascending id, those after ``after``; or, when
-    ``before`` is given, newest first, those with an id below it (the dashboard's order)."""
-    stmt = select(Job).where(Job.vo == which.vo)
-    for column, value in ((Job.status, which.status), (Job.site, which.site),
-                          (Job.owner, which.owner), (Job.owner_group, which.owner_group),
-                          (Job.job_type, which.job_type)):
-        if value is not None:
-            stmt = stmt.where(column == value)
+    ``before`` is given, newest first, those with an id below it."""
+    stmt = select(Job).where(*which.where())
     if before is not None:
         return list(session.scalars(stmt.where(Job.id < before).order_by(Job.id.desc())
                                     .limit(limit)))
     return list(session.scalars(stmt.where(Job.id > after).order_by(Job.id).limit(limit)))
+
+
+def count_jobs_by_status(session: Session, which: JobFilter) -> dict[str, int]:
+    """How many of the jobs ``which`` selects are in each status (statuses with none left
+    out)."""
+    rows = session.execute(select(Job.status, func.count()).where(*which.where())
+                           .group_by(Job.status))
+    return {status: int(n) for status, n in rows}
 
 
 def jobs_by_id(session: Session, job_ids: Sequence[int]) -> list[Job]:

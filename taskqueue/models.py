@@ -114,10 +114,23 @@ class Job(Base):
     progress: Mapped[str | None] = mapped_column(String(255), default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     output_tail: Mapped[str | None] = mapped_column(Text, default=None)
+    #: The owner's name for the job (JobName) and the label it groups jobs under (JobGroup):
+    #: what listings filter by.
+    job_name: Mapped[str | None] = mapped_column(String(255), default=None)
+    job_group: Mapped[str | None] = mapped_column(String(128), default=None)
 
     __table_args__ = (
         Index(None, "status", "id"),
         Index(None, "owner", "status"),
+        # Listings are keyset pages in id order: each filter they are asked for most has an
+        # index that ends in the id, so a page reads its rows in order and stops.
+        Index(None, "vo", "owner", "id"),
+        # Pattern operators on PostgreSQL: a prefix search (LIKE 'abc%') can use the index
+        # whatever the database's collation.
+        Index(None, "job_group", "id", postgresql_ops={"job_group": "varchar_pattern_ops"}),
+        Index(None, "job_name", "id", postgresql_ops={"job_name": "varchar_pattern_ops"}),
+        # "since": the smallest id submitted at or after a time, read from the index alone.
+        Index(None, "submitted_at", "id"),
         Index(None, "submit_pool", "status"),
         # Running limits count a site's running jobs.
         Index(None, "site", "status", "ce"),

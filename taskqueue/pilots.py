@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, InvalidInputError, NotFoundError
-from taskqueue.models import DirectorQueue, Job, Pilot
+from taskqueue.models import DirectorQueue, Job, JobStatusHistory, Pilot
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
 #: pilot itself report them. Submitting: decided by a director, not yet accepted by the batch
@@ -251,3 +251,12 @@ def jobs_of_pilot(session: Session, reference: str, *, limit: int = 200) -> list
     """The jobs a pilot holds or held (their latest attempt), newest first."""
     return list(session.scalars(select(Job).where(Job.pilot_reference == reference)
                                 .order_by(Job.id.desc()).limit(limit)))
+
+
+def last_pilot_report(session: Session, reference: str) -> JobStatusHistory | None:
+    """The last thing the pilot reported on one of its jobs (a status change it made), or
+    None."""
+    return session.scalars(
+        select(JobStatusHistory).join(Job, Job.id == JobStatusHistory.job_id)
+        .where(Job.pilot_reference == reference, JobStatusHistory.source == "pilot")
+        .order_by(JobStatusHistory.id.desc()).limit(1)).first()

@@ -22,7 +22,7 @@ from taskqueue.jobs import JobFilter, find_jobs, job_history
 from taskqueue.models import TaskQueueJob
 from taskqueue.states import FINAL_STATES, JobStatus, is_allowed
 
-FILTERS = ("status", "owner", "owner_group", "site", "job_type")
+FILTERS = ("status", "owner", "owner_group", "site", "job_type", "job_name", "job_group")
 STATUSES = tuple(s.value for s in JobStatus)
 MAX_REASON = 200
 
@@ -40,7 +40,9 @@ def jobs(p: Page) -> Response:
         args["owner"] = p.viewer.principal.subject  # a user sees their own jobs only
     before = int_arg("before")
     limit = p.page_size
-    which = JobFilter(p.vo, **args)
+    which = JobFilter(p.vo, status=args["status"], site=args["site"], owner=args["owner"],
+                      owner_group=args["owner_group"], job_type=args["job_type"],
+                      job_name=args["job_name"], job_group=args["job_group"])
     rows = p.runtime.transaction(lambda s: find_jobs(
         s, which, before=min(before or MAX_ID, MAX_ID), limit=limit))
     shown = {k: v for k, v in args.items() if p.viewer.is_operator or k != "owner"}

@@ -19,6 +19,7 @@ from taskqueue.pilots import (
     PilotFilter,
     find_pilots,
     jobs_of_pilot,
+    last_pilot_report,
     pilot_of_vo,
 )
 from taskqueue.sitestatus import queue_states
@@ -67,6 +68,7 @@ def pilot(p: Page, reference: str) -> Response:
     def work(session: Session) -> dict[str, Any]:
         found = pilot_of_vo(session, p.vo, reference)
         return {"pilot": found, "jobs": jobs_of_pilot(session, reference),
+                "report": last_pilot_report(session, reference),
                 "director": session.get(DirectorQueue, (found.site, found.ce, found.queue))}
 
     data = p.runtime.transaction(work)
@@ -74,4 +76,5 @@ def pilot(p: Page, reference: str) -> Response:
     beats = [j.heartbeat_at for j in jobs if j.heartbeat_at is not None]
     return render("pilot.html", viewer=p.viewer, pilot=data["pilot"], jobs=jobs,
                   director=data["director"], last_beat=max(beats) if beats else None,
+                  report=data["report"],
                   status_class=status_class)

@@ -3,7 +3,7 @@ the jobs per status and of each queue's state, and the index on the job status h
 activity loop reads by.
 
 Revision ID: 0009
-Revises: 0003
+Revises: 0008
 Create Date: 2026-11-23 21:53:09.958592
 """
 
@@ -17,7 +17,7 @@ from alembic import op
 import taskqueue.models
 
 revision: str = "0009"
-down_revision: str | None = "0003"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

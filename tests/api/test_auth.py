@@ -52,6 +52,16 @@ class Req:
 REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("POST", "/api/v1/jobs"): lambda w: Req("/api/v1/jobs", text=HELLO_JDL),
     ("GET", "/api/v1/jobs"): lambda w: Req("/api/v1/jobs", query={"limit": 5}),
+    ("GET", "/api/v1/jobs/summary"): lambda w: Req("/api/v1/jobs/summary",
+                                                   query={"status": "Waiting"}),
+    ("POST", "/api/v1/jobs/kill"):
+        lambda w: Req("/api/v1/jobs/kill", json_body={"job_ids": [w.waiting]}),
+    ("POST", "/api/v1/jobs/reschedule"):
+        lambda w: Req("/api/v1/jobs/reschedule", json_body={"job_ids": [w.waiting]}),
+    ("POST", "/api/v1/jobs/delete"):
+        lambda w: Req("/api/v1/jobs/delete", json_body={"job_ids": [w.waiting]}),
+    ("GET", "/api/v1/pilots"): lambda w: Req("/api/v1/pilots", query={"status": "Running"}),
+    ("GET", "/api/v1/pilots/<reference>"): lambda w: Req(f"/api/v1/pilots/{PILOT_REF}"),
     ("GET", "/api/v1/jobs/<int:job_id>"): lambda w: Req(f"/api/v1/jobs/{w.waiting}"),
     ("GET", "/api/v1/jobs/<int:job_id>/output"):
         lambda w: Req(f"/api/v1/jobs/{w.waiting}/output"),
@@ -89,6 +99,7 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}",
                       json_body={**CERN_CONDOR, "status": "Running"}),
     ("GET", "/healthz"): lambda w: Req("/healthz"),
+    ("GET", "/api/v1/whoami"): lambda w: Req("/api/v1/whoami"),
     ("GET", "/metrics"): lambda w: Req("/metrics"),
     ("GET", "/api/v1/taskqueues"): lambda w: Req("/api/v1/taskqueues"),
     ("POST", "/api/v1/taskqueues/matching"):
@@ -111,6 +122,8 @@ def _op_id(op: Operation) -> str:
 @pytest.fixture()
 def world(client: Api, user_token: str, own_pilot_token: str, operator_token: str) -> World:
     matched = client.submit_jdl(user_token)[0]
+    client.ok("PUT", f"/api/v1/pilots/{PILOT_REF}", own_pilot_token,
+              json_body={**CERN_CONDOR, "status": "Running"})
     assert [p["job_id"] for p in client.match(own_pilot_token)["jobs"]] == [matched]
     waiting = client.submit_jdl(user_token)[0]
     client.ok("PUT", f"/api/v1/sitemask/{BANNED}", operator_token, json_body={})

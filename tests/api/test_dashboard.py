@@ -438,3 +438,18 @@ def test_the_sites_page_says_when_its_counts_are_missing(client: Api, grid: dict
     html = page(operator_http, "/ui/sites")
     assert "No queue counts yet" in html and "gridpilot agents activity" in html
     assert "LCG.RAL.uk" in html  # the ban is live, not counted
+
+
+def test_jobs_are_found_by_name_and_job_group(client: Api, user_token: str,
+                                              operator_http: FlaskClient) -> None:
+    ids = client.submit_jdl(user_token, '[ Executable = "/bin/true"; JobName = "calib-%n"; '
+                                        'JobGroup = "run-2026"; Parameters = 3; ]')
+    other = client.submit_jdl(user_token, '[ Executable = "/bin/true"; JobName = "reco-1"; ]')
+    found = re.findall(r'data-job="(\d+)"', page(operator_http, "/ui/jobs?job_name=calib-*"))
+    assert found == [str(i) for i in sorted(ids, reverse=True)]
+    assert re.findall(r'data-job="(\d+)"', page(operator_http, "/ui/jobs?job_name=calib-1")
+                      ) == [str(ids[1])]
+    grouped = page(operator_http, "/ui/jobs?job_group=run-2026")
+    assert f'data-job="{other[0]}"' not in grouped and "calib-0" in grouped
+    # a "%" or "_" in a prefix is a character, not a pattern
+    assert 'data-job=' not in page(operator_http, "/ui/jobs?job_name=cal%25*")

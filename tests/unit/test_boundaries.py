@@ -18,6 +18,8 @@ ALLOWED: dict[str, set[str]] = {
     "optimizers": {"optimizers", "taskqueue", "classad2"},
     "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt"},
     "pilot": {"pilot", "requests"},
+    # The user's side: the wire format is the only part of the pilot package it may use.
+    "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
     "agents": {"agents", "taskqueue", "optimizers", "psij"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
 }
@@ -59,6 +61,29 @@ def _loaded_after(statement: str) -> set[str]:
 def test_the_pilot_needs_no_server_library() -> None:
     loaded = _loaded_after("import pilot")
     assert not loaded & {"sqlalchemy", "flask", "alembic", "classad2", "psij", "click",
+                         "taskqueue", "optimizers", "matcher", "agents", "gridpilot"}
+
+
+def _modules_imported(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_the_client_takes_only_the_wire_format_from_the_pilot() -> None:
+    used = {m for p in sorted((ROOT / "client").rglob("*.py")) for m in _modules_imported(p)
+            if m.split(".")[0] == "pilot"}
+    assert used <= {"pilot.protocol", "pilot.protocol.API_PREFIX"}, used
+
+
+def test_the_client_needs_no_server_library() -> None:
+    loaded = _loaded_after("import client.cli, client.service, client.config")
+    assert {"requests", "click"} <= loaded
+    assert not loaded & {"sqlalchemy", "flask", "alembic", "classad2", "psij", "jwt",
                          "taskqueue", "optimizers", "matcher", "agents", "gridpilot"}
 
 

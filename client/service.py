@@ -1,0 +1,144 @@
+"""The matcher's HTTP API as the job submitter uses it: one method per call, answers as
+decoded JSON, errors as :class:`ServiceError` carrying the problem's ``detail``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import requests
+
+from pilot.protocol import API_PREFIX
+
+#: Most jobs one bulk request may name (the service's limit): larger lists are split.
+BULK_CHUNK = 1000
+
+
+class ServiceError(Exception):
+    """The service refused or failed a request; ``status`` is its HTTP status (0: it could
+    not be reached) and the message is the problem's detail."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+class Service:
+    """One user's view of a gridpilot matcher."""
+
+    def __init__(self, url: str, token: str, *, timeout: float = 30.0,
+                 session: requests.Session | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.http = session or requests.Session()
+        self.http.headers["Authorization"] = f"Bearer {token}"
+        self.http.headers["User-Agent"] = "gridpilot-client"
+
+    # -- jobs ----------------------------------------------------------------------------
+
+    def submit(self, text: str, fmt: str) -> dict[str, Any]:
+        """Submit one description ("jdl" or "json"); the new jobs with their status."""
+        media = "application/json" if fmt == "json" else "text/plain"
+        return self.call("POST", "/jobs", data=text.encode("utf-8"),
+                         headers={"Content-Type": f"{media}; charset=utf-8"})
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        return self.call("GET", f"/jobs/{job_id}")
+
+    def output(self, job_id: int) -> dict[str, Any]:
+        return self.call("GET", f"/jobs/{job_id}/output")
+
+    def jobs(self, filters: Mapping[str, Any], *, newest_first: bool = True,
+             page_size: int = 100, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """The jobs the filters select, page after page, until ``limit`` (None: all)."""
+        after: int | None = None
+        given = 0
+        while True:
+            query = {k: v for k, v in filters.items() if v is not None}
+            query["order"] = "desc" if newest_first else "asc"
+            query["limit"] = page_size if limit is None else min(page_size, limit - given)
+            if after is not None:
+                query["after"] = after
+            page = self.call("GET", "/jobs", params=query)
+            for job in page["jobs"]:
+                yield job
+                given += 1
+                if limit is not None and given >= limit:
+                    return
+            after = page.get("next_after")
+            if after is None:
+                return
+
+    def summary(self, filters: Mapping[str, Any]) -> dict[str, Any]:
+        return self.call("GET", "/jobs/summary",
+                         params={k: v for k, v in filters.items() if v is not None})
+
+    def bulk(self, action: str, job_ids: Sequence[int], reason: str | None = None
+             ) -> dict[str, list[dict[str, Any]]]:
+        """kill, reschedule or delete many jobs, BULK_CHUNK per request; every job acted on,
+        and every job refused with its reason."""
+        out: dict[str, list[dict[str, Any]]] = {"jobs": [], "errors": []}
+        ids = list(dict.fromkeys(job_ids))
+        for start in range(0, len(ids), BULK_CHUNK):
+            body: dict[str, Any] = {"job_ids": ids[start:start + BULK_CHUNK]}
+            if reason:
+                body["reason"] = reason
+            answer = self.call("POST", f"/jobs/{action}", json=body)
+            out["jobs"] += answer["jobs"]
+            out["errors"] += answer["errors"]
+        return out
+
+    def explain(self, job_id: int, *, queue: str | None = None,
+                resource: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"job_id": job_id}
+        if queue is not None:
+            body["queue"] = queue
+        if resource is not None:
+            body["resource"] = dict(resource)
+        return self.call("POST", "/taskqueues/explain", json=body)
+
+    def whoami(self) -> dict[str, Any]:
+        return self.call("GET", "/whoami")
+
+    # -- the transport -------------------------------------------------------------------
+
+    def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        """One request to ``/api/v1`` + ``path``; the decoded answer, or ServiceError."""
+        try:
+            response = self.http.request(method, self.url + API_PREFIX + path,
+                                         timeout=self.timeout, **kwargs)
+        except requests.RequestException as exc:
+            raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc)}") from exc
+        if response.status_code >= 400:
+            raise ServiceError(response.status_code, problem_detail(response))
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ServiceError(response.status_code,
+                               f"{self.url} answered {method} {path} with something that is "
+                               "not JSON: is this a gridpilot matcher?") from exc
+        if not isinstance(data, dict):
+            raise ServiceError(response.status_code, f"unexpected answer to {method} {path}")
+        return data
+
+
+def problem_detail(response: requests.Response) -> str:
+    """What a problem+json answer says went wrong (its detail), or the status line."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("detail"), str):
+        return str(data["detail"])
+    text = response.text.strip()
+    return f"HTTP {response.status_code} {response.reason}" + (f": {text[:200]}" if text
+                                                               else "")
+
+
+def _reason(exc: requests.RequestException) -> str:
+    if isinstance(exc, requests.Timeout):
+        return "no answer in time"
+    if isinstance(exc, requests.ConnectionError):
+        return "connection refused or no route (is the URL right and the service up?)"
+    return f"{type(exc).__name__}: {exc}"
