@@ -24,6 +24,7 @@ from taskqueue.bulk import in_ids, insert_rows
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.jobs import apply_transition
 from taskqueue.models import (
+    Job,
     TaskQueue,
     TaskQueueBannedSite,
     TaskQueueJob,
@@ -358,3 +359,16 @@ def waiting_counts(session: Session, *, largest: int) -> list[WaitingCount]:
         .group_by(TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group, TaskQueue.job_type)
         .order_by(n.desc(), TaskQueue.id).limit(largest))
     return [WaitingCount(r.id, r.vo, r.owner_group, r.job_type, r.n) for r in rows]
+
+
+def task_queue_of(session: Session, job_id: int) -> int | None:
+    """The id of the task queue the job waits in, or None."""
+    return session.scalar(select(TaskQueueJob.tq_id).where(TaskQueueJob.job_id == job_id))
+
+
+def next_jobs(session: Session, tq_id: int, *, limit: int) -> list[Job]:
+    """The queue's first ``limit`` jobs, in the order its pilots get them."""
+    return list(session.scalars(
+        select(Job).join(TaskQueueJob, TaskQueueJob.job_id == Job.id)
+        .where(TaskQueueJob.tq_id == tq_id)
+        .order_by(TaskQueueJob.rank, TaskQueueJob.job_id).limit(limit)))

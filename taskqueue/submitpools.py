@@ -176,3 +176,10 @@ def lock_submit_pools(session: Session, *, limit: int, after: str = "") -> list[
             vos[str(pool_id)].add(vo)
     return [PoolInUse(r.id, json.loads(r.requirements), tuple(sorted(vos[r.id])))
             for r in rows]
+
+
+def queues_of_pool(session: Session, pool_id: str) -> list[SubmitPoolQueue]:
+    """The queues eligible for a SubmitPool, by name."""
+    return list(session.scalars(
+        select(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool_id)
+        .order_by(SubmitPoolQueue.site, SubmitPoolQueue.ce, SubmitPoolQueue.queue)))

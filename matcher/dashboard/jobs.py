@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Response, redirect, request, url_for
-from sqlalchemy import select
 
 from matcher import jobactions
 from matcher.access import accessible_job
@@ -19,7 +18,7 @@ from optimizers.jobexplain import explain_job
 from optimizers.resources import serves_vo
 from taskqueue.database import Session
 from taskqueue.jobs import JobFilter, find_jobs, job_history
-from taskqueue.models import TaskQueueJob
+from taskqueue.queues import task_queue_of
 from taskqueue.states import FINAL_STATES, JobStatus, is_allowed
 
 FILTERS = ("status", "owner", "owner_group", "site", "job_type", "job_name", "job_group")
@@ -67,7 +66,7 @@ def job(p: Page, job_id: int) -> Response:
         if queue:
             explanation = explain_job(session, p.runtime.settings, resources, found,
                                       queue=queue)
-        tq_id = session.scalar(select(TaskQueueJob.tq_id).where(TaskQueueJob.job_id == job_id))
+        tq_id = task_queue_of(session, job_id)
         return {"job": found, "history": job_history(session, job_id),
                 "explanation": explanation, "tq_id": tq_id}
 

@@ -7,17 +7,17 @@ import json
 from typing import Any
 
 from flask import Response, request
-from sqlalchemy import select
 
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
 from optimizers.outlook import described_queues
 from taskqueue.database import Session
 from taskqueue.errors import NotFoundError
-from taskqueue.models import Job, SubmitPool, SubmitPoolQueue, TaskQueueJob
-from taskqueue.queues import queue_page
+from taskqueue.models import SubmitPool
+from taskqueue.queues import next_jobs, queue_page
 from taskqueue.shares import share_table
 from taskqueue.sitestatus import matching_task_queues
+from taskqueue.submitpools import queues_of_pool
 
 #: Jobs shown on a task queue's page: the next ones its pilots would get.
 NEXT_JOBS = 20
@@ -80,17 +80,11 @@ def taskqueue(p: Page, tq_id: int) -> Response:
         info = found[0]
         pool = (session.get(SubmitPool, info.queue.submit_pool)
                 if info.queue.submit_pool else None)
-        pool_queues = list(session.scalars(
-            select(SubmitPoolQueue).where(SubmitPoolQueue.pool_id == pool.id)
-            .order_by(SubmitPoolQueue.site, SubmitPoolQueue.ce, SubmitPoolQueue.queue))
-        ) if pool else []
+        pool_queues = queues_of_pool(session, pool.id) if pool else []
         eligible = ["/".join(key[1:]) for key, resource, check
                     in described_queues(session, config, p.vo)
                     if matching_task_queues(session, resource, check, only=tq_id)]
-        jobs = list(session.scalars(
-            select(Job).join(TaskQueueJob, TaskQueueJob.job_id == Job.id)
-            .where(TaskQueueJob.tq_id == tq_id)
-            .order_by(TaskQueueJob.rank, TaskQueueJob.job_id).limit(NEXT_JOBS)))
+        jobs = next_jobs(session, tq_id, limit=NEXT_JOBS)
         shares = {e.owner_group: e for e in share_table(session, p.runtime.settings, p.vo)}
         return {"info": info, "pool": pool, "pool_queues": pool_queues, "eligible": eligible,
                 "jobs": jobs, "share": shares.get(info.queue.owner_group)}
