@@ -306,7 +306,7 @@ class Statements:
 
 def explain(engine: Engine, statement: str, params: Any) -> str:
     prefix = ("EXPLAIN (ANALYZE, BUFFERS) " if engine.dialect.name == "postgresql"
-              else "ANALYZE FORMAT=TEXT ")
+              else "ANALYZE ")
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()

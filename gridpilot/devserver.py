@@ -43,10 +43,10 @@ def matcher_server(url: str, secret: str, resources_file: Path, work: Path, *,
             if proc.poll() is not None:
                 raise GridpilotError(f"the matcher exited; see {log.name}")
             try:
-                if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+                if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                     break
-            except requests.ConnectionError:
-                pass
+            except (requests.ConnectionError, requests.Timeout):
+                pass  # not listening yet, or too busy starting to answer in time
             if time.monotonic() > deadline:
                 raise GridpilotError(f"the matcher did not start; see {log.name}")
             time.sleep(0.2)

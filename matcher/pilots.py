@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from flask import Blueprint
+from werkzeug.exceptions import MethodNotAllowed
 
 from matcher import schemas
 from matcher.api import JSON, Call, Param, endpoint
@@ -180,6 +181,8 @@ def submit_pools(call: Call) -> dict[str, Any]:
 
 #: Paths under /pilots that are not pilot references.
 RESERVED_REFERENCES = frozenset({"match", "heartbeat", "submitpools", "jobs"})
+#: Those of them that are endpoints taking POST only.
+POST_ONLY = frozenset({"match", "heartbeat"})
 
 
 @endpoint(bp, "PUT", "/<reference>", tag="pilots", roles=(PILOT, OPERATOR),
@@ -234,6 +237,8 @@ def list_pilots(call: Call) -> dict[str, Any]:
                   "reported on one of them",
           responses={200: ("The pilot", schemas.PILOT_RECORD)})
 def get_pilot(call: Call, reference: str) -> dict[str, Any]:
+    if reference in POST_ONLY:  # GET /pilots/match is the wrong method, not a pilot
+        raise MethodNotAllowed(valid_methods=["POST"])
     if reference in RESERVED_REFERENCES:
         raise Problem(404, f"pilot {reference} does not exist in VO {call.principal.vo}")
     _own_reference(call.principal, reference)

@@ -262,6 +262,6 @@ def test_every_page_in_a_browser(db: Database, matcher: str, browser: WebDriver,
     sign_in(browser, matcher, grid["alice"])
     assert browser.current_url.endswith("/ui/jobs")
     shot(browser, artifacts, "user-jobs")
-    owners = {r.find_elements(By.TAG_NAME, "td")[3].text
-              for r in browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")}
+    owners = {cell.text for cell in browser.find_elements(
+        By.CSS_SELECTOR, '#jobs tbody tr[data-job] td[data-field="owner"]')}
     assert owners == {"alice"}
