@@ -154,9 +154,11 @@ def count_activity(db: Database, tmp_path: Path) -> None:
     assert "activity:" in out.stdout and "counts in the snapshot" in out.stdout
 
 
-def sign_in(driver: WebDriver, base: str, token: str) -> None:
+def sign_in(driver: WebDriver, base: str, token: str, folder: Path | None = None) -> None:
     driver.get(f"{base}/ui/")
     assert "/ui/login" in driver.current_url
+    if folder is not None:
+        shot(driver, folder, "login")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
 
@@ -195,7 +197,7 @@ def test_every_page_in_a_browser(db: Database, matcher: str, browser: WebDriver,
         newest = session.scalar(select(func.max(Job.id)))
         victim = session.scalar(select(func.min(TaskQueueJob.job_id)))
 
-    sign_in(browser, matcher, grid["operator"])
+    sign_in(browser, matcher, grid["operator"], artifacts)
     assert browser.current_url.endswith("/ui/")
     shot(browser, artifacts, "overview")
     tiles = {t.get_attribute("data-status"): number(t.find_element(By.CLASS_NAME, "value").text)
