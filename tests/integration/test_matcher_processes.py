@@ -76,9 +76,9 @@ def _wait_healthy(base: str, proc: subprocess.Popen[bytes]) -> None:
             assert proc.stderr is not None
             pytest.fail(f"matcher at {base} exited: {proc.stderr.read().decode()}")
         try:
-            if requests.get(f"{base}/healthz", timeout=1).status_code == 200:
+            if requests.get(f"{base}/healthz", timeout=5).status_code == 200:
                 return
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up, or slow to start
             pass
         time.sleep(0.2)
     pytest.fail(f"matcher at {base} did not become healthy")
