@@ -39,6 +39,8 @@ from selenium.webdriver.chrome.options import Options  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.remote.webdriver import WebDriver  # noqa: E402
+from selenium.webdriver.support import expected_conditions  # noqa: E402
+from selenium.webdriver.support.wait import WebDriverWait  # noqa: E402
 
 #: Queues of conf/resources.toml the fake pilots below say they run on.
 CERN = ("LCG.CERN.cern", "ce503.cern.ch", "condor")
@@ -161,6 +163,7 @@ def sign_in(driver: WebDriver, base: str, token: str, folder: Path | None = None
         shot(driver, folder, "login")
     driver.find_element(By.ID, "token").send_keys(token)
     driver.find_element(By.CSS_SELECTOR, "form button[type=submit]").click()
+    WebDriverWait(driver, 60).until(lambda d: "/ui/login" not in d.current_url)
 
 
 def number(text: str) -> int:
@@ -253,7 +256,11 @@ def test_every_page_in_a_browser(db: Database, matcher: str, browser: WebDriver,
     shot(browser, artifacts, "confirm-kill")
     browser.find_element(By.ID, "reason").send_keys("wrong input file")
     browser.find_element(By.ID, "confirm").click()
-    assert browser.find_element(By.ID, "job-status").text == "Killed"
+    # The form's answer is a redirect to the job's page: wait for it to load.
+    status = WebDriverWait(browser, 60).until(
+        expected_conditions.presence_of_element_located((By.ID, "job-status")))
+    shot(browser, artifacts, "job-killed")
+    assert status.text == "Killed"
     assert "Killed by operator:olga: wrong input file" in browser.find_element(
         By.ID, "history").text
     with db.factory() as session:
