@@ -47,6 +47,8 @@ from taskqueue.pilots import (
 from taskqueue.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 
+#: The file in a pilot's folder its token is handed over in (the pilot removes it once read).
+TOKEN_FILE = "pilot.token"
 #: The group in pilot tokens: the VO's name and this.
 PILOT_GROUP_SUFFIX = "_pilot"
 
@@ -224,7 +226,9 @@ class Director:
             arguments += ["--tag", tag]
         for tag in labels(params.get("RequiredTags")):
             arguments += ["--required-tag", tag]
-        environment = {"GRIDPILOT_PILOT_TOKEN": self._token(target, reference)}
+        token_file = base / TOKEN_FILE
+        arguments += ["--token-file", str(token_file)]
+        environment: dict[str, str] = {}
         for key, name in (("MachineFeatures", "MACHINEFEATURES"),
                           ("JobFeatures", "JOBFEATURES")):
             value = params.get(key)
@@ -237,6 +241,7 @@ class Director:
         return PilotSpec(
             reference=reference, executable=command[0], arguments=command[1:] + arguments,
             environment=environment, directory=base, cores=target.cores,
+            token=self._token(target, reference), token_file=token_file,
             memory_mb=target.memory_mb, wall_minutes=wall,
             queue_name=queue_name if isinstance(queue_name, str) else None,
             account=account if isinstance(account, str) else None)

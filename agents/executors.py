@@ -11,6 +11,7 @@ again by their native id; one the batch system no longer knows is marked Lost.
 from __future__ import annotations
 
 import getpass
+import os
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,14 +36,18 @@ JOB_NAME_DIRECTIVE = {"slurm": "slurm.job-name", "pbs": "pbs.N", "lsf": "lsf.J"}
 
 @dataclass(frozen=True)
 class PilotSpec:
-    """One pilot to start: the command, its environment (the token travels here) and what to
-    ask the batch system for."""
+    """One pilot to start: the command, its environment and what to ask the batch system for.
+    The token travels as a file (``token_file``, mode 0600, written at submission; the pilot
+    removes it once read), never in the environment, where payloads could read it in
+    ``/proc/<pilot pid>/environ``, nor on the command line."""
 
     reference: str
     executable: str
     arguments: list[str]
     environment: dict[str, str]
     directory: Path
+    token: str = field(default="", repr=False)
+    token_file: Path | None = None
     cores: int = 1
     memory_mb: int | None = None
     wall_minutes: int = 60
@@ -88,6 +93,8 @@ class ExecutorPool:
     def submit(self, name: str, spec: PilotSpec) -> str:
         """Submit a pilot; returns the batch system's id for it. Raises what PSI/J raises."""
         spec.directory.mkdir(parents=True, exist_ok=True)
+        if spec.token_file is not None:
+            write_token_file(spec.token_file, spec.token)
         memory = spec.memory_mb * 1024 * 1024 if spec.memory_mb else None
         if name in CORES_AS_PROCESSES:
             # PSI/J's PBS and LSF templates ask for one CPU per process: the pilot's cores are
@@ -180,3 +187,12 @@ class ExecutorPool:
             self.ctx.log.exception("pilot %s: status %s not recorded", reference, state)
         if status.state.final:
             self._watched.pop(job.id, None)
+
+
+def write_token_file(path: Path, token: str) -> None:
+    """Write a pilot's token to ``path``, readable by this user only (0600 whatever the
+    umask); a file already there (a resubmission) is replaced, a link is not followed."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(token + "\n")

@@ -14,12 +14,22 @@ from pathlib import Path
 
 from pilot.loop import EXIT_OK, EXIT_REFUSED, EXIT_UNSENT, EXIT_USAGE, Pilot, PilotOptions
 from pilot.resource import NodeDescription, detect_platform
+from pilot.token import (
+    TokenError,
+    forbid_dumping,
+    read_token_fd,
+    read_token_file,
+    token_from_environment,
+)
 
 EPILOG = f"""\
-Environment: GRIDPILOT_MATCHER_URL, GRIDPILOT_PILOT_TOKEN (the token itself; it is never passed
-to payloads), GRIDPILOT_VO, GRIDPILOT_SITE, GRIDPILOT_CE, GRIDPILOT_QUEUE and
-GRIDPILOT_PILOT_REFERENCE give defaults for the options of the same name; MACHINEFEATURES,
+Environment: GRIDPILOT_MATCHER_URL, GRIDPILOT_VO, GRIDPILOT_SITE, GRIDPILOT_CE, GRIDPILOT_QUEUE
+and GRIDPILOT_PILOT_REFERENCE give defaults for the options of the same name; MACHINEFEATURES,
 JOBFEATURES and JOBSTATUS are the HEPiX directories (or URLs, for the first two).
+
+The pilot token comes from --token-file (mode 0600; the pilot removes the file once read) or
+--token-fd, never from the environment: payloads run as the pilot's user and could read it in
+/proc/<pid>/environ. A set GRIDPILOT_PILOT_TOKEN is refused (exit 2).
 
 The pilot fills its cores: it asks the matcher for jobs that fit the free cores, memory and the
 time left before its wall limit and any shutdown time, runs each as a subprocess in its own
@@ -49,8 +59,12 @@ def parser() -> argparse.ArgumentParser:
     where = p.add_argument_group("the matcher and this pilot")
     where.add_argument("--matcher", default=_env("GRIDPILOT_MATCHER_URL"),
                        help="the matcher's base URL, e.g. https://wms.example.org")
-    where.add_argument("--token-file", type=Path,
-                       help="file holding the pilot token (else $GRIDPILOT_PILOT_TOKEN)")
+    token = where.add_mutually_exclusive_group()
+    token.add_argument("--token-file", type=Path,
+                       help="file holding the pilot token, readable by its owner only (mode "
+                            "0600); removed once read")
+    token.add_argument("--token-fd", type=int, metavar="FD",
+                       help="inherited file descriptor to read the pilot token from")
     where.add_argument("--reference", default=_env("GRIDPILOT_PILOT_REFERENCE"),
                        help="this pilot's reference, as the site director recorded it "
                             "(default: HOST-PID-TIME)")
@@ -123,14 +137,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems.append("--matcher (or GRIDPILOT_MATCHER_URL) is required")
     if not args.vo:
         problems.append("--vo (or GRIDPILOT_VO) is required")
-    token = _env("GRIDPILOT_PILOT_TOKEN")
-    if args.token_file is not None:
-        try:
-            token = args.token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            problems.append(f"--token-file {args.token_file} cannot be read: {exc}")
-    if not token:
-        problems.append("a token is required: --token-file or GRIDPILOT_PILOT_TOKEN")
+    forbid_dumping()
+    token = ""
+    try:
+        token_from_environment(os.environ)
+        if args.token_file is not None:
+            token = read_token_file(args.token_file)
+        elif args.token_fd is not None:
+            token = read_token_fd(args.token_fd)
+        else:
+            problems.append("a token is required: --token-file or --token-fd")
+    except TokenError as exc:
+        problems.append(str(exc))
     if not 0 <= args.priority_factor < float("inf"):
         problems.append(f"--priority-factor must be a number >= 0, got {args.priority_factor}")
     for name in ("cores", "memory"):

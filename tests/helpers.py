@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -60,3 +62,12 @@ def refusal(parse: Callable[[str], object], text: str) -> JobDescriptionError:
             f"{type(exc).__name__} raised instead of JobDescriptionError: {exc}")
         return exc
     pytest.fail("accepted, but should have been refused")
+
+
+def write_token_file(path: Path, token: str) -> Path:
+    """A pilot token file as the site director writes it: mode 0600, removed by the pilot."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(token + "\n")
+    return path

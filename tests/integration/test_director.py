@@ -341,6 +341,8 @@ def test_local_executor_starts_real_pilots_that_run_the_jobs(
             assert (marks / str(job_id)).is_file(), "the scripted payload did not run"
         output = user.get(f"{base}/api/v1/jobs/{echoes[0]}/output", timeout=30).json()
         assert output["exit_code"] == 0 and "hello" in output["output_tail"]
+        # Each pilot removed its token file once it had read it.
+        assert not list((tmp_path / "pilots").rglob("pilot.token"))
 
         # Each pilot registers itself Running, then Done when it has had no job for 3 s.
         wait_until("every pilot says Done",
@@ -426,8 +428,15 @@ def test_caps_per_cycle_waiting_and_total_from_settings_and_resources(
         assert option(args, "--cores") == ("4" if record.queue == "quad" else "1")
         assert option(args, "--matcher") == NOWHERE
         assert option(args, "--submit-pools") == ""  # the jobs have no Requirements section
-        token = spec.environment["GRIDPILOT_PILOT_TOKEN"]
+        # The token is handed over as a file the pilot removes once read: never in the
+        # environment (payloads could read it in /proc/<pilot pid>/environ), never on the
+        # command line.
+        token = spec.token
+        assert spec.token_file is not None
+        assert option(args, "--token-file") == str(spec.token_file)
         assert not any(token in a for a in args)
+        assert not any(token in v for v in spec.environment.values())
+        assert "GRIDPILOT_PILOT_TOKEN" not in spec.environment
         claims = token_claims(token)
         assert (claims["role"], claims["vo"], claims["site"], claims["pilot"]) == (
             "pilot", "lhcb", "Test.Caps.org", spec.reference)
@@ -744,11 +753,13 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
             assert option(args, "--reference") == ref
             assert option(args, "--submit-pools") == pools[0]
             assert option(args, "--cores") == "1"
-            # The token travels in the environment, never on a command line.
-            exports = [line for line in script.splitlines() if "GRIDPILOT_PILOT_TOKEN" in line]
-            assert len(exports) == 1 and exports[0].startswith("export GRIDPILOT_PILOT_TOKEN=")
-            token = shlex.split(exports[0].removeprefix("export "))[0].split("=", 1)[1]
-            assert not any(token in a for a in args)
+            # The token travels in a file of mode 0600, never in the script's environment
+            # nor on its command line.
+            assert "GRIDPILOT_PILOT_TOKEN" not in script
+            token_file = Path(option(args, "--token-file"))
+            assert token_file.stat().st_mode & 0o777 == 0o600
+            token = token_file.read_text(encoding="ascii").strip()
+            assert token not in script
             claims = token_claims(token)
             assert (claims["role"], claims["site"], claims["pilot"]) == ("pilot", site, ref)
 
@@ -831,12 +842,12 @@ def test_lsf_pilots_submitted_by_an_agent_process_are_followed_by_another(
         assert option(args, "--reference") == record.reference
         assert option(args, "--matcher") == NOWHERE
         assert "--submit-pools" in args
-        tokens = [d for d in bsub if "GRIDPILOT_PILOT_TOKEN" in d]
-        assert len(tokens) == 1 and tokens[0].startswith("-env GRIDPILOT_PILOT_TOKEN="), bsub
-        token = tokens[0].split("=", 1)[1].strip("\"'")
+        assert "GRIDPILOT_PILOT_TOKEN" not in script
+        token_file = Path(option(args, "--token-file"))
+        assert token_file.stat().st_mode & 0o777 == 0o600
+        token = token_file.read_text(encoding="ascii").strip()
         assert token_claims(token)["pilot"] == record.reference
-        assert not any(token in a for a in args)
-        assert sum(token in line for line in script.splitlines()) == 1
+        assert token not in script
 
     # Another agent process (this one) attaches to the pilots by their native ids and
     # follows them.
@@ -930,9 +941,12 @@ def test_the_token_in_a_queued_pilot_script_is_readable_by_the_agents_user_only(
         os.umask(previous)
     assert report.submitted == {f"{site}/{ce}/{queue}": 1}, report.line()
     root = tmp_path / "pilots"
-    scripts = [p for p in root.rglob("*") if p.is_file() and "GRIDPILOT_PILOT_TOKEN=" in
+    (token_file,) = root.rglob("pilot.token")
+    token = token_file.read_text(encoding="ascii").strip()
+    scripts = [p for p in root.rglob("*") if p.is_file() and token in
                p.read_text(encoding="utf-8", errors="replace")]
-    assert scripts, "PSI/J's copy of the submit script is gone while the pilot is queued"
+    # Only the token file holds it: PSI/J's copy of the submit script does not.
+    assert scripts == [token_file]
     for script in scripts:
         # Others can read it if the file is readable to them and every folder from the work
         # folder down to it lets them through.

@@ -18,6 +18,7 @@ from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.database import make_engine
+from tests.helpers import write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-integration-secret-0123456789"
@@ -83,7 +84,8 @@ class Grid:
 
     def pilot(self, *args: str, features: tuple[Path | None, Path | None] = (None, None)
               ) -> subprocess.Popen[str]:
-        env = {**os.environ, "GRIDPILOT_PILOT_TOKEN": self.pilot_token}
+        env = dict(os.environ)
+        token_file = write_token_file(self.tmp / "pilot.token", self.pilot_token)
         for name, path in zip(("MACHINEFEATURES", "JOBFEATURES"), features, strict=True):
             env.pop(name, None)
             if path is not None:
@@ -92,7 +94,7 @@ class Grid:
             [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
              "--site", SITE, "--ce", CE, "--queue", QUEUE, "--workdir", str(self.tmp / "work"),
              "--heartbeat", "0.5", "--grace", "2", "--backoff-cap", "1", "--margin", "0",
-             *args],
+             "--token-file", str(token_file), *args],
             env=env, cwd=self.tmp, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def intervals(self) -> list[tuple[float, float, int, int]]:

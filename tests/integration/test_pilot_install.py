@@ -19,6 +19,7 @@ from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from taskqueue.database import make_engine
 from taskqueue.tokens import issue_token
+from tests.helpers import write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-install-secret-0123456789abcdef"
@@ -92,7 +93,7 @@ def test_the_pilot_side_commands_work(pilot_venv: Path, tmp_path: Path) -> None:
         submitted = run([*client, "submit", str(tmp_path / "job.jdl")])
         assert submitted.returncode == 0, submitted.stderr
         job_id = submitted.stdout.split()[0]
-        (tmp_path / "token").write_text(pilot)
+        write_token_file(tmp_path / "token", pilot)
         ran = run([str(pilot_venv / "gridpilot-pilot"), "--matcher", base, "--token-file",
                    str(tmp_path / "token"), "--vo", "lhcb", "--site", "LCG.CERN.cern",
                    "--ce", "ce503.cern.ch", "--queue", "condor", "--cores", "1",

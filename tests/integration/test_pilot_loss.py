@@ -31,6 +31,7 @@ from taskqueue.pilots import set_pilot_status
 from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
+from tests.helpers import write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "conf" / "resources.toml"
@@ -106,16 +107,17 @@ class Grid:
         """A real pilot process at the demo site, with a token that speaks for it alone."""
         token = issue_token(SECRET, subject=reference, role="pilot", vo="lhcb",
                             group="lhcb_pilot", lifetime=3600, site=SITE, pilot=reference)
-        env = {**os.environ, "GRIDPILOT_PILOT_TOKEN": token}
+        env = dict(os.environ)
         for name in ("MACHINEFEATURES", "JOBFEATURES", "JOBSTATUS"):
             env.pop(name, None)
+        token_file = write_token_file(self.tmp / f"{reference}.token", token)
         with (self.tmp / f"{reference}.log").open("wb") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
                  "--site", SITE, "--ce", CE, "--queue", QUEUE, "--reference", reference,
                  "--cores", "1", "--workdir", str(self.tmp / reference),
                  "--heartbeat", "0.5", "--grace", "2", "--backoff-cap", "1", "--margin", "0",
-                 "--idle-timeout", str(idle_timeout)],
+                 "--idle-timeout", str(idle_timeout), "--token-file", str(token_file)],
                 env=env, cwd=self.tmp, stdout=log, stderr=subprocess.STDOUT)
 
     def log(self, reference: str) -> str:
