@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pilot.loop import EXIT_OK, EXIT_REFUSED, EXIT_UNSENT, EXIT_USAGE, Pilot, PilotOptions
+from pilot.reaper import become_subreaper
 from pilot.resource import NodeDescription, detect_platform
 from pilot.token import (
     TokenError,
@@ -138,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.vo:
         problems.append("--vo (or GRIDPILOT_VO) is required")
     forbid_dumping()
+    # What a payload starts and leaves behind is adopted by the pilot, not by init.
+    become_subreaper()
     token = ""
     try:
         token_from_environment(os.environ)

@@ -28,6 +28,7 @@ from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.payload import Payload, start_payload, wait_all
+from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.resource import NodeDescription
 
 log = logging.getLogger("pilot")
@@ -65,6 +66,8 @@ class PilotOptions:
     report_timeout: float = 600.0
     priority_factor: float = 1.0
     tick: float = 0.2
+    #: Seconds between two looks at the payloads' processes (see pilot.reaper).
+    scan_interval: float = 1.0
 
 
 @dataclass
@@ -102,6 +105,7 @@ class Pilot:
     summary: Summary = field(default_factory=Summary)
     retiring: str = ""
     _signalled: str = ""
+    reaper: Reaper = field(default_factory=Reaper)
 
     def __post_init__(self) -> None:
         o = self.options
@@ -129,9 +133,13 @@ class Pilot:
         next_match = next_beat = now
         next_report = now
         idle_since: float | None = now
+        next_scan = now
         self._write_jobstatus(now)
         while True:
             now = self.clock()
+            if self.payloads and now >= next_scan:
+                self.reaper.scan()
+                next_scan = now + o.scan_interval
             limits = self.features.limits(now)
             shutdown = limits.shutdown
             if self._signalled:
@@ -168,6 +176,7 @@ class Pilot:
                     break
             time.sleep(o.tick)
         self.summary.stopped_because = self.retiring
+        self.reaper.end_all(min(o.grace, LEFTOVER_GRACE))
         self._deliver_remaining()
         self._register("Done")
         self._remove_jobstatus()
@@ -241,6 +250,7 @@ class Pilot:
                 "status": protocol.FAILED, "exit_code": 127,
                 "minor_status": f"Payload could not start: {exc}"[:255]}))
             return
+        payload.family = self.reaper.adopt(job.job_id, payload.process.pid)
         self.payloads[job.job_id] = payload
         self.summary.started += 1
         log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
@@ -255,6 +265,8 @@ class Pilot:
             if code is None:
                 continue
             del self.payloads[job_id]
+            # What the payload left running ends with it; its CPU time counts.
+            self.reaper.end(job_id, min(self.options.grace, LEFTOVER_GRACE))
             body: dict[str, Any] = {"exit_code": code, "output_tail": p.tail(),
                                     "cpu_used": p.cpu_used()}
             why = p.stopping[1] if p.stopping else ""
@@ -342,6 +354,7 @@ class Pilot:
         running = list(self.payloads.values())
         wait_all(running, self.options.grace)
         for p in running:
+            self.reaper.end(p.job_id, min(self.options.grace, LEFTOVER_GRACE))
             self.summary.rescheduled += 1
             self.outbox.append(_Report(p.job_id, {
                 "status": protocol.RESCHEDULED, "minor_status": f"Pilot stopped: {why}"[:255],

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pilot.features import write_features
 from pilot.protocol import JobPayload
+from pilot.reaper import Family, send
 
 #: Bytes of output sent back with the final report.
 TAIL_BYTES = 16 * 1024
@@ -39,6 +40,10 @@ class Payload:
     stopping: tuple[float, str] | None = None
     killed: bool = False
     exit_code: int | None = field(default=None)
+    #: Every process the payload started (see pilot.reaper), once the pilot tracks them.
+    family: Family | None = None
+    #: CPU seconds of the first process and the children it waited for, once it has ended.
+    root_cpu: float | None = None
 
     @property
     def job_id(self) -> int:
@@ -46,32 +51,61 @@ class Payload:
 
     def poll(self) -> int | None:
         """The exit code once it has ended (a signal N gives 128 + N), else None."""
-        if self.exit_code is None:
-            code = self.process.poll()
-            if code is not None:
-                self.exit_code = 128 - code if code < 0 else code
+        if self.exit_code is None and self._wait(os.WNOHANG):
+            code = self.process.returncode
+            self.exit_code = 128 - code if code < 0 else code
         return self.exit_code
 
+    def wait(self) -> int:
+        while self.poll() is None:
+            self._wait(0)
+        assert self.exit_code is not None
+        return self.exit_code
+
+    def _wait(self, flags: int) -> bool:
+        """Reap the first process with wait4, which tells its CPU time; True once ended."""
+        if self.process.returncode is not None:
+            return True
+        try:
+            pid, status, usage = os.wait4(self.process.pid, flags)
+        except ChildProcessError:  # reaped elsewhere: the exit code is what Popen says
+            return self.process.poll() is not None
+        if pid == 0:
+            return False
+        self.root_cpu = usage.ru_utime + usage.ru_stime
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        return True
+
     def cpu_used(self) -> float:
-        """CPU seconds used by the payload's main process and its reaped children."""
+        """CPU seconds used by the payload: its first process and the children it waited
+        for, and the processes that escaped it, which the pilot reaps."""
+        outside = self.family.cpu_outside_root() if self.family is not None else 0.0
+        if self.root_cpu is not None:
+            return self.root_cpu + outside
         try:
             fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
-            return ticks / _CLOCK_TICKS
+            return ticks / _CLOCK_TICKS + outside
         except (OSError, IndexError, ValueError):
-            return 0.0
+            return outside
 
     def stop(self, reason: str, now: float) -> None:
         """Ask the payload's whole process group to end (SIGTERM); :meth:`enforce` kills it
         if it is still there after the grace period."""
         if self.stopping is None and self.poll() is None:
             self.stopping = (now, reason)
-            _signal_group(self.process, signal.SIGTERM)
+            self.signal(signal.SIGTERM)
 
     def enforce(self, now: float, grace: float) -> None:
         if self.stopping is not None and self.poll() is None and now - self.stopping[0] >= grace:
-            _signal_group(self.process, signal.SIGKILL)
+            self.signal(signal.SIGKILL)
             self.killed = True
+
+    def signal(self, signum: int) -> None:
+        """Signal the payload's process group and every process known to have escaped it."""
+        _signal_group(self.process, signum)
+        if self.family is not None:
+            send(self.family.members, signum)
 
     def tail(self) -> str:
         parts = [_tail(self.stdout_path)]
@@ -152,7 +186,6 @@ def wait_all(payloads: list[Payload], grace: float) -> None:
         time.sleep(0.05)
     for p in payloads:
         if p.poll() is None:
-            _signal_group(p.process, signal.SIGKILL)
+            p.signal(signal.SIGKILL)
             p.killed = True
-            p.process.wait()
-            p.poll()
+            p.wait()

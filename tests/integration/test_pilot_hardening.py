@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -142,3 +143,72 @@ def test_a_token_from_an_inherited_descriptor(grid: Grid) -> None:
     output = requests.get(f"{grid.base}/api/v1/jobs/{job_id}/output",
                           headers=grid.user.headers, timeout=30).json()
     assert "hello" in output["output_tail"]
+
+
+# -- item 5: a payload's processes end with it ----------------------------------------------
+
+#: A payload that leaves processes behind: one in its session, one in a session of its own,
+#: and one in a session of its own that burns CPU time before it sleeps. Each writes its pid.
+LEAVER = '''\
+pids=$1 burned=$2 linger=$3
+sh -c 'echo $$ >> "$0"; exec sleep 300' "$pids" &
+setsid sh -c 'echo $$ >> "$0"; exec sleep 301' "$pids" &
+setsid sh -c 'echo $$ >> "$0"; i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done
+              echo done > "$1"; exec sleep 302' "$pids" "$burned" &
+while [ ! -e "$burned" ] || [ "$(wc -l < "$pids")" -lt 3 ]; do sleep 0.1; done
+exec sleep "$linger"
+'''
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process is still there (a zombie waiting for its parent counts as ended)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z" and b"sleep" in cmdline
+
+
+def _leaver(grid: Grid, linger: int) -> tuple[int, Path]:
+    script = grid.tmp / "leaver.sh"
+    script.write_text(LEAVER, encoding="utf-8")
+    pids = grid.tmp / "pids"
+    return submit(grid, "/bin/sh", f"{script} {pids} {grid.tmp / 'burned'} {linger}"), pids
+
+
+def _wait_lines(path: Path, n: int, proc: subprocess.Popen[str]) -> list[int]:
+    deadline = time.monotonic() + 60
+    while not path.exists() or len(path.read_text().split()) < n:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "the payload never started its processes"
+        time.sleep(0.1)
+    return [int(p) for p in path.read_text().split()]
+
+
+def test_what_a_payload_leaves_running_ends_with_it_and_its_cpu_time_counts(
+        grid: Grid) -> None:
+    job_id, pids = _leaver(grid, linger=0)
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "5")
+    started = _wait_lines(pids, 3, proc)
+    code, out = finish(proc)
+    assert code == 0, out
+    job = grid.job(job_id)
+    assert job["status"] == "Done", out
+    left = [pid for pid in started if _alive(pid)]
+    assert not left, f"processes {left} outlived their payload"
+    # The CPU time the setsid'ed process burned before it slept is the payload's.
+    assert job["cpu_used"] is not None and job["cpu_used"] > 0.05, job
+
+
+def test_a_stopped_pilot_ends_every_process_of_its_payloads(grid: Grid) -> None:
+    job_id, pids = _leaver(grid, linger=600)
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "60")
+    started = _wait_lines(pids, 3, proc)
+    grid.wait_status(job_id, {"Running"})
+    proc.terminate()
+    code, out = finish(proc)
+    assert code == 0, out
+    left = [pid for pid in started if _alive(pid)]
+    assert not left, f"processes {left} outlived the pilot"
+    assert grid.job(job_id)["status"] == "Waiting"  # handed back for rescheduling
