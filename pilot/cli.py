@@ -12,7 +12,15 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from pilot.loop import EXIT_OK, EXIT_REFUSED, EXIT_UNSENT, EXIT_USAGE, Pilot, PilotOptions
+from pilot.loop import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNREACHABLE,
+    EXIT_UNSENT,
+    EXIT_USAGE,
+    Pilot,
+    PilotOptions,
+)
 from pilot.reaper import become_subreaper
 from pilot.resource import NodeDescription, detect_platform
 from pilot.token import (
@@ -43,9 +51,12 @@ rescheduling). SIGTERM or SIGINT acts as an immediate shutdown.
 Exit codes:
   {EXIT_OK}  finished normally (idle, out of time, drained or shut down); every report delivered
   {EXIT_USAGE}  wrong options or environment
-  {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site): no more matching
+  {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site, wrong URL): it
+     matched nothing more
   {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
      WORKDIR/undelivered-reports.json
+  {EXIT_UNREACHABLE}  the matcher was never reached before --idle-timeout
+The reason for a non-zero exit code is the last line on stderr.
 """
 
 
@@ -196,6 +207,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         priority_factor=args.priority_factor)
     summary = Pilot(options).run()
     print(summary.line())
+    if summary.exit_code != EXIT_OK:
+        print(f"gridpilot-pilot: exit {summary.exit_code}: "
+              f"{summary.error or summary.stopped_because}", file=sys.stderr)
     return summary.exit_code
 
 

@@ -50,6 +50,10 @@ class MatcherClient:
         self.timeout = timeout
         self.http = session or requests.Session()
         self.http.headers["Authorization"] = f"Bearer {token}"
+        #: Whether the matcher ever gave this client an answer it could read (even a
+        #: refusal), and why the last call that could not reach it failed.
+        self.reached = False
+        self.last_failure = ""
 
     def match(self, resource: Mapping[str, Any], count: int = 1) -> MatchAnswer:
         answer = self._call("POST", protocol.MATCH_PATH, {"resource": dict(resource),
@@ -81,6 +85,19 @@ class MatcherClient:
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
               params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        try:
+            data = self._request(method, path, body, params)
+        except TransientError as exc:
+            self.last_failure = str(exc)
+            raise
+        except RefusedError:
+            self.reached = True
+            raise
+        self.reached = True
+        return data
+
+    def _request(self, method: str, path: str, body: Mapping[str, Any] | None,
+                 params: Mapping[str, str] | None) -> dict[str, Any]:
         try:
             response = self.http.request(method, self.api + path, json=body, params=params,
                                          timeout=self.timeout)

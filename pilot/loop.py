@@ -38,6 +38,7 @@ EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_UNSENT = 4
+EXIT_UNREACHABLE = 5
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,8 @@ class Summary:
     unsent: int = 0
     stopped_because: str = ""
     exit_code: int = EXIT_OK
+    #: Why the exit code is not EXIT_OK, in words for the batch system's error file.
+    error: str = ""
 
     def line(self) -> str:
         return (f"pilot finished ({self.stopped_because}): {self.started} payloads started, "
@@ -178,7 +181,13 @@ class Pilot:
         self.summary.stopped_because = self.retiring
         self.reaper.end_all(min(o.grace, LEFTOVER_GRACE))
         self._deliver_remaining()
-        self._register("Done")
+        assert self.client is not None
+        if self.summary.exit_code == EXIT_OK and not self.client.reached:
+            self.summary.exit_code = EXIT_UNREACHABLE
+            self.summary.error = (f"the matcher at {o.matcher_url} was never reached: "
+                                  f"{self.client.last_failure or 'no answer'}")
+        if self.summary.exit_code != EXIT_REFUSED:
+            self._register("Done")
         self._remove_jobstatus()
         return self.summary
 
@@ -218,9 +227,7 @@ class Pilot:
                 log.warning("matcher unavailable: %s", exc)
                 return now + self.match_backoff.next_delay()
             except RefusedError as exc:
-                log.error("the matcher refuses this pilot's match requests: %s", exc)
-                self.summary.exit_code = EXIT_REFUSED
-                self._retire(f"match refused ({exc.status}: {exc.detail})", now)
+                self._refused("match requests", exc)
                 return now
             if not answer.jobs:
                 log.debug("no match: %s (%s)", answer.reason, answer.detail)
@@ -338,9 +345,21 @@ class Pilot:
             path = self.options.workdir / "undelivered-reports.json"
             path.write_text(json.dumps([{"job_id": r.job_id, **r.body} for r in self.outbox]),
                             encoding="utf-8")
-            log.error("%d reports could not be delivered; kept in %s", len(self.outbox), path)
+            self.summary.error = (f"{len(self.outbox)} reports could not be delivered; kept "
+                                  f"in {path}")
+            log.error("%s", self.summary.error)
 
     # -- retiring and stopping ---------------------------------------------------------------
+
+    def _refused(self, what: str, exc: RefusedError) -> None:
+        """The matcher refuses this pilot (bad token, wrong VO or site, wrong URL): trying
+        again will not help, so it matches nothing more and exits with EXIT_REFUSED."""
+        why = f"the matcher refused this pilot's {what} ({exc.status}: {exc.detail})"
+        log.error("%s", why)
+        if self.summary.exit_code != EXIT_REFUSED:
+            self.summary.exit_code = EXIT_REFUSED
+            self.summary.error = why
+        self._retire(why, self.clock())
 
     def _retire(self, why: str, now: float) -> None:
         if not self.retiring:
@@ -410,8 +429,13 @@ class Pilot:
         try:
             self.client.register(n.reference, site=n.site, ce=n.ce, queue=n.queue,
                                  status=status)
-        except (TransientError, RefusedError) as exc:
+        except TransientError as exc:
             log.warning("pilot registration (%s) not delivered: %s", status, exc)
+        except RefusedError as exc:
+            if status == "Running":
+                self._refused("registration", exc)
+            else:
+                log.warning("pilot registration (%s) refused: %s", status, exc)
 
     def _fetch_submit_pools(self) -> bool:
         assert self.client is not None
@@ -419,8 +443,11 @@ class Pilot:
         assert n.site and n.ce and n.queue
         try:
             pools = self.client.submit_pools(n.site, n.ce, n.queue)
-        except (TransientError, RefusedError) as exc:
+        except TransientError as exc:
             log.warning("SubmitPools not fetched: %s", exc)
+            return False
+        except RefusedError as exc:
+            self._refused("SubmitPools request", exc)
             return False
         self.node = NodeDescription(**{**n.__dict__, "submit_pools": tuple(pools)})
         log.info("SubmitPools of %s/%s/%s: %s", n.site, n.ce, n.queue, pools or "none")

@@ -15,7 +15,8 @@ import pytest
 import requests
 
 from gridpilot import schema
-from gridpilot.devserver import matcher_server
+from gridpilot.devserver import free_port, matcher_server
+from matcher.auth import issue_token
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
 from tests.integration.test_pilot import ROOT, SECRET, Grid
@@ -212,3 +213,55 @@ def test_a_stopped_pilot_ends_every_process_of_its_payloads(grid: Grid) -> None:
     left = [pid for pid in started if _alive(pid)]
     assert not left, f"processes {left} outlived the pilot"
     assert grid.job(job_id)["status"] == "Waiting"  # handed back for rescheduling
+
+
+# -- item 11: exit codes ----------------------------------------------------------------------
+
+
+def _lone_pilot(matcher: str, token: str, tmp: Path,
+                *args: str) -> subprocess.CompletedProcess[str]:
+    token_file = write_token_file(tmp / "lone.token", token)
+    return subprocess.run(
+        [sys.executable, "-m", "pilot.cli", "--matcher", matcher, "--vo", "lhcb",
+         "--workdir", str(tmp / "lone"), "--token-file", str(token_file),
+         "--idle-timeout", "3", "--backoff-cap", "0.5", "--report-timeout", "1", *args],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp)
+
+
+AT_THE_DEMO_SITE = ("--site", "DIRAC.Demo.local", "--ce", "localhost", "--queue", "local")
+
+
+def test_a_pilot_with_a_token_the_matcher_does_not_accept_exits_3(grid: Grid) -> None:
+    forged = issue_token("another-secret-0123456789abcdef", subject="pilots", role="pilot",
+                         vo="lhcb", group="lhcb_pilot", lifetime=3600)
+    for where in ((), AT_THE_DEMO_SITE):
+        ran = _lone_pilot(grid.base, forged, grid.tmp, *where)
+        assert ran.returncode == 3, ran.stderr
+        last = ran.stderr.strip().splitlines()[-1]
+        assert last.startswith("gridpilot-pilot: exit 3: the matcher refused") and "401" in last
+
+
+def test_a_pilot_at_a_site_its_token_is_not_for_exits_3(grid: Grid) -> None:
+    ran = _lone_pilot(grid.base, grid.pilot_token, grid.tmp, "--site", "LCG.CERN.cern",
+                      "--ce", "ce503.cern.ch", "--queue", "condor")
+    assert ran.returncode == 3, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert "403" in last and "DIRAC.Demo.local" in last, last
+
+
+def test_a_pilot_given_a_wrong_matcher_url_exits_3(grid: Grid) -> None:
+    ran = _lone_pilot(grid.base + "/not-the-matcher", grid.pilot_token, grid.tmp,
+                      *AT_THE_DEMO_SITE)
+    assert ran.returncode == 3, ran.stderr
+    assert "404" in ran.stderr.strip().splitlines()[-1]
+
+
+def test_a_pilot_that_never_reaches_the_matcher_exits_5(tmp_path: Path) -> None:
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    for where in ((), AT_THE_DEMO_SITE):
+        ran = _lone_pilot(nowhere, "a.b.c", tmp_path, *where)
+        assert ran.returncode == 5, ran.stderr
+        last = ran.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"gridpilot-pilot: exit 5: the matcher at {nowhere} was never "
+                               "reached"), last
+        assert "ConnectionError" in last
