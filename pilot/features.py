@@ -21,9 +21,11 @@ Values
     which is dropped (rounding down is the cautious side for times and limits). Every number must
     be positive: a zero limit, factor or count is read as "not set", not as "nothing allowed".
     Only the time stamps ``shutdowntime`` and ``shutdowntime_job`` may be 0 (the epoch: shut down
-    now). A value that is missing, empty, not a number, negative, NaN or infinite, not UTF-8
-    text, larger than 4 KiB, unreadable, or answered with an HTTP error or not at all is
-    *unknown* (``None``). Nothing here ever raises to the caller because of what a source holds.
+    now). A value that is missing, empty, not a number, negative, NaN or infinite, absurdly
+    large (a time stamp after year 9999, more than 2^20 cores, a limit of more than 10^11
+    seconds or 2^31-1 MB, a CPU factor above 10^4), not UTF-8 text, larger than 4 KiB,
+    unreadable, or answered with an HTTP error or not at all is *unknown* (``None``). Nothing
+    here ever raises to the caller because of what a source holds.
 
 Logging (logger ``pilot.features``)
     Each problem is logged once per source, key and kind of problem for the life of a
@@ -115,32 +117,45 @@ MAX_VALUE_BYTES = 4096
 _Kind = Literal["float", "count", "int", "time", "text"]
 
 
+#: Largest plausible values: beyond them a value is absurd, and unknown like garbage.
+#: Time stamps: the last second of year 9999 (the last a datetime holds).
+MAX_TIME = 253402300799
+#: Cores and slots of one machine.
+MAX_COUNT = 1 << 20
+#: Seconds of a limit (about 3,000 years).
+MAX_SECONDS = 10**11
+#: Memory of one job, MB (what the matcher takes as a memory figure).
+MAX_MEMORY_MB = 2**31 - 1
+
+
 @dataclass(frozen=True)
 class _Spec:
     #: float: positive float; count: positive whole number; int: positive, fraction dropped;
     #: time: time stamp >= 0, fraction dropped; text: any non-empty text.
     kind: _Kind
+    #: The largest plausible value (numbers only).
+    maximum: float = math.inf
 
 
 MACHINE_KEYS: Mapping[str, _Spec] = {
-    "hs06": _Spec("float"),
-    "shutdowntime": _Spec("time"),
-    "jobslots": _Spec("count"),
-    "phys_cores": _Spec("count"),
-    "log_cores": _Spec("count"),
+    "hs06": _Spec("float", 1e7),
+    "shutdowntime": _Spec("time", MAX_TIME),
+    "jobslots": _Spec("count", MAX_COUNT),
+    "phys_cores": _Spec("count", MAX_COUNT),
+    "log_cores": _Spec("count", MAX_COUNT),
     "shutdown_command": _Spec("text"),
 }
 JOB_KEYS: Mapping[str, _Spec] = {
-    "cpufactor_lrms": _Spec("float"),
-    "cpu_limit_secs_lrms": _Spec("int"),
-    "cpu_limit_secs": _Spec("int"),
-    "wall_limit_secs_lrms": _Spec("int"),
-    "wall_limit_secs": _Spec("int"),
-    "disk_limit_GB": _Spec("float"),
-    "jobstart_secs": _Spec("int"),
-    "mem_limit_MB": _Spec("int"),
-    "allocated_CPU": _Spec("count"),
-    "shutdowntime_job": _Spec("time"),
+    "cpufactor_lrms": _Spec("float", 1e4),
+    "cpu_limit_secs_lrms": _Spec("int", MAX_SECONDS),
+    "cpu_limit_secs": _Spec("int", MAX_SECONDS),
+    "wall_limit_secs_lrms": _Spec("int", MAX_SECONDS),
+    "wall_limit_secs": _Spec("int", MAX_SECONDS),
+    "disk_limit_GB": _Spec("float", 1e9),
+    "jobstart_secs": _Spec("int", MAX_TIME),
+    "mem_limit_MB": _Spec("int", MAX_MEMORY_MB),
+    "allocated_CPU": _Spec("count", MAX_COUNT),
+    "shutdowntime_job": _Spec("time", MAX_TIME),
 }
 #: Keys read again at every check; the others are read once.
 DYNAMIC_KEYS = frozenset({"shutdowntime", "shutdowntime_job"})
@@ -420,6 +435,8 @@ def _parse(data: bytes, spec: _Spec) -> tuple[object, _Problem | None]:
         return None, _Problem("negative")
     if number == 0 and spec.kind != "time":
         return None, _Problem("zero")
+    if number > spec.maximum:
+        return None, _Problem("absurdly large", f"more than {spec.maximum:g}")
     if spec.kind == "float":
         return number, None
     if spec.kind == "count" and not number.is_integer():

@@ -7,6 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The largest memory (MB) and CPU time (s) a match request may offer.
+MAX_MEMORY_MB = 2**31 - 1
+MAX_CPU_TIME = 2**62
+
 
 def detect_platform(os_release: Path = Path("/etc/os-release")) -> str:
     """The node's platform as grid sites name it: architecture and OS, e.g. ``x86_64-el9``
@@ -64,8 +68,9 @@ class NodeDescription:
                 data[key] = value
         if self.submit_pools is not None:
             data["submit_pools"] = list(self.submit_pools)
+        # Never more than the matcher takes: an absurd limit offers "a lot", not a refusal.
         if free_memory_mb is not None:
-            data["memory"] = free_memory_mb
+            data["memory"] = min(free_memory_mb, MAX_MEMORY_MB)
         if cpu_time_left is not None:
-            data["cpu_time"] = cpu_time_left
+            data["cpu_time"] = min(cpu_time_left, MAX_CPU_TIME)
         return data

@@ -17,6 +17,7 @@ import requests
 from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
+from pilot.features import write_features
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
 from tests.integration.test_pilot import ROOT, SECRET, Grid
@@ -265,3 +266,18 @@ def test_a_pilot_that_never_reaches_the_matcher_exits_5(tmp_path: Path) -> None:
         assert last.startswith(f"gridpilot-pilot: exit 5: the matcher at {nowhere} was never "
                                "reached"), last
         assert "ConnectionError" in last
+
+
+# -- item 12: what the site and the payload give the pilot ------------------------------------
+
+
+def test_absurd_job_features_are_unknown_and_the_pilot_still_matches(grid: Grid) -> None:
+    job_features = grid.tmp / "jobfeatures"
+    write_features(job_features, {
+        "shutdowntime_job": b"99999999999999999999999999999\n", "allocated_CPU": 1})
+    job_id = submit(grid, "/bin/echo", "fine")
+    proc = grid.pilot("--idle-timeout", "2", features=(None, job_features))
+    code, out = finish(proc)
+    assert code == 0, out
+    assert grid.job(job_id)["status"] == "Done", out
+    assert "shutdowntime_job" in out and "absurdly large" in out

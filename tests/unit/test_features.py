@@ -203,6 +203,13 @@ GARBAGE = [
     ("jobstart_secs", b"1" * 5000, "too large"),
     ("mem_limit_MB", b"16000 MB", "not a number"),
     ("mem_limit_MB", b"0x10", "not a number"),
+    # Absurd values are unknown too: a shutdown after year 9999 once made every match refused.
+    ("shutdowntime_job", b"99999999999999999999999999999", "absurdly large"),
+    ("jobstart_secs", b"1e300", "absurdly large"),
+    ("allocated_CPU", b"1000000000", "absurdly large"),
+    ("wall_limit_secs", b"9" * 30, "absurdly large"),
+    ("cpufactor_lrms", b"1e200", "absurdly large"),
+    ("mem_limit_MB", b"9223372036854775807", "absurdly large"),
 ]
 
 
