@@ -43,15 +43,16 @@ When values are read
     kept rather than forgotten: an unreachable server does not cancel an announced shutdown.
 
 HTTP
-    Requests go through one ``requests.Session`` (injectable) with a short timeout
-    (:data:`HTTP_TIMEOUT` seconds). 404 and 410 mean the key is absent. A response is reused
-    while it is fresh for a private cache: ``Cache-Control: no-store`` or ``no-cache`` means
-    never reuse it; ``max-age=N`` means for N seconds after it arrived (less any ``Age``);
-    otherwise ``Expires`` (measured against the response's ``Date``) decides; with none of these
-    it is not reused, so dynamic keys are fetched at every check. Only definite answers (a value,
-    absent, malformed) are cached. After a timeout or a connection failure the source is not
-    asked again for :data:`RETRY_AFTER` seconds, so a dead server costs one timeout per pause
-    rather than one per key and check.
+    Requests go through one ``requests.Session`` (injectable); each fetch has a total deadline
+    of :data:`HTTP_TIMEOUT` seconds, however slowly the server trickles its answer (the fetch
+    runs in a thread that is given up at the deadline). 404 and 410 mean the key is absent. A
+    response is reused while it is fresh for a private cache: ``Cache-Control: no-store`` or
+    ``no-cache`` means never reuse it; ``max-age=N`` means for N seconds after it arrived (less
+    any ``Age``); otherwise ``Expires`` (measured against the response's ``Date``) decides; with
+    none of these it is not reused, so dynamic keys are fetched at every check. Only definite
+    answers (a value, absent, malformed) are cached. After a timeout or a connection failure the
+    source is not asked again for :data:`RETRY_AFTER` seconds, so a dead server costs one
+    timeout per pause rather than one per key and check.
 
 Derived limits (:class:`Limits`, all times Unix seconds)
     - ``cores`` = ``allocated_CPU``; ``memory_mb`` = ``mem_limit_MB``;
@@ -338,29 +339,57 @@ class _HttpSource(_Source):
             return _Raw(problem=self._failure, passing=True)
         if self._session is None:
             self._session = requests.Session()
-        try:
-            with self._session.get(f"{self._base}/{key}", timeout=HTTP_TIMEOUT,
-                                   stream=True) as response:
-                raw = self._answer(response)
-                received = self._clock()
-                if raw.passing:
-                    self._cache.pop(key, None)
-                else:
-                    self._cache[key] = (raw, _fresh_until(response.headers, received))
-                return raw
-        except requests.Timeout:
+        # The socket timeout bounds each wait for a byte, not the whole answer: a server that
+        # trickles its answer a byte at a time would hold the pilot for ever. So the fetch runs
+        # in a thread of its own and is given up after HTTP_TIMEOUT seconds in all.
+        timeout = HTTP_TIMEOUT
+        fetch = _Fetch(self._session, f"{self._base}/{key}", timeout)
+        worker = threading.Thread(target=fetch.run, name=f"features {key}", daemon=True)
+        worker.start()
+        worker.join(timeout)
+        if worker.is_alive():
+            fetch.abandoned = True
             kind = "timeout"
-            detail = f"no answer within {HTTP_TIMEOUT:g} s"
-        except (requests.RequestException, http.client.HTTPException, OSError,
-                ValueError) as exc:
+            detail = f"no complete answer within {timeout:g} s"
+        elif isinstance(fetch.outcome, requests.Timeout):
+            kind = "timeout"
+            detail = f"no answer within {timeout:g} s"
+        elif isinstance(fetch.outcome, BaseException):
             kind = "connection failed"
-            detail = f"{type(exc).__name__}: {exc}"
+            detail = f"{type(fetch.outcome).__name__}: {fetch.outcome}"
+        else:
+            assert fetch.outcome is not None
+            raw, headers = fetch.outcome
+            received = self._clock()
+            if raw.passing:
+                self._cache.pop(key, None)
+            else:
+                self._cache[key] = (raw, _fresh_until(headers, received))
+            return raw
         self._quiet_until = self._clock() + RETRY_AFTER
         self._failure = _Problem(kind, detail, whole_source=True)
         return _Raw(problem=self._failure, passing=True)
 
-    @staticmethod
-    def _answer(response: requests.Response) -> _Raw:
+
+
+class _Fetch:
+    """One GET of one key, run in a thread that may be given up (``abandoned``): it then
+    stops reading the body at the next chunk."""
+
+    def __init__(self, session: requests.Session, url: str, timeout: float) -> None:
+        self.session, self.url, self.timeout = session, url, timeout
+        self.abandoned = False
+        self.outcome: tuple[_Raw, Mapping[str, str]] | BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with self.session.get(self.url, timeout=self.timeout, stream=True) as response:
+                self.outcome = (self._answer(response), dict(response.headers))
+        except (requests.RequestException, http.client.HTTPException, OSError,
+                ValueError) as exc:
+            self.outcome = exc
+
+    def _answer(self, response: requests.Response) -> _Raw:
         code = response.status_code
         if code in (404, 410):
             return _Raw()
@@ -370,6 +399,8 @@ class _HttpSource(_Source):
                         passing=code >= 500 or code in (408, 429))
         body = bytearray()
         for chunk in response.iter_content(chunk_size=1024):
+            if self.abandoned:
+                break
             body += chunk
             if len(body) > MAX_VALUE_BYTES:
                 break

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import requests
 
+from pilot import features as features_module
 from pilot.features import Features, JobFeatures, MachineFeatures, write_features
 from tests.unit.test_features import JOB, MACHINE, Clock, records
 
@@ -283,3 +284,66 @@ def test_an_owned_session_is_closed(server: Server) -> None:
     finally:
         f.close()
     f.close()  # twice is harmless
+
+
+class Trickler:
+    """A loopback HTTP server that answers every request a byte at a time, each byte well
+    inside the socket timeout, the whole answer well beyond the fetch deadline."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\nConnection: close\r\n\r\n" + \
+        b"12" + b" " * 38
+
+    def __init__(self, where: str) -> None:
+        self.where = where  # "headers": from the first byte; "body": after the headers
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self.finished = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.listener.settimeout(0.2)
+        while not self.finished.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                continue
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(4096)
+            head = self.ANSWER.index(b"\r\n\r\n") + 4
+            at_once = 0 if self.where == "headers" else head
+            try:
+                conn.sendall(self.ANSWER[:at_once])
+                for i in range(at_once, len(self.ANSWER)):
+                    if self.finished.is_set():
+                        return
+                    conn.sendall(self.ANSWER[i:i + 1])
+                    time.sleep(0.1)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.finished.set()
+        self.listener.close()
+        self.thread.join()
+
+
+@pytest.mark.parametrize("where", ["headers", "body"])
+def test_a_trickling_server_is_given_up_at_the_fetch_deadline(
+        where: str, session: requests.Session, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each byte comes well within the socket timeout; the whole answer would take several
+    fetch deadlines. The fetch is given up, so the value is unknown (read to the end, it is
+    12), and the source is not asked again for a while."""
+    monkeypatch.setattr(features_module, "HTTP_TIMEOUT", 1.0)
+    server = Trickler(where)
+    try:
+        f = Features(None, f"{server.url}/job", session=session)
+        assert f.job().allocated_CPU is None
+        warned = [r.getMessage() for r in records(caplog, level=logging.WARNING)]
+        assert len(warned) == 1 and "no complete answer within 1 s" in warned[0], warned
+    finally:
+        server.close()
