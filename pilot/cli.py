@@ -21,6 +21,7 @@ from pilot.loop import (
     Pilot,
     PilotOptions,
 )
+from pilot.output import MAX_OUTPUT_BYTES
 from pilot.reaper import become_subreaper
 from pilot.resource import NodeDescription, detect_platform
 from pilot.token import (
@@ -117,7 +118,13 @@ def parser() -> argparse.ArgumentParser:
                             "running ones end")
     files.add_argument("--workdir", type=Path, default=Path("gridpilot-work"),
                        help="where payloads get their work directories (default: "
-                            "./gridpilot-work)")
+                            "./gridpilot-work); a job's directory is removed once its report "
+                            "is built")
+    files.add_argument("--keep-job-folders", action="store_true",
+                       help="keep each finished job's directory (for debugging)")
+    files.add_argument("--max-output-mb", type=int, default=MAX_OUTPUT_BYTES // 2**20,
+                       help="MB of output a payload may keep per stream while it runs; beyond "
+                            f"it only the end is kept (default {MAX_OUTPUT_BYTES // 2**20})")
     timing = p.add_argument_group("timing")
     timing.add_argument("--idle-timeout", type=float, default=600.0,
                         help="stop after this many seconds without any job (default 600)")
@@ -165,10 +172,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         problems.append(str(exc))
     if not 0 <= args.priority_factor < float("inf"):
         problems.append(f"--priority-factor must be a number >= 0, got {args.priority_factor}")
-    for name in ("cores", "memory"):
+    for name in ("cores", "memory", "max_output_mb"):
         value = getattr(args, name)
         if value is not None and value < 1:
-            problems.append(f"--{name} must be at least 1, got {value}")
+            problems.append(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     if problems:
         for problem in problems:
             print(f"gridpilot-pilot: {problem}", file=sys.stderr)
@@ -204,7 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         memory_mb=args.memory, idle_timeout=args.idle_timeout,
         heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
-        priority_factor=args.priority_factor)
+        priority_factor=args.priority_factor, keep_job_folders=args.keep_job_folders,
+        max_output_bytes=args.max_output_mb * 2**20)
     summary = Pilot(options).run()
     print(summary.line())
     if summary.exit_code != EXIT_OK:

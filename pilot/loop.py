@@ -27,6 +27,7 @@ from pilot import protocol
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
+from pilot.output import MAX_OUTPUT_BYTES, remove_folder
 from pilot.payload import Payload, start_payload, wait_all
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.resource import NodeDescription
@@ -67,8 +68,12 @@ class PilotOptions:
     report_timeout: float = 600.0
     priority_factor: float = 1.0
     tick: float = 0.2
-    #: Seconds between two looks at the payloads' processes (see pilot.reaper).
+    #: Seconds between two looks at the payloads' processes (see pilot.reaper) and outputs.
     scan_interval: float = 1.0
+    #: Bytes of output each payload may keep per stream while it runs (see pilot.output).
+    max_output_bytes: int = MAX_OUTPUT_BYTES
+    #: Keep finished jobs' folders (for debugging); by default they go once reported.
+    keep_job_folders: bool = False
 
 
 @dataclass
@@ -142,6 +147,8 @@ class Pilot:
             now = self.clock()
             if self.payloads and now >= next_scan:
                 self.reaper.scan()
+                for p in self.payloads.values():
+                    p.cap_output(o.max_output_bytes)
                 next_scan = now + o.scan_interval
             limits = self.features.limits(now)
             shutdown = limits.shutdown
@@ -291,6 +298,7 @@ class Pilot:
                 body.update(status=protocol.FAILED)
             log.info("job %d ended with exit code %d", job_id, code)
             self.outbox.append(_Report(job_id, body))
+            self._finished(p)
             self._write_jobstatus(now)
 
     def _enforce(self, now: float) -> None:
@@ -378,7 +386,13 @@ class Pilot:
             self.outbox.append(_Report(p.job_id, {
                 "status": protocol.RESCHEDULED, "minor_status": f"Pilot stopped: {why}"[:255],
                 "output_tail": p.tail(), "cpu_used": p.cpu_used()}))
+            self._finished(p)
         self.payloads.clear()
+
+    def _finished(self, p: Payload) -> None:
+        """The report on ``p`` is built (exit code, CPU time, output tail): its folder goes."""
+        if not self.options.keep_job_folders:
+            remove_folder(p.directory)
 
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pilot.features import write_features
+from pilot.output import cap_output, open_output, output_path, remove_folder
 from pilot.protocol import JobPayload
 from pilot.reaper import Family, send
 
@@ -107,6 +108,12 @@ class Payload:
         if self.family is not None:
             send(self.family.members, signum)
 
+    def cap_output(self, limit: int) -> None:
+        """Keep the payload's output files within ``limit`` bytes each (their ends)."""
+        for path in (self.stdout_path, self.stderr_path):
+            if path is not None:
+                cap_output(path, limit)
+
     def tail(self) -> str:
         parts = [_tail(self.stdout_path)]
         if self.stderr_path is not None:
@@ -121,7 +128,8 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
     provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given."""
     directory = root / f"job_{job.job_id}"
-    directory.mkdir(parents=True, exist_ok=True)
+    remove_folder(directory)  # what an earlier attempt left (links included) goes first
+    directory.mkdir(parents=True)
     features = directory / ".jobfeatures"
     wall = max(0, int(max_end - now))
     factor = cpu_factor or 1.0
@@ -141,19 +149,24 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
                 "GRIDPILOT_JOB_CORES": str(cores), "OMP_NUM_THREADS": str(cores)})
     if machine_features:
         env["MACHINEFEATURES"] = machine_features
-    stdout_path = directory / (job.stdout or "output.log")
-    stderr_path = directory / job.stderr if job.stderr and job.stderr != job.stdout else None
-    with stdout_path.open("wb") as out:
-        err = stderr_path.open("wb") if stderr_path else None
-        try:
-            process = subprocess.Popen(
-                [job.executable, *job.arguments], cwd=directory, env=env,
-                stdin=subprocess.DEVNULL, stdout=out,
-                stderr=err if err is not None else subprocess.STDOUT,
-                start_new_session=True)
-        finally:
-            if err is not None:
-                err.close()
+    # The output files stay inside the job folder whatever the job names them.
+    stdout_path = output_path(directory, job.stdout, "output.log")
+    stderr_path = (output_path(directory, job.stderr, "error.log")
+                   if job.stderr and job.stderr != job.stdout else None)
+    if stderr_path == stdout_path:
+        stderr_path = None
+    out = open_output(stdout_path, directory)
+    err = open_output(stderr_path, directory) if stderr_path else None
+    try:
+        process = subprocess.Popen(
+            [job.executable, *job.arguments], cwd=directory, env=env,
+            stdin=subprocess.DEVNULL, stdout=out,
+            stderr=err if err is not None else subprocess.STDOUT,
+            start_new_session=True)
+    finally:
+        os.close(out)
+        if err is not None:
+            os.close(err)
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
     expected = now + job.cpu_time / factor / max(cores, 1)
     return Payload(job, cores, memory_mb, directory, process, now, min(expected, max_end),
@@ -167,7 +180,7 @@ def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
 
 def _tail(path: Path) -> str:
     try:
-        with path.open("rb") as f:
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC), "rb") as f:
             f.seek(0, os.SEEK_END)
             size = f.tell()
             f.seek(max(0, size - TAIL_BYTES))

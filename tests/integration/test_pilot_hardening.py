@@ -281,3 +281,18 @@ def test_absurd_job_features_are_unknown_and_the_pilot_still_matches(grid: Grid)
     assert code == 0, out
     assert grid.job(job_id)["status"] == "Done", out
     assert "shutdowntime_job" in out and "absurdly large" in out
+
+
+def test_finished_job_folders_are_removed_once_the_report_is_built(grid: Grid) -> None:
+    first = submit(grid, "/bin/echo", "first")
+    code, out = finish(grid.pilot("--cores", "1", "--idle-timeout", "2"))
+    assert code == 0, out
+    assert grid.job(first)["status"] == "Done", out
+    assert not (grid.tmp / "work" / f"job_{first}").exists()
+    output = requests.get(f"{grid.base}/api/v1/jobs/{first}/output",
+                          headers=grid.user.headers, timeout=30).json()
+    assert "first" in output["output_tail"]
+    kept = submit(grid, "/bin/echo", "kept")
+    code, out = finish(grid.pilot("--cores", "1", "--idle-timeout", "2", "--keep-job-folders"))
+    assert code == 0, out
+    assert "kept" in (grid.tmp / "work" / f"job_{kept}" / "output.log").read_text()

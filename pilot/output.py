@@ -1,0 +1,88 @@
+"""A payload's output files: named inside its job folder only, capped in size while it runs,
+and removed with the folder once the report holds what it needs (the exit code, the CPU time,
+the output's tail).
+
+A job names its output files (``StdOutput``/``StdError``); the matcher refuses names that
+leave the job folder, but the pilot does not rely on it: a name that is absolute, climbs out
+(``..``), is empty or holds a NUL is replaced by the default name, and the file is opened
+without following a link, so a file planted in the folder cannot send the output elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from pathlib import Path, PurePosixPath
+
+log = logging.getLogger("pilot.output")
+
+#: Bytes of output a payload may keep in its folder per stream while it runs (see cap_output).
+MAX_OUTPUT_BYTES = 100 * 1024 * 1024
+#: Longest output file name accepted.
+MAX_NAME = 255
+_CUT = b"\n[gridpilot: output cut here, it grew beyond %d bytes; the end follows]\n"
+
+
+def output_path(directory: Path, name: str | None, default: str) -> Path:
+    """Where the output named ``name`` goes: inside ``directory`` whatever ``name`` says."""
+    if not name:
+        return directory / default
+    pure = PurePosixPath(name)
+    if (pure.is_absolute() or ".." in pure.parts or "\x00" in name or len(name) > MAX_NAME
+            or not pure.parts or pure.name in ("", ".")):
+        log.warning("output file name %r leaves the job folder; %s is used instead", name,
+                    default)
+        return directory / default
+    return directory.joinpath(*pure.parts)
+
+
+def open_output(path: Path, directory: Path) -> int:
+    """Open (create, empty) an output file for appending, refusing links and anything that
+    resolves outside ``directory``; returns the descriptor. Raises OSError."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.parent.resolve().is_relative_to(directory.resolve()):
+        raise OSError(f"{path.parent} is outside the job folder {directory}")
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND | os.O_NOFOLLOW
+                   | os.O_CLOEXEC, 0o644)
+
+
+def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES) -> bool:
+    """When the file has grown beyond ``limit`` bytes, keep its last ``limit // 2`` bytes after
+    a line saying it was cut (the payload appends, so it goes on writing at the new end).
+    Returns whether it was cut."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(fd, "r+b") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= limit:
+            return False
+        f.seek(size - limit // 2)
+        end = f.read(limit // 2)
+        f.seek(0)
+        f.truncate(0)
+        f.write(_CUT % limit + end)
+    log.warning("output %s grew beyond %d bytes; cut to its end", path, limit)
+    return True
+
+
+def remove_folder(directory: Path) -> None:
+    """Remove a finished job's folder, whatever the payload left in it (read-only folders
+    included); links are removed, never followed."""
+    try:
+        shutil.rmtree(directory)
+    except FileNotFoundError:
+        return
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.chmod(directory, 0o700)
+        for root, dirs, _files in os.walk(directory, followlinks=False):
+            for name in dirs:
+                with contextlib.suppress(OSError):
+                    path = os.path.join(root, name)
+                    if not os.path.islink(path):
+                        os.chmod(path, 0o700)
+        shutil.rmtree(directory, ignore_errors=True)
