@@ -45,10 +45,15 @@ columns (units):
   REMAINING   until the last payload is expected to end (H:MM:SS)
   LIMIT       until the last payload must end, by its enforced limits (H:MM:SS)
   DRAIN(core-h)  draining waste: core-hours left idle if the pilot starts no new payload
+                 (? when the pilot did not write allocated_CPU: its idle cores are unknown)
   KILL(core-h)   kill waste: core-hours of payload work lost if the pilot is killed now
   POSTPONE    True: the pilot has decided to retire, draining costs only the wait
   PRIORITY    the pilot's priority factor (higher: more critical work)
-  --json, --prometheus and --pick print seconds and core-seconds.
+  --json, --prometheus and --pick print seconds and core-seconds (an unknown value: null in
+  JSON, "unknown" with --pick, no sample with --prometheus).
+  --prometheus labels each pilot's series with rank="N", its place in the drain order (1:
+  the cheapest to drain), not with its reference, so that the series stay the same as pilots
+  come and go; the table, --json and --pick name the pilots.
 
 order (cheapest to drain first: the least critical work first):
   1. pilots that can postpone their last job (already retiring) first,
@@ -63,7 +68,8 @@ A directory that cannot be read (missing keys, garbage values, lock held longer 
 exit status:
   0    at least one pilot was read and reported
   1    no pilot found (none under the root, or none readable), or an unexpected error;
-       --prometheus still prints its summary gauges
+       with --prometheus, no pilot is not an error: it prints its summary gauges and no
+       pilot series, and exits 0 (so that "> f.prom.tmp && mv" keeps the file current)
   2    usage error
   130  interrupted (Ctrl-C)
 
@@ -81,7 +87,8 @@ class PilotCost:
     allocated_CPU: int | None
     remaining_time: float
     remaining_time_enforced: float
-    draining_waste: float
+    #: None when the pilot did not write allocated_CPU: its idle cores are not known.
+    draining_waste: float | None
     kill_waste: float
     can_postpone: bool
     priority_factor: float
@@ -102,14 +109,17 @@ def assess(directory: Path, values: JobStatusValues, now: float) -> PilotCost:
         used_CPU=values.used_CPU, allocated_CPU=values.allocated_CPU,
         remaining_time=remaining_time(values, now),
         remaining_time_enforced=remaining_time(values, now, enforced=True),
-        draining_waste=draining_waste(values, now), kill_waste=kill_waste(values, now),
+        draining_waste=(None if values.allocated_CPU is None
+                        else draining_waste(values, now)),
+        kill_waste=kill_waste(values, now),
         can_postpone=values.can_postpone_last_job, priority_factor=values.priority_factor)
 
 
 def drain_order(cost: PilotCost) -> tuple[bool, float, float, str, str]:
     """Sort key, cheapest to drain first: can postpone, lowest priority, lowest draining
     waste (then name and directory, for a stable order)."""
-    return (not cost.can_postpone, cost.priority_factor, cost.draining_waste, cost.pilot,
+    waste = math.inf if cost.draining_waste is None else cost.draining_waste
+    return (not cost.can_postpone, cost.priority_factor, waste, cost.pilot,
             str(cost.directory))
 
 
@@ -144,8 +154,8 @@ def _duration(seconds: float) -> str:
     return f"{total // 3600}:{total // 60 % 60:02d}:{total % 60:02d}"
 
 
-def _core_hours(core_seconds: float) -> str:
-    return f"{core_seconds / 3600:.2f}"
+def _core_hours(core_seconds: float | None) -> str:
+    return "?" if core_seconds is None else f"{core_seconds / 3600:.2f}"
 
 
 def _cores(cost: PilotCost) -> str:
@@ -201,13 +211,7 @@ _METRICS: tuple[tuple[str, str, str], ...] = (
      "1 when the pilot has decided to retire (draining costs only the wait), else 0."),
     ("gridpilot_pilot_priority_factor", "priority_factor",
      "How critical the pilot's work is (higher: more critical)."),
-    ("gridpilot_pilot_drain_rank", "",
-     "Position in the drain order, 1 being the cheapest pilot to drain."),
 )
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def render_prometheus(costs: Sequence[PilotCost], unreadable: int) -> str:
@@ -227,8 +231,8 @@ def render_prometheus(costs: Sequence[PilotCost], unreadable: int) -> str:
     for name, field, help_text in _METRICS:
         samples = []
         for rank, cost in enumerate(costs, start=1):
-            labels = f'{{pilot="{_label(cost.pilot)}",directory="{_label(str(cost.directory))}"}}'
-            value = rank if not field else getattr(cost, field)
+            labels = f'{{rank="{rank}"}}'
+            value = getattr(cost, field)
             if value is None:
                 continue
             samples.append((labels, float(value)))
@@ -345,7 +349,7 @@ def _run(args: argparse.Namespace, stdout: TextIO, stderr: TextIO) -> int:
     costs.sort(key=drain_order)
     if args.prometheus:
         _emit(render_prometheus(costs, unreadable), stdout)
-        return EXIT_OK if costs else EXIT_NO_PILOT
+        return EXIT_OK
     if not costs:
         if directories:
             _complain(stderr, "no pilot could be read")

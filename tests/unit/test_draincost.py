@@ -97,7 +97,7 @@ def test_prometheus(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lines = out.splitlines()
     assert "gridpilot_drain_cost_pilots 4" in lines
     assert "gridpilot_drain_cost_unreadable 0" in lines
-    busy = f'{{pilot="busy",directory="{root / "p1"}"}}'
+    busy = '{rank="4"}'  # the busy pilot is the last in the drain order
     assert f"gridpilot_pilot_draining_waste_core_seconds{busy} 3500" in lines
     assert f"gridpilot_pilot_kill_waste_core_seconds{busy} 5500" in lines
     assert f"gridpilot_pilot_used_cores{busy} 3" in lines
@@ -105,9 +105,8 @@ def test_prometheus(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert f"gridpilot_pilot_remaining_seconds{busy} 1500" in lines
     assert f"gridpilot_pilot_can_postpone{busy} 0" in lines
     assert f"gridpilot_pilot_priority_factor{busy} 1.5" in lines
-    assert f"gridpilot_pilot_drain_rank{busy} 4" in lines
     # Every metric has HELP and TYPE gauge before its samples; every sample line is valid.
-    sample = re.compile(r'^[a-z_]+(\{pilot="[^"]*",directory="[^"]*"\})? -?[0-9.e+]+$')
+    sample = re.compile(r'^[a-z_]+(\{rank="[0-9]+"\})? -?[0-9.e+]+$')
     declared: set[str] = set()
     for line in lines:
         if line.startswith("# HELP "):
@@ -120,12 +119,38 @@ def test_prometheus(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
             assert line.split("{")[0].split()[0] in declared
 
 
-def test_prometheus_escapes_label_values(tmp_path: Path,
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    pilot(tmp_path, "p", 1, [], reference='odd "name" \\ here')
-    code, out, _ = run(capsys, "--root", str(tmp_path), "--now", NOW, "--prometheus")
+def test_prometheus_series_stay_the_same_as_pilots_come_and_go(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The labels name the place in the drain order, never the pilot: a node that runs one
+    pilot after another keeps one set of series, not one per pilot ever seen."""
+    seen = []
+    for n, reference in enumerate(['first', 'odd "name" \\ here', "third"]):
+        node = tmp_path / str(n)
+        pilot(node, "slot", 1, [], reference=reference)
+        code, out, _ = run(capsys, "--root", str(node), "--now", NOW, "--prometheus")
+        assert code == EXIT_OK
+        assert reference not in out and str(node) not in out
+        seen.append({line.rsplit(" ", 1)[0] for line in out.splitlines()})
+    assert seen[0] == seen[1] == seen[2]
+    assert 'gridpilot_pilot_used_cores{rank="1"}' in seen[0]
+
+
+def test_unknown_allocated_cores_leave_the_draining_waste_unknown(
+        root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without allocated_CPU the idle cores are unknown: the draining waste is unknown too,
+    not computed as if every allocated core were in use."""
+    (root / "p1" / "allocated_CPU").unlink()
+    code, out, _ = run(capsys, "--root", str(root), "--now", NOW, "--json")
     assert code == EXIT_OK
-    assert 'gridpilot_pilot_used_cores{pilot="odd \\"name\\" \\\\ here",' in out
+    busy = next(r for r in json.loads(out) if r["pilot"] == "busy")
+    assert busy["allocated_CPU"] is None and busy["draining_waste"] is None
+    assert busy["kill_waste"] == 5500  # the work done so far does not depend on it
+    code, out, _ = run(capsys, "--root", str(root), "--now", NOW)
+    row = next(line.split() for line in out.splitlines() if line.startswith("busy"))
+    assert row[1] == "3/?" and row[4] == "?"
+    code, out, _ = run(capsys, "--root", str(root), "--now", NOW, "--prometheus")
+    assert code == EXIT_OK
+    assert out.count("gridpilot_pilot_draining_waste_core_seconds{") == 3
 
 
 def test_pick_drain(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -232,9 +257,13 @@ def test_no_readable_pilot_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_prometheus_without_pilot_still_prints_the_summary(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--root", str(tmp_path), "--prometheus")
-    assert code == EXIT_NO_PILOT
-    assert "gridpilot_drain_cost_pilots 0" in out.splitlines()
+    """A node with no pilot is a normal state for the textfile collector: exit 0, the summary
+    gauges, no pilot series (also when the root does not exist yet)."""
+    for root in (tmp_path, tmp_path / "not-yet"):
+        code, out, _ = run(capsys, "--root", str(root), "--prometheus")
+        assert code == EXIT_OK
+        assert "gridpilot_drain_cost_pilots 0" in out.splitlines()
+        assert "gridpilot_pilot_used_cores{" not in out
 
 
 @pytest.mark.parametrize("argv", [
