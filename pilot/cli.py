@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pilot.client import Backoff, MatcherClient
 from pilot.loop import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -23,6 +24,7 @@ from pilot.loop import (
 )
 from pilot.output import MAX_OUTPUT_BYTES
 from pilot.reaper import become_subreaper
+from pilot.replay import ReplayError, load_reports, replay
 from pilot.resource import NodeDescription, detect_platform
 from pilot.token import (
     TokenError,
@@ -55,7 +57,7 @@ Exit codes:
   {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site, wrong URL): it
      matched nothing more
   {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
-     WORKDIR/undelivered-reports.json
+     WORKDIR/undelivered-reports.json, for gridpilot-pilot --replay FILE
   {EXIT_UNREACHABLE}  the matcher was never reached before --idle-timeout
 The reason for a non-zero exit code is the last line on stderr.
 """
@@ -143,6 +145,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--priority-factor", type=float, default=1.0,
                    help="how critical this pilot's work is, written to $JOBSTATUS for the "
                         "site's drain decisions (default 1.0)")
+    p.add_argument("--replay", type=Path, metavar="FILE",
+                   help="deliver the reports a pilot kept in FILE (its "
+                        "WORKDIR/undelivered-reports.json, exit code 4) and exit: 0 when all "
+                        "were delivered (FILE is removed), 4 when some are still undelivered "
+                        "(FILE keeps them); needs only --matcher and the token")
     p.add_argument("-v", "--verbose", action="store_true", help="log every step")
     return p
 
@@ -154,7 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     problems = []
     if not args.matcher:
         problems.append("--matcher (or GRIDPILOT_MATCHER_URL) is required")
-    if not args.vo:
+    if not args.vo and args.replay is None:
         problems.append("--vo (or GRIDPILOT_VO) is required")
     forbid_dumping()
     # What a payload starts and leaves behind is adopted by the pilot, not by init.
@@ -180,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for problem in problems:
             print(f"gridpilot-pilot: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    if args.replay is not None:
+        return _replay(args, token)
     attributes: dict[str, object] = {}
     for item in args.attributes:
         name, sep, text = item.partition("=")
@@ -219,6 +228,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"gridpilot-pilot: exit {summary.exit_code}: "
               f"{summary.error or summary.stopped_because}", file=sys.stderr)
     return summary.exit_code
+
+
+def _replay(args: argparse.Namespace, token: str) -> int:
+    try:
+        reports = load_reports(args.replay, args.reference)
+    except ReplayError as exc:
+        print(f"gridpilot-pilot: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    code, line = replay(MatcherClient(args.matcher, token), args.replay, reports,
+                        timeout=args.report_timeout,
+                        backoff=Backoff(1.0, args.backoff_cap))
+    print(line)
+    if code != EXIT_OK:
+        print(f"gridpilot-pilot: exit {code}: {line}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -351,8 +351,9 @@ class Pilot:
             self.summary.unsent = len(self.outbox)
             self.summary.exit_code = EXIT_UNSENT
             path = self.options.workdir / "undelivered-reports.json"
-            path.write_text(json.dumps([{"job_id": r.job_id, **r.body} for r in self.outbox]),
-                            encoding="utf-8")
+            path.write_text(json.dumps([
+                {"job_id": r.job_id, "pilot_reference": self.node.reference, **r.body}
+                for r in self.outbox]), encoding="utf-8")
             self.summary.error = (f"{len(self.outbox)} reports could not be delivered; kept "
                                   f"in {path}")
             log.error("%s", self.summary.error)

@@ -296,3 +296,55 @@ def test_finished_job_folders_are_removed_once_the_report_is_built(grid: Grid) -
     code, out = finish(grid.pilot("--cores", "1", "--idle-timeout", "2", "--keep-job-folders"))
     assert code == 0, out
     assert "kept" in (grid.tmp / "work" / f"job_{kept}" / "output.log").read_text()
+
+
+# -- item 14: undelivered reports can be replayed ---------------------------------------------
+
+
+def test_undelivered_reports_are_replayed_with_replay(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    port = free_port()
+    resources = ROOT / "conf" / "resources.toml"
+    with matcher_server(url, SECRET, resources, tmp_path, port=port) as base:
+        grid = Grid(base, tmp_path)
+        job_id = submit(grid, "/bin/sh", "-c 'sleep 3; echo replayed'")
+        proc = grid.pilot("--cores", "1", "--idle-timeout", "1", "--report-timeout", "1")
+        grid.wait_status(job_id, {"Running"})
+    # The matcher is down when the payload ends: the pilot keeps the report and exits 4.
+    code, out = finish(proc)
+    assert code == 4, out
+    kept = tmp_path / "work" / "undelivered-reports.json"
+    assert "undelivered-reports.json" in out.strip().splitlines()[-1]
+
+    def replay() -> subprocess.CompletedProcess[str]:
+        token_file = write_token_file(tmp_path / "replay.token", grid.pilot_token)
+        return subprocess.run(
+            [sys.executable, "-m", "pilot.cli", "--matcher", base, "--replay", str(kept),
+             "--token-file", str(token_file), "--report-timeout", "1", "--backoff-cap", "0.2"],
+            capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+
+    still_down = replay()
+    assert still_down.returncode == 4, still_down.stderr
+    assert kept.exists()
+    with matcher_server(url, SECRET, resources, tmp_path, port=port):
+        ran = replay()
+        assert ran.returncode == 0, ran.stderr
+        assert "1 reports delivered" in ran.stdout
+        job = grid.job(job_id)
+    assert job["status"] == "Done" and job["exit_code"] == 0, job
+    assert not kept.exists()
+
+
+def test_replay_refuses_a_file_that_is_not_reports(grid: Grid, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"job_id": "seven", "status": "Done"}]')
+    token_file = write_token_file(tmp_path / "replay.token", grid.pilot_token)
+    ran = subprocess.run(
+        [sys.executable, "-m", "pilot.cli", "--matcher", grid.base, "--replay", str(bad),
+         "--token-file", str(token_file)],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert ran.returncode == 2
+    assert "report 1: job_id must be a positive integer" in ran.stderr
