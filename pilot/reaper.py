@@ -62,8 +62,12 @@ class Proc:
 
 def read_proc(pid: int) -> Proc | None:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        f = text.rsplit(")", 1)[1].split()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        f = data.rsplit(b")", 1)[1].decode("ascii").split()
         ticks = sum(int(v) for v in f[11:15])  # utime stime cutime cstime
         return Proc(pid, int(f[1]), int(f[2]), int(f[3]), f[0], int(f[19]),
                     ticks / _CLOCK_TICKS)
