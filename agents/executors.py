@@ -68,7 +68,8 @@ class ExecutorPool:
     def executor(self, name: str) -> Any:
         with self._lock:
             if name not in self._executors:
-                # The submit scripts hold the pilots' tokens: readable by this user only.
+                # PSI/J's submit scripts are for this user only (the pilots' tokens are not in
+                # them: each pilot's token is a file of mode 0600 in its folder).
                 scripts = Path(self.ctx.settings.agents.pilot_workdir).resolve() / "psij"
                 scripts.mkdir(mode=0o700, parents=True, exist_ok=True)
                 scripts.chmod(0o700)
