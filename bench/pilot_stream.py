@@ -920,9 +920,14 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     done = len(lat)
     jobs = sum(r.jobs for r in outcome)
     client_cpu = sum(r.cpu_seconds for r in outcome)
-    server_all = sum(cpu - a.server.get(pid, 0.0) for pid, cpu in b.server.items())
+    # The claimers' own backends end with their connections before the last sample: their
+    # CPU is the claimers' reading, added to that of the server's other processes.
+    own_pids = {r.backend_pid for r in outcome if r.backend_pid}
+    server_all = sum(cpu - a.server.get(pid, 0.0) for pid, cpu in b.server.items()
+                     if pid not in own_pids)
     own = [r.backend_cpu for r in outcome]
     own_backends = sum(x for x in own if x is not None) if own and None not in own else None
+    server_all += own_backends or 0.0
     busy = b.busy - a.busy
     total = b.total - a.total
     statements = sum(r.statements for r in outcome)
@@ -952,7 +957,8 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         "server_cpu_ms_per_claim": per_claim(own_backends if own_backends is not None
                                              else server_all),
         "server_cpu_scope": ("own backends" if own_backends is not None else
-                             f"all {backend} processes" if server_pids else "not on this host"),
+                             f"all {backend} processes (other users' work included)"
+                             if server_pids else "not on this host"),
         "server_all_cpu_ms_per_claim": per_claim(server_all) if server_pids else None,
         "statements_per_claim": round(statements / done, 2) if done and not http else None,
         "commits_per_claim": round(commits / done, 2) if done and not http else None,
