@@ -73,6 +73,7 @@ import json  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
+import re  # noqa: E402
 import secrets  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -523,16 +524,28 @@ class CpuSample:
     busy: float
     total: float
     loadavg: float
+    #: CPU seconds per thread of a multi-threaded server (mariadbd), (pid, tid) -> seconds.
+    threads: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
-def sample(server_pids: list[int]) -> CpuSample:
+def sample(server_pids: list[int], *, threads: bool = False) -> CpuSample:
     cpu = {p: c for p in server_pids if (c := proc_cpu(p)) is not None}
+    per_thread: dict[tuple[int, int], float] = {}
+    if threads:
+        for pid in server_pids:
+            try:
+                tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+            except OSError:
+                continue
+            for tid in tids:
+                if (c := proc_cpu(pid, tid)) is not None:
+                    per_thread[(pid, tid)] = c
     first = Path("/proc/stat").read_text().splitlines()[0].split()
     user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
     busy = user + nice + system + irq + softirq + steal
     load1 = float(Path("/proc/loadavg").read_text().split()[0])
     return CpuSample(time.monotonic(), cpu, busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK,
-                     load1)
+                     load1, per_thread)
 
 
 def server_processes(backend: str) -> list[int]:
@@ -596,6 +609,8 @@ class ClaimerResult:
     #: CPU seconds of this claimer's PostgreSQL backend in the window (read from /proc).
     backend_cpu: float | None = None
     profile: dict[str, Any] | None = None
+    cpu_profile: dict[str, Any] | None = None
+    first_claim_statements: list[str] | None = None
     fatal: str | None = None
 
 
@@ -693,14 +708,19 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     engine = make_engine(spec.url, pool_size=1)
     factory = make_session_factory(engine)
     counter = {"statements": 0, "commits": 0}
+    first_claim: list[str] | None = None  # the statements of the first claim, once
 
     @event.listens_for(engine, "before_cursor_execute")
-    def _count(*_args: Any) -> None:
+    def _count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         counter["statements"] += 1
+        if first_claim is not None:
+            first_claim.append(" ".join(statement.split())[:160])
 
     @event.listens_for(engine, "commit")
     def _commit(*_args: Any) -> None:
         counter["commits"] += 1
+        if first_claim is not None:
+            first_claim.append("COMMIT")
 
     with engine.connect() as conn:  # the pooled connection, open before the clock starts
         if engine.dialect.name == "postgresql":
@@ -711,18 +731,26 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     claim_rng = random.Random(f"claim-{spec.seed}-{spec.index}")
     work = _match_as_the_matcher if spec.path == "matcher" else _claim_jobs_only
     profiler: Any = None
-    if spec.profile:
+    cpu_profiler: Any = None
+    if spec.profile and spec.profile.endswith(".cpu"):
+        import cProfile
+
+        cpu_profiler = cProfile.Profile(time.process_time)
+    elif spec.profile:
         from pyinstrument import Profiler
 
         profiler = Profiler(interval=0.0005)
     barrier.wait()
     counter["statements"] = counter["commits"] = 0
     result.loop_cpu_seconds = time.process_time()
+    first_claim = [] if spec.index == 0 else None
     backend_cpu0 = proc_cpu(result.backend_pid) if result.backend_pid else None
     deadline = time.monotonic() + spec.seconds
     perf, cpu = time.perf_counter, time.process_time
     if profiler is not None:
         profiler.start()
+    if cpu_profiler is not None:
+        cpu_profiler.enable()
     try:
         while time.monotonic() < deadline and _take_budget(shared):
             drawn = stream.next_pilot()
@@ -743,11 +771,16 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
                 continue
             result.cpu_seconds += cpu() - c0
             result.latencies.append(perf() - t0)
+            if first_claim is not None:
+                result.first_claim_statements, first_claim = first_claim, None
             stream.record(result, pilot, job_ids)
     finally:
         if profiler is not None:
             profiler.stop()
             result.profile = profile_summary(profiler, spec.profile or "")
+        if cpu_profiler is not None:
+            cpu_profiler.disable()
+            result.cpu_profile = cpu_profile_summary(cpu_profiler, spec.profile or "")
     result.statements, result.commits = counter["statements"], counter["commits"]
     if result.backend_pid and backend_cpu0 is not None:
         end = proc_cpu(result.backend_pid)
@@ -834,6 +867,8 @@ def _category(file_path: str, function: str, caller: str) -> str:
         if name in _SQLITE and caller.startswith("sqlalchemy"):
             return "sqlite_engine"
         return caller
+    if "/psycopg" in fp and function.rsplit(".", 1)[-1].startswith("wait"):
+        return "database_wait"  # psycopg waits for the socket in C, under Connection.wait
     for name, marker in (("pymysql", "/pymysql/"), ("psycopg", "/psycopg"),
                          ("sqlalchemy_orm", "/sqlalchemy/orm/"),
                          ("sqlalchemy_core", "/sqlalchemy/")):
@@ -848,6 +883,40 @@ def _category(file_path: str, function: str, caller: str) -> str:
     if "/lib/python" in fp:
         return "python_stdlib"
     return "other"
+
+
+def cpu_profile_summary(profile: Any, path: str) -> dict[str, Any]:
+    """Write the cProfile statistics (CPU time of this process, time.process_time) to
+    ``path``; split the CPU time by library, a builtin's time going to its callers'."""
+    import pstats
+
+    stats = pstats.Stats(profile)
+    stats.dump_stats(path)
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+
+    def category(func: tuple[str, int, str]) -> str | None:
+        file_path, _line, name = func
+        if file_path == "~":
+            return None
+        return _category(file_path, name, "other")
+
+    totals: dict[str, float] = {}
+    for func, (_cc, _nc, tottime, _ct, callers) in raw.items():
+        own = category(func)
+        if own is None:  # a builtin: its time goes to its callers' libraries
+            named = re.search(r"(?:method|function) '?([\w.]+)", func[2])
+            name = named.group(1) if named else func[2]
+            parts = {c: v[2] for c, v in callers.items()} or {("", 0, ""): tottime}
+            whole = sum(parts.values()) or 1.0
+            for caller, t in parts.items():
+                where = _category("", name, category(caller) or "other")
+                totals[where] = totals.get(where, 0.0) + tottime * t / whole
+        else:
+            totals[own] = totals.get(own, 0.0) + tottime
+    whole = sum(totals.values()) or 1.0
+    return {"file": path, "cpu_seconds": round(whole, 3),
+            "share": {k: round(v / whole, 3)
+                      for k, v in sorted(totals.items(), key=lambda kv: -kv[1])}}
 
 
 def profile_summary(profiler: Any, path: str) -> dict[str, Any]:
@@ -903,10 +972,11 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         for p in procs:
             p.terminate()
         raise SystemExit(f"the claimers did not start: {exc!r}") from exc
-    a = sample(server_processes(backend))
+    threads = backend == "mariadb"
+    a = sample(server_processes(backend), threads=threads)
     gunicorn_a = _tree_cpu(http["pid"]) if http else None
     outcome: list[ClaimerResult] = [results.get() for _ in procs]
-    b = sample(server_processes(backend))
+    b = sample(server_processes(backend), threads=threads)
     server_pids = list(b.server)
     gunicorn_b = _tree_cpu(http["pid"]) if http else None
     for p in procs:
@@ -928,6 +998,13 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     own = [r.backend_cpu for r in outcome]
     own_backends = sum(x for x in own if x is not None) if own and None not in own else None
     server_all += own_backends or 0.0
+    # MariaDB serves each connection from a thread of its own: the busiest threads in the
+    # window (as many as claimers) are, most likely, the claimers' (an estimate).
+    busiest: float | None = None
+    if b.threads:
+        deltas = sorted((c - a.threads.get(key, 0.0) for key, c in b.threads.items()),
+                        reverse=True)
+        busiest = sum(deltas[:processes])
     busy = b.busy - a.busy
     total = b.total - a.total
     statements = sum(r.statements for r in outcome)
@@ -960,6 +1037,7 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
                              f"all {backend} processes (other users' work included)"
                              if server_pids else "not on this host"),
         "server_all_cpu_ms_per_claim": per_claim(server_all) if server_pids else None,
+        "server_busiest_threads_cpu_ms_per_claim": per_claim(busiest),
         "statements_per_claim": round(statements / done, 2) if done and not http else None,
         "commits_per_claim": round(commits / done, 2) if done and not http else None,
         "load": {"cores": os.cpu_count(), "busy_cores": round(busy / window, 2) if window else None,
@@ -981,6 +1059,12 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     profiles = [r.profile for r in outcome if r.profile]
     if profiles:
         record["profile"] = profiles[0]
+    firsts = [r.first_claim_statements for r in outcome if r.first_claim_statements]
+    if firsts:
+        record["first_claim_statements"] = firsts[0]
+    cpu_profiles = [r.cpu_profile for r in outcome if r.cpu_profile]
+    if cpu_profiles:
+        record["cpu_profile"] = cpu_profiles[0]
     return record
 
 
@@ -1040,7 +1124,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", default=None,
                         help="profile the first claimer of each 1-process measurement with "
                              "pyinstrument; its text report goes to PROFILE-<backend>-k<K>.txt")
+    parser.add_argument("--cpu-profile", default=None,
+                        help="instead, profile the claimer's CPU time with cProfile "
+                             "(time.process_time); statistics go to PREFIX-<backend>-k<K>.cpu")
     args = parser.parse_args(argv)
+    if args.profile and args.cpu_profile:
+        parser.error("--profile and --cpu-profile exclude each other")
     if args.jobs < 1 or args.seconds <= 0 or (args.claims is not None and args.claims < 1):
         parser.error("--jobs, --seconds and --claims must be positive")
     if args.background_jobs < 0 or args.background_queues < 1:
@@ -1086,6 +1175,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 job_ids = job_ids_by_number(url, len(wl.job_queue))
                 profile = (f"{args.profile}-{backend}-k{k}.txt"
                            if args.profile and processes == 1 and mode == "in_process"
+                           else f"{args.cpu_profile}-{backend}-k{k}.cpu"
+                           if args.cpu_profile and processes == 1 and mode == "in_process"
                            else None)
                 log(f"K={k}: {mode}, {processes} claimer(s), {count} job(s) per claim")
                 if mode == "http":

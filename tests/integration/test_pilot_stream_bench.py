@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pstats
 import random
 import subprocess
 import sys
@@ -96,16 +97,23 @@ def test_tiny_run_is_correct(bench_url: str) -> None:
             assert r["jobs"] + r["empty_answers"] >= 300
 
 
-def test_profile_is_written_and_split(tmp_path: Path) -> None:
+def test_cpu_profile_is_written_and_split(tmp_path: Path) -> None:
     prefix = tmp_path / "profile"
     records = run_bench("--url", f"sqlite:///{tmp_path / 'p.db'}", "--jobs", "200", "--k", "10",
-                        "--processes", "1", "--path", "claim_jobs", "--profile", str(prefix))
+                        "--processes", "1", "--path", "claim_jobs", "--cpu-profile", str(prefix))
     stream = next(r for r in records if r["measure"] == "pilot_stream")
     assert stream["path"] == "claim_jobs" and stream["misses"] == 0
-    share = stream["profile"]["share"]
+    share = stream["cpu_profile"]["share"]
     assert abs(sum(share.values()) - 1.0) < 0.01
-    assert share.get("sqlalchemy_core", 0) > 0
-    assert "claim_jobs" in Path(stream["profile"]["file"]).read_text()
+    assert share.get("sqlalchemy_core", 0) > 0 and share.get("gridpilot", 0) > 0
+    stats = pstats.Stats(stream["cpu_profile"]["file"])
+    assert any(name == "claim_jobs" for _file, _line, name in stats.stats)  # type: ignore[attr-defined]
+
+
+def test_refuses_conflicting_profiles(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--profile", "a", "--cpu-profile", "b"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "exclude each other" in done.stderr
 
 
 def test_the_benchmarks_rules_agree_with_the_library(db: Database) -> None:
