@@ -138,3 +138,16 @@ def test_the_benchmarks_rules_agree_with_the_library(db: Database) -> None:
             ours = {q for q in range(k) if bench.matches(specs[q], pilot)}
             assert library == ours, pilot
             assert ours  # built compatible with a queue
+
+
+def test_http_tiny_run_is_correct(tmp_path: Path) -> None:
+    """The same stream over HTTP, against a real gunicorn matcher (SQLite here)."""
+    records = run_bench("--url", f"sqlite:///{tmp_path / 'h.db'}", "--jobs", "120", "--k", "10",
+                        "--http-only", "--clients", "2", "--http-counts", "1,4",
+                        "--workers", "1")
+    streams = [r for r in records if r["measure"] == "pilot_stream_http"]
+    assert [(r["processes"], r["count"]) for r in streams] == [(2, 1), (2, 4)]
+    for r in streams:
+        assert (r["misses"], r["duplicates"], r["violations"], r["errors"]) == (0, 0, 0, 0), r
+        assert r["database_agrees"] and r["jobs"] + r["empty_answers"] * r["count"] >= 120, r
+        assert r["matcher_cpu_ms_per_claim"] > 0
