@@ -207,5 +207,6 @@ SHARE_LIST = obj({"default_share": NUMBER, "shares": {"type": "array", "items": 
                  ("default_share", "shares"))
 WHOAMI = obj({"subject": STRING, "role": STRING, "vo": STRING, "group": STRING,
               "site": nullable(STRING), "pilot": nullable(STRING), "issuer": STRING,
-              "expires_at": TIME}, ("subject", "role", "vo", "group"))
+              "expires_at": TIME, "scopes": nullable({"type": "array", "items": STRING})},
+             ("subject", "role", "vo", "group"))
 HEALTH = obj({"status": STRING, "database": STRING})
