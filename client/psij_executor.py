@@ -76,7 +76,7 @@ class GridpilotExecutorConfig(JobExecutorConfig):
 
     def __init__(self, launcher_log_file: Path | None = None,
                  work_directory: Path | None = None, *, token: str | None = None,
-                 token_file: str | None = None, poll_interval: float = 5.0,
+                 token_file: str | None = None, poll_interval: float = 2.0,
                  timeout: float | None = None) -> None:
         super().__init__(launcher_log_file, work_directory)
         if poll_interval <= 0:
@@ -147,7 +147,7 @@ class GridpilotJobExecutor(JobExecutor):
         super().__init__(url=url, config=config)
         token = getattr(config, "token", None)
         token_file = getattr(config, "token_file", None)
-        self.poll_interval = float(getattr(config, "poll_interval", 5.0))
+        self.poll_interval = float(getattr(config, "poll_interval", 2.0))
         try:
             found = resolve(url=url, token=token, token_file=token_file,
                             timeout=getattr(config, "timeout", None), environ=os.environ)
