@@ -15,6 +15,7 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from gridpilot import schema
+from gridpilot.examples import EXAMPLES, example_text
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.errors import GridpilotError
 from taskqueue.queues import delete_empty_queues
@@ -54,12 +55,29 @@ def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     """gridpilot: workload management for computing grids."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand == "config":
+        return  # the example needs no settings (nor a valid settings file)
     if config_path is None and DEFAULT_CONFIG.is_file():
         config_path = DEFAULT_CONFIG
     try:
         ctx.obj = load_settings(config_path, os.environ)
     except GridpilotError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@cli.group("config")
+def config_group() -> None:
+    """The example configuration that ships with gridpilot."""
+
+
+@config_group.command("example")
+@click.argument("name", type=click.Choice(sorted(EXAMPLES)), default="gridpilot")
+@_friendly
+def config_example(name: str) -> None:
+    """Print the commented example settings (or, with 'resources', the example resources
+    tree): gridpilot config example > gridpilot.toml. Relative paths in a settings file
+    count from its folder."""
+    click.echo(example_text(name), nl=False)
 
 
 @cli.group()

@@ -325,7 +325,9 @@ class Settings:
 
 
 def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Build the settings from an optional TOML file and an environment mapping."""
+    """Build the settings from an optional TOML file and an environment mapping. Relative
+    paths in the file (the SQLite database, the resources file, the secret file, the metrics
+    and pilot folders) count from the file's folder."""
     raw: dict[str, Any] = {}
     origin = "defaults"
     if path is not None:
@@ -336,6 +338,8 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
             raise ConfigurationError(f"settings file {path} does not exist") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigurationError(f"settings file {path} is not valid TOML: {exc}") from exc
+    if path is not None:
+        _resolve_paths(raw, path.resolve().parent)
     sections: dict[str, Any] = {}
     for sec in dataclasses.fields(Settings):
         sec_cls = _section_class(sec)
@@ -347,6 +351,31 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
         unknown = ", ".join(sorted(raw))
         raise ConfigurationError(f"{origin}: unknown section or key {unknown}")
     return Settings(**sections)
+
+
+#: Settings that name a file or folder: a relative one in a settings file counts from that
+#: file's folder (from the current directory when it comes from the environment or the
+#: defaults).
+PATH_SETTINGS = (("resources", "file"), ("auth", "secret_file"), ("matcher", "metrics_dir"),
+                 ("agents", "pilot_workdir"))
+SQLITE_PREFIX = "sqlite:///"
+
+
+def _resolve_paths(raw: dict[str, Any], folder: Path) -> None:
+    for section, key in PATH_SETTINGS:
+        values = raw.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), str) and values[key]:
+            values[key] = str(folder / Path(values[key]).expanduser())
+    database = raw.get("database")
+    if not isinstance(database, dict):
+        return
+    url = database.get("url")
+    if isinstance(url, str) and url.startswith(SQLITE_PREFIX):
+        # sqlite:///relative/file or sqlite:////absolute/file (and :memory:, left alone)
+        file = url[len(SQLITE_PREFIX):]
+        name, sep, query = file.partition("?")
+        if name and name != ":memory:" and not name.startswith("/"):
+            database["url"] = f"{SQLITE_PREFIX}{folder / name}{sep}{query}"
 
 
 def _section_class(f: dataclasses.Field[Any]) -> type[Any]:

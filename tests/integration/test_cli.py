@@ -13,7 +13,10 @@ import jwt
 import requests
 
 from matcher.auth import principal_from_header
+from taskqueue.settings import load_settings
 from tests.conftest import Database
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -159,3 +162,18 @@ def _dashboard_overview(url: str, token: str) -> str:
         page = http.post(f"{url}login", data={"token": token, "csrf": csrf[1]}, timeout=30)
         assert page.status_code == 200 and page.url == url, page.text
         return page.text
+
+
+def test_config_example_prints_the_shipped_settings(tmp_path: Path) -> None:
+    # No settings are read for it: a missing settings file does not matter.
+    out = run(["config", "example"], tmp_path, GRIDPILOT_CONFIG=str(tmp_path / "missing.toml"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (ROOT / "conf" / "gridpilot.toml").read_text(encoding="utf-8")
+    # Written beside a resources file, it loads, and its paths count from its folder.
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "gridpilot.toml").write_text(out.stdout, encoding="utf-8")
+    resources = run(["config", "example", "resources"], tmp_path)
+    assert "[" in resources.stdout
+    (tmp_path / "etc" / "resources.toml").write_text(resources.stdout, encoding="utf-8")
+    settings = load_settings(tmp_path / "etc" / "gridpilot.toml", {})
+    assert settings.resources.file == str(tmp_path / "etc" / "resources.toml")

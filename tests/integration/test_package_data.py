@@ -56,3 +56,11 @@ def test_an_installed_package_serves_the_dashboard(tmp_path: Path) -> None:
                            env=env, capture_output=True, text=True, timeout=120)
     assert found.returncode == 0, found.stderr
     assert f"executor gridpilot {target}" in found.stdout
+    # The example configuration ships too (gridpilot config example).
+    example = subprocess.run(
+        [sys.executable, "-c", "import gridpilot.examples as e; "
+         "print(e.example_text('gridpilot')); print(e.example_text('resources'))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert example.returncode == 0, example.stderr
+    assert "[database]" in example.stdout and "[auth]" in example.stdout
+    assert (target / "share" / "gridpilot" / "gridpilot.toml").is_file()
