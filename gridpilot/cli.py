@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from gridpilot import schema
 from gridpilot.examples import EXAMPLES, example_text
@@ -26,6 +26,9 @@ from taskqueue.submitpools import delete_unused_submit_pools
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_CONFIG = Path("conf/gridpilot.toml")
+#: Commands that create the database or need none (others refuse a missing SQLite file
+#: instead of creating it empty).
+NO_DATABASE_NEEDED = frozenset({"db", "config", "token", "demo", None})
 
 
 def _friendly(fn: F) -> F:
@@ -37,7 +40,13 @@ def _friendly(fn: F) -> F:
             return fn(*args, **kwargs)
         except GridpilotError as exc:
             raise click.ClickException(str(exc)) from exc
-        except OperationalError as exc:
+        except DBAPIError as exc:
+            if schema.missing_table(exc):
+                raise click.ClickException(
+                    f"the database has no gridpilot schema (or an old one): "
+                    f"{schema.UPGRADE_HINT}") from exc
+            if not isinstance(exc, OperationalError):
+                raise
             raise click.ClickException(
                 f"cannot use the database: {exc.orig or exc}".strip()) from exc
 
@@ -61,6 +70,8 @@ def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
         config_path = DEFAULT_CONFIG
     try:
         ctx.obj = load_settings(config_path, os.environ)
+        if ctx.invoked_subcommand not in NO_DATABASE_NEEDED:
+            schema.require_sqlite_file(ctx.obj.database.url)
     except GridpilotError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -278,6 +289,7 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
     """Run the matcher HTTP service under gunicorn."""
     from gridpilot.server import serve as run_server
 
+    schema.require_schema(settings.database.url)
     run_server(settings, bind=bind, workers=workers)
 
 
@@ -294,6 +306,7 @@ def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> No
     from agents.runner import Agents
 
     logging.getLogger("agents").setLevel(logging.INFO)
+    schema.require_schema(settings.database.url)
     needs_secret = not names or "director" in names
     ctx = AgentContext(settings, make_session_factory(make_engine(settings.database.url)),
                        secret=settings.auth.signing_secret() if needs_secret else "")

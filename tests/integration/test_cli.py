@@ -177,3 +177,65 @@ def test_config_example_prints_the_shipped_settings(tmp_path: Path) -> None:
     (tmp_path / "etc" / "resources.toml").write_text(resources.stdout, encoding="utf-8")
     settings = load_settings(tmp_path / "etc" / "gridpilot.toml", {})
     assert settings.resources.file == str(tmp_path / "etc" / "resources.toml")
+
+
+def _empty_server_databases() -> list[str]:
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import SERVER_ENV
+
+    urls = []
+    for env in SERVER_ENV.values():
+        if os.environ.get(env):
+            base = make_url(os.environ[env])
+            name = f"gp_empty_{uuid.uuid4().hex[:8]}"
+            admin = create_engine(base, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text(f"CREATE DATABASE {name}"))
+            admin.dispose()
+            urls.append(base.set(database=name).render_as_string(hide_password=False))
+    return urls
+
+
+def _drop(url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import SERVER_ENV
+
+    parsed = make_url(url)
+    backend = "postgresql" if parsed.get_backend_name() == "postgresql" else "mariadb"
+    admin = create_engine(os.environ[SERVER_ENV[backend]], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        force = " WITH (FORCE)" if backend == "postgresql" else ""
+        conn.execute(text(f"DROP DATABASE IF EXISTS {parsed.database}{force}"))
+    admin.dispose()
+
+
+def test_a_database_without_the_schema_says_to_upgrade(tmp_path: Path) -> None:
+    secret = "cli-tests-secret-0123456789"
+    # A missing SQLite file is not created empty by a command that reads it.
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    for args in (["jobs"], ["serve"], ["agents", "--once"], ["queues", "list"]):
+        out = run(args, tmp_path, GRIDPILOT_DATABASE_URL=missing, GRIDPILOT_AUTH_SECRET=secret)
+        assert out.returncode == 1, (args, out.stdout, out.stderr)
+        assert "missing.db does not exist: run `gridpilot db upgrade` first" in out.stderr
+        assert not (tmp_path / "missing.db").exists()
+    # An empty database (an SQLite file, or a server's) names the command that builds it.
+    (tmp_path / "empty.db").touch()
+    empties = [f"sqlite:///{tmp_path / 'empty.db'}", *_empty_server_databases()]
+    try:
+        for url in empties:
+            for args in (["jobs"], ["job", "1"], ["serve"], ["agents", "--once"]):
+                out = run(args, tmp_path, GRIDPILOT_DATABASE_URL=url,
+                          GRIDPILOT_AUTH_SECRET=secret)
+                assert out.returncode == 1, (url, args, out.stderr)
+                assert "no gridpilot schema" in out.stderr, (url, args, out.stderr)
+                assert "run `gridpilot db upgrade` first" in out.stderr
+                assert "Traceback" not in out.stderr
+    finally:
+        for url in empties[1:]:
+            _drop(url)
