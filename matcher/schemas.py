@@ -124,6 +124,8 @@ SUBMITTED = obj({
     "job_ids": {"type": "array", "items": ID},
     "jobs": {"type": "array", "items": obj({"job_id": ID, "status": STRING,
                                             "minor_status": STRING})},
+    # Attributes gridpilot does not know (kept for the job), each with the closest known one.
+    "warnings": {"type": "array", "items": STRING},
 }, ("job_ids", "jobs"))
 
 HISTORY_ENTRY = obj({"at": TIME, "status": STRING, "minor_status": STRING, "source": STRING})
