@@ -70,6 +70,20 @@ CUSTOM: Mapping[str, str] = {
 PREFIX = "gridpilot."
 
 
+def register() -> None:
+    """Register the executor with PSI/J by hand, where its discovery cannot see it (an
+    editable install, whose ``psij-descriptors/`` folder is not on ``sys.path``)."""
+    if "gridpilot" in JobExecutor.get_executor_names():
+        return
+    from packaging.version import Version
+    from psij.descriptor import Descriptor
+
+    JobExecutor.register_executor(
+        Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
+                   cls="client.psij_executor.GridpilotJobExecutor"),
+        str(Path(__file__).resolve().parents[1]))
+
+
 class GridpilotExecutorConfig(JobExecutorConfig):
     """How the executor talks to the service: a token (or a file holding it), seconds between
     two status polls, and seconds one request may take."""

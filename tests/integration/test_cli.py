@@ -103,11 +103,19 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     waiting, failed = int(submitted[1]), int(submitted[2])
     assert waiting + failed == 200 and failed > 0  # the demo shows a failure and its reason
     assert "failed: Requirements: no queue offers SoftwareTag 'VO-lhcb-gauss-v99'" in out.stdout
-    assert f"Jobs by status: Done {waiting}, Failed {failed}; left waiting: 0." in out.stdout
+    # A user's two jobs through gridpilot-client and one through the PSI/J executor run too.
+    assert re.search(r"gridpilot-client submit hello.jdl \(as dave\): jobs \d+, \d+",
+                     out.stdout)
+    assert re.search(r"The PSI/J job \d+: QUEUED -> ACTIVE -> COMPLETED \(exit code 0\); "
+                     r"its output: 'hello from PSI/J on ", out.stdout), out.stdout
+    assert len(re.findall(r"\d+\s+Done\s+hello-\d", out.stdout)) == 2
+    by_user = 3
+    assert f"Jobs by status: Done {waiting + by_user}, Failed {failed}; left waiting: 0." \
+        in out.stdout
     # Driven by the site director: real pilots per queue, and the site admin's view.
     ran = re.search(r"total\s+(\d+)\s+(\d+)\n", out.stdout)
     assert ran, out.stdout
-    assert int(ran[1]) > 0 and int(ran[2]) == waiting
+    assert int(ran[1]) > 0 and int(ran[2]) == waiting + by_user
     assert "gridpilot-drain-cost: no pilot $JOBSTATUS directory" in out.stdout
 
 
