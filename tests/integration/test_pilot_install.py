@@ -23,7 +23,7 @@ from taskqueue.tokens import issue_token
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-install-secret-0123456789abcdef"
 SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "taskqueue", "optimizers", "matcher",
-           "agents", "pilot", "client", "gridpilot", "migrations")
+           "agents", "pilot", "client", "gridpilot", "migrations", "psij-descriptors", "conf")
 
 
 @pytest.fixture(scope="module")
