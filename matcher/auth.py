@@ -58,11 +58,11 @@ def principal_from_header(header: str | None, secret: str,
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(401, "the Authorization header must be 'Bearer <token>'")
     token = token.strip()
-    if providers and _issuer_of(token) not in (None, ISSUER):
-        return _provider_principal(token, providers)
     known = _verified.get((token, secret))
     if known is not None and known[0] > time.time():
         return known[1]
+    if providers and _issuer_of(token) not in (None, ISSUER):
+        return _provider_principal(token, providers)
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], issuer=ISSUER,
                             options={"require": ["exp", "iat", "iss", "sub"]})

@@ -35,6 +35,8 @@ READ, CREATE, MODIFY, CANCEL = ("compute.read", "compute.create", "compute.modif
 COMPUTE_SCOPES = (READ, CREATE, MODIFY, CANCEL)
 
 Clock = Callable[[], float]
+#: Most verified tokens kept per process.
+VERIFIED_MAX = 10_000
 
 
 class TokenRefused(Exception):
@@ -56,6 +58,17 @@ class KeySet:
         self._lock = threading.Lock()
         #: How many times the key set was fetched (or tried): for tests and logs.
         self.fetches = 0
+        #: Changes with every key set fetched: what was verified with an older one is not
+        #: taken on trust any more.
+        self.generation = 0
+
+    def current_generation(self) -> int:
+        """The generation of the kept keys, fetching them again when they are too old."""
+        with self._lock:
+            now = self._clock()
+            if now - self._fetched_at >= self.issuer.jwks_lifetime:
+                self._fetch(now)
+            return self.generation
 
     def key(self, kid: str) -> jwt.PyJWK:
         with self._lock:
@@ -92,6 +105,7 @@ class KeySet:
                 keys[key.key_id] = key
         self._keys = keys
         self._fetched_at = now
+        self.generation += 1
 
 
 class IdentityProviders:
@@ -100,6 +114,9 @@ class IdentityProviders:
     def __init__(self, issuers: Sequence[IssuerSettings], clock: Clock = time.monotonic
                  ) -> None:
         self._sets = {i.issuer: KeySet(i, clock) for i in issuers}
+        #: Tokens verified already (a pilot sends the same one with every request): good
+        #: until they expire or their issuer's keys are fetched again.
+        self._verified: dict[str, tuple[KeySet, int, IssuerSettings, dict[str, Any]]] = {}
 
     def __bool__(self) -> bool:
         return bool(self._sets)
@@ -110,6 +127,21 @@ class IdentityProviders:
     def verify(self, token: str) -> tuple[IssuerSettings, dict[str, Any]]:
         """The issuer and the verified claims of ``token``; TokenRefused when it is not
         valid. ``token`` must have been routed here by its (unverified) ``iss``."""
+        known = self._verified.get(token)
+        if known is not None:
+            keys, generation, issuer, claims = known
+            if (float(claims["exp"]) + issuer.leeway > time.time()
+                    and keys.current_generation() == generation):
+                return issuer, claims
+            self._verified.pop(token, None)
+        issuer, claims = self._verify(token)
+        keys = self._sets[issuer.issuer]
+        if len(self._verified) >= VERIFIED_MAX:
+            self._verified.clear()
+        self._verified[token] = (keys, keys.generation, issuer, claims)
+        return issuer, claims
+
+    def _verify(self, token: str) -> tuple[IssuerSettings, dict[str, Any]]:
         try:
             header = jwt.get_unverified_header(token)
             unverified = jwt.decode(token, options={"verify_signature": False})
