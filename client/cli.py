@@ -135,6 +135,8 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
             raise Exit(f"{path}: {exc.detail}", EXIT_UNREACHABLE if exc.status == 0
                        else EXIT_REFUSED) from exc
         submitted += answer["jobs"]
+        for warning in answer.get("warnings") or []:
+            click.echo(f"{path}: warning: {warning}", err=True)
     _emit(as_json, {"jobs": submitted}, _submitted_lines(submitted))
     if any(j["status"] == "Failed" for j in submitted):
         ctx.exit(EXIT_PARTIAL)

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from gridpilot import schema
+from gridpilot.examples import EXAMPLES, example_text
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.errors import GridpilotError
 from taskqueue.queues import delete_empty_queues
@@ -25,6 +26,9 @@ from taskqueue.submitpools import delete_unused_submit_pools
 F = TypeVar("F", bound=Callable[..., Any])
 
 DEFAULT_CONFIG = Path("conf/gridpilot.toml")
+#: Commands that create the database or need none (others refuse a missing SQLite file
+#: instead of creating it empty).
+NO_DATABASE_NEEDED = frozenset({"db", "config", "token", "demo", None})
 
 
 def _friendly(fn: F) -> F:
@@ -36,7 +40,13 @@ def _friendly(fn: F) -> F:
             return fn(*args, **kwargs)
         except GridpilotError as exc:
             raise click.ClickException(str(exc)) from exc
-        except OperationalError as exc:
+        except DBAPIError as exc:
+            if schema.missing_table(exc):
+                raise click.ClickException(
+                    f"the database has no gridpilot schema (or an old one): "
+                    f"{schema.UPGRADE_HINT}") from exc
+            if not isinstance(exc, OperationalError):
+                raise
             raise click.ClickException(
                 f"cannot use the database: {exc.orig or exc}".strip()) from exc
 
@@ -54,12 +64,31 @@ def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
     """gridpilot: workload management for computing grids."""
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ctx.invoked_subcommand == "config":
+        return  # the example needs no settings (nor a valid settings file)
     if config_path is None and DEFAULT_CONFIG.is_file():
         config_path = DEFAULT_CONFIG
     try:
         ctx.obj = load_settings(config_path, os.environ)
+        if ctx.invoked_subcommand not in NO_DATABASE_NEEDED:
+            schema.require_sqlite_file(ctx.obj.database.url)
     except GridpilotError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@cli.group("config")
+def config_group() -> None:
+    """The example configuration that ships with gridpilot."""
+
+
+@config_group.command("example")
+@click.argument("name", type=click.Choice(sorted(EXAMPLES)), default="gridpilot")
+@_friendly
+def config_example(name: str) -> None:
+    """Print the commented example settings (or, with 'resources', the example resources
+    tree): gridpilot config example > gridpilot.toml. Relative paths in a settings file
+    count from its folder."""
+    click.echo(example_text(name), nl=False)
 
 
 @cli.group()
@@ -260,6 +289,7 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
     """Run the matcher HTTP service under gunicorn."""
     from gridpilot.server import serve as run_server
 
+    schema.require_schema(settings.database.url)
     run_server(settings, bind=bind, workers=workers)
 
 
@@ -276,6 +306,7 @@ def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> No
     from agents.runner import Agents
 
     logging.getLogger("agents").setLevel(logging.INFO)
+    schema.require_schema(settings.database.url)
     needs_secret = not names or "director" in names
     ctx = AgentContext(settings, make_session_factory(make_engine(settings.database.url)),
                        secret=settings.auth.signing_secret() if needs_secret else "")

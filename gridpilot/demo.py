@@ -24,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -126,10 +127,13 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
         _announce_dashboard(base, secret, linger, echo)
         settings = replace(settings, matcher=replace(settings.matcher, url=base))
         waiting = _submit_all(base, secret, n_jobs, rng, echo)
+        by_client, psij_job, psij_states = _submit_as_a_user(base, secret, work, echo)
+        waiting += by_client
         with factory() as session:
             echo("\nThe 8 largest task queues:")
             echo(queue_table(session, 8))
         _direct(settings, factory, work, echo)
+        _show_user_jobs(base, work, psij_job, psij_states, echo)
         _summary(factory, work, waiting, echo)
         _linger(base, linger, echo)
 
@@ -199,6 +203,62 @@ def _submit_all(base: str, secret: str, n_jobs: int, rng: random.Random,
     for reason, n in reasons.most_common():
         echo(f"  {n} failed: {reason}")
     return statuses["Waiting"]
+
+
+def _client(base: str, work: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``gridpilot-client`` as a user runs it (the script beside this Python, else the
+    module)."""
+    script = Path(sys.executable).parent / "gridpilot-client"
+    command = ([str(script)] if script.is_file()
+               else [sys.executable, "-c", "from client.cli import main; main()"])
+    return subprocess.run([*command, "--url", base, "--token-file", str(work / "dave.token"),
+                           *args], capture_output=True, text=True, timeout=120)
+
+
+def _submit_as_a_user(base: str, secret: str, work: Path, echo: Callable[[str], None]
+                      ) -> tuple[int, Any, list[str]]:
+    """A user submits with gridpilot-client, and a workflow system through the PSI/J
+    executor; the jobs run among the others."""
+    import psij
+
+    from client.psij_executor import GridpilotExecutorConfig, register
+
+    (work / "dave.token").write_text(issue_token(secret, subject="dave", role="user", vo=VO,
+                                                 group="lhcb_user", lifetime=3600))
+    (work / "hello.jdl").write_text('[ Executable = "/bin/echo"; Arguments = "hello from '
+                                    'gridpilot-client"; JobName = "hello-%n"; '
+                                    'Parameters = 2; ]\n')
+    out = _client(base, work, "submit", str(work / "hello.jdl"))
+    if out.returncode != 0:
+        raise SystemExit(f"gridpilot-client submit failed: {out.stderr}")
+    ids = out.stdout.split()
+    echo(f"\ngridpilot-client submit hello.jdl (as dave): jobs {', '.join(ids)}")
+    register()
+    executor = psij.JobExecutor.get_instance(
+        "gridpilot", url=base,
+        config=GridpilotExecutorConfig(token_file=str(work / "dave.token"), poll_interval=1))
+    states: list[str] = []
+    executor.set_job_status_callback(lambda job, status: states.append(status.state.name))
+    job = psij.Job(psij.JobSpec("/bin/sh", ["-c", "echo hello from PSI/J on $(hostname)"],
+                                name="psij-hello", stdout_path=work / "psij-hello.txt"))
+    executor.submit(job)
+    echo(f"PSI/J: JobExecutor.get_instance('gridpilot').submit(job): native id "
+         f"{job.native_id}, {job.status.state.name}")
+    return len(ids) + 1, job, states
+
+
+def _show_user_jobs(base: str, work: Path, job: Any, states: list[str],
+                    echo: Callable[[str], None]) -> None:
+    import psij
+
+    status = job.wait(timeout=timedelta(seconds=60))
+    echo(f"\nThe PSI/J job {job.native_id}: {' -> '.join(states)} (exit code "
+         f"{status.exit_code if status else '?'}); its output: "
+         f"{(work / 'psij-hello.txt').read_text().strip()!r}")
+    if status is None or status.state != psij.JobState.COMPLETED:
+        raise SystemExit(f"the PSI/J job did not complete: {status}")
+    listed = _client(base, work, "list", "--name", "hello-*")
+    echo("gridpilot-client list --name 'hello-*':\n" + listed.stdout.rstrip())
 
 
 def _direct(settings: Settings, factory: Any, work: Path,

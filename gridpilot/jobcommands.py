@@ -20,7 +20,7 @@ from optimizers.chain import (
     submissions_from_text,
     submit,
 )
-from optimizers.description import JobDescriptionError
+from optimizers.description import JobDescriptionError, unknown_field_warnings
 from optimizers.jobexplain import explain_job
 from optimizers.resources import load_resources
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
@@ -52,9 +52,12 @@ def submit_files(settings: Settings, files: tuple[Path, ...], as_json: bool,
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInputError(f"{path}: cannot read it: {exc}") from exc
         try:
-            submissions.extend(submissions_from_text(text, fmt))
+            found = submissions_from_text(text, fmt)
         except JobDescriptionError as exc:
             raise InvalidInputError(f"{path}: {exc.message}") from exc
+        for warning in unknown_field_warnings(s.description for s in found):
+            click.echo(f"{path}: warning: {warning}", err=True)
+        submissions.extend(found)
     ctx = _context(settings)
     result = run_in_transaction(_factory(settings),
                                 lambda s: submit(s, submissions, identity, ctx))

@@ -9,8 +9,15 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 import migrations
+from taskqueue.errors import ConfigurationError
+
+UPGRADE_HINT = "run `gridpilot db upgrade` first"
+#: What each database says of a table that is not there.
+_MISSING_TABLE = ("no such table", "does not exist", "doesn't exist", "undefinedtable")
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -35,3 +42,36 @@ def current_revision(engine: Engine) -> str | None:
 
 def head_revision(engine: Engine) -> str | None:
     return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
+
+
+def require_schema(url: str) -> None:
+    """Refuse, with the command that fixes it, a database gridpilot's schema is not in (an
+    SQLite file that does not exist yet is not created here)."""
+    require_sqlite_file(url)
+    shown = make_url(url).render_as_string(hide_password=True)
+    from taskqueue.database import make_engine
+
+    engine = make_engine(url)
+    try:
+        revision = current_revision(engine)
+    finally:
+        engine.dispose()
+    if revision is None:
+        raise ConfigurationError(f"the database {shown} has no gridpilot schema yet: "
+                                 f"{UPGRADE_HINT}")
+
+
+def require_sqlite_file(url: str) -> None:
+    """Refuse an SQLite URL whose file does not exist (connecting would create it empty)."""
+    parsed = make_url(url)
+    file = parsed.database
+    if (parsed.get_backend_name() == "sqlite" and file not in (None, "", ":memory:")
+            and not Path(str(file)).is_file()):
+        raise ConfigurationError(f"the database file {parsed.database} does not exist: "
+                                     f"{UPGRADE_HINT}")
+
+
+def missing_table(exc: DBAPIError) -> bool:
+    """Whether a database error says a table is missing (the schema was never built)."""
+    text = f"{type(exc.orig).__name__} {exc.orig}".lower()
+    return any(m in text for m in _MISSING_TABLE) and ("table" in text or "relation" in text)

@@ -19,6 +19,7 @@ from matcher import (
     taskqueues,
     whoami,
 )
+from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
 from matcher.runtime import EXTENSION, Runtime, runtime_of
 from taskqueue.settings import Settings
@@ -30,7 +31,8 @@ def create_app(settings: Settings) -> Flask:
     app = Flask("gridpilot.matcher")
     app.config.update(MAX_CONTENT_LENGTH=settings.matcher.max_body_bytes, JSON_SORT_KEYS=False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)))
+    app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)),
+                                          IdentityProviders(settings.auth.issuers))
     for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
                whoami.bp, dashboard.bp):
         app.register_blueprint(bp)

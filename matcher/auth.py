@@ -15,11 +15,13 @@ from typing import Any
 
 import jwt
 
+from matcher import idp
+from matcher.idp import IdentityProviders
 from matcher.problems import Problem
 from taskqueue.tokens import ALGORITHM, CLAIM_LIMITS, ISSUER, ROLES, issue_token
 
 __all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "Principal",
-           "issue_token", "principal_from_header", "require_role"]
+           "issue_token", "principal_from_header", "require_role", "require_scope"]
 
 USER, PILOT, OPERATOR = ROLES
 
@@ -36,15 +38,19 @@ class Principal:
     #: Who issued the token (this service, or an identity provider) and when it expires.
     issuer: str = ISSUER
     expires_at: float | None = None
+    #: An identity provider's token: the WLCG compute scopes it grants (None: every one).
+    scopes: frozenset[str] | None = None
 
     @property
     def name(self) -> str:
         return f"{self.role}:{self.subject}"
 
 
-def principal_from_header(header: str | None, secret: str) -> Principal:
+def principal_from_header(header: str | None, secret: str,
+                          providers: IdentityProviders | None = None) -> Principal:
     """The caller named by an ``Authorization: Bearer`` header; 401 when there is none or it is
-    not valid."""
+    not valid. Tokens of the configured identity ``providers`` are verified with their keys
+    (matcher.idp), every other one as this service's own."""
     if not header:
         raise Problem(401, "this endpoint needs a token: send 'Authorization: Bearer <token>' "
                       "(gridpilot token issue makes one)")
@@ -55,6 +61,8 @@ def principal_from_header(header: str | None, secret: str) -> Principal:
     known = _verified.get((token, secret))
     if known is not None and known[0] > time.time():
         return known[1]
+    if providers and _issuer_of(token) not in (None, ISSUER):
+        return _provider_principal(token, providers)
     try:
         claims = jwt.decode(token, secret, algorithms=[ALGORITHM], issuer=ISSUER,
                             options={"require": ["exp", "iat", "iss", "sub"]})
@@ -73,6 +81,37 @@ def principal_from_header(header: str | None, secret: str) -> Principal:
 #: request, and checking its signature again would cost more than the rest of a match.
 _verified: dict[tuple[str, str], tuple[float, Principal]] = {}
 _VERIFIED_MAX = 10_000
+
+
+def _issuer_of(token: str) -> str | None:
+    """The token's ``iss`` before any check (to choose how to verify it), None if unreadable."""
+    try:
+        iss = jwt.decode(token, options={"verify_signature": False}).get("iss")
+    except jwt.InvalidTokenError:
+        return None
+    return iss if isinstance(iss, str) else None
+
+
+def _provider_principal(token: str, providers: IdentityProviders) -> Principal:
+    try:
+        issuer, claims = providers.verify(token)
+        subject, role, group, scopes = idp.identity(issuer, claims)
+    except idp.TokenRefused as exc:
+        raise Problem(401, str(exc)) from exc
+    for name, value in (("sub", subject), ("vo", issuer.vo), ("group", group)):
+        if len(value) > CLAIM_LIMITS[name]:
+            raise Problem(401, f"the token's {name} is longer than {CLAIM_LIMITS[name]} "
+                          "characters")
+    return Principal(subject, role, issuer.vo, group, issuer=issuer.issuer,
+                     expires_at=float(claims["exp"]), scopes=scopes)
+
+
+def require_scope(principal: Principal, needed: str) -> None:
+    """403 when an identity provider's token does not grant the compute scope ``needed``
+    (:func:`matcher.idp.scope_for` names an API operation's)."""
+    if principal.scopes is not None and needed not in principal.scopes:
+        raise Problem(403, f"the token does not grant the scope {needed} that this needs "
+                      f"(it grants {', '.join(sorted(principal.scopes))})")
 
 
 def _principal(claims: Mapping[str, Any]) -> Principal:

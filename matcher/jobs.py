@@ -15,6 +15,7 @@ from matcher.auth import OPERATOR, USER
 from matcher.problems import Problem
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
+from optimizers.description import unknown_field_warnings
 from taskqueue.database import Session
 from taskqueue.jobcontrol import delete_job
 from taskqueue.jobs import (
@@ -49,7 +50,8 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
                 for j in jobs_by_id(session, ids)]
 
     jobs = call.runtime.transaction(work)
-    return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs}, 201
+    warnings = unknown_field_warnings(s.description for s in submissions)
+    return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs, "warnings": warnings}, 201
 
 
 #: The filters of a job listing and of its summary.

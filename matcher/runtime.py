@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from flask import Flask
 
+from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
 from optimizers.chain import ChainContext
 from optimizers.resources import ResourcesConfig, load_resources
@@ -36,6 +37,8 @@ class Runtime:
     settings: Settings
     secret: str
     metrics: Metrics
+    #: Identity providers whose tokens are accepted (their keys are cached per process).
+    providers: IdentityProviders = field(default_factory=lambda: IdentityProviders(()))
     _pid: int = -1
     _factory: SessionFactory | None = None
     _resources: tuple[float, ResourcesConfig] | None = None

@@ -124,6 +124,8 @@ SUBMITTED = obj({
     "job_ids": {"type": "array", "items": ID},
     "jobs": {"type": "array", "items": obj({"job_id": ID, "status": STRING,
                                             "minor_status": STRING})},
+    # Attributes gridpilot does not know (kept for the job), each with the closest known one.
+    "warnings": {"type": "array", "items": STRING},
 }, ("job_ids", "jobs"))
 
 HISTORY_ENTRY = obj({"at": TIME, "status": STRING, "minor_status": STRING, "source": STRING})
@@ -207,5 +209,6 @@ SHARE_LIST = obj({"default_share": NUMBER, "shares": {"type": "array", "items": 
                  ("default_share", "shares"))
 WHOAMI = obj({"subject": STRING, "role": STRING, "vo": STRING, "group": STRING,
               "site": nullable(STRING), "pilot": nullable(STRING), "issuer": STRING,
-              "expires_at": TIME}, ("subject", "role", "vo", "group"))
+              "expires_at": TIME, "scopes": nullable({"type": "array", "items": STRING})},
+             ("subject", "role", "vo", "group"))
 HEALTH = obj({"status": STRING, "database": STRING})

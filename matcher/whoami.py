@@ -24,4 +24,5 @@ def whoami(call: Call) -> dict[str, Any]:
     expires = (None if p.expires_at is None
                else iso(datetime.fromtimestamp(p.expires_at, UTC)))
     return {"subject": p.subject, "role": p.role, "vo": p.vo, "group": p.group,
-            "site": p.site, "pilot": p.pilot, "issuer": p.issuer, "expires_at": expires}
+            "site": p.site, "pilot": p.pilot, "issuer": p.issuer, "expires_at": expires,
+            "scopes": None if p.scopes is None else sorted(p.scopes)}

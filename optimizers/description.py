@@ -9,10 +9,11 @@ mapping, expands parametric jobs and returns :class:`JobDescription` objects. Ev
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +101,23 @@ CANONICAL["tag"] = "Tags"
 _TEMPLATED = ("Executable", "Arguments", "JobName", "StdOutput", "StdError", "InputSandbox",
               "OutputSandbox", "Environment", "Directory")
 _NAME = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
+
+
+def unknown_field_warnings(jobs: Iterable[JobDescription]) -> list[str]:
+    """One warning per field of ``jobs`` gridpilot does not know, naming the known field it
+    is closest to (a misspelt ``NumberOfProcesors`` is not a request for processors)."""
+    warnings = []
+    seen: set[str] = set()
+    for job in jobs:
+        for name in job.extra:
+            if name in seen:
+                continue
+            seen.add(name)
+            close = difflib.get_close_matches(name.lower(), list(CANONICAL), n=1, cutoff=0.75)
+            hint = (f"did you mean {CANONICAL[close[0]]}? " if close else "")
+            warnings.append(f"the attribute {name!r} is not one gridpilot knows: {hint}it is "
+                            "kept and passed to the job, but it sets no requirement")
+    return warnings
 
 
 def canonical_name(name: str) -> str | None:

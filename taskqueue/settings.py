@@ -132,9 +132,69 @@ class MatcherSettings:
             raise ConfigurationError("matcher.page_size must not exceed matcher.max_page_size")
 
 
+#: Signature algorithms an identity provider's tokens may use (never HS*, never none).
+ISSUER_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "ES256", "ES384")
+
+
+@dataclass(frozen=True)
+class IssuerSettings:
+    """A VO's identity provider whose tokens (WLCG profile JWTs) the matcher accepts, verified
+    with the public keys it publishes (JWKS), and how their claims map onto gridpilot's."""
+
+    #: The token's ``iss``, exactly (e.g. "https://lhcb-auth.example.org/").
+    issuer: str = ""
+    #: Where the issuer publishes its keys (its OpenID configuration's jwks_uri).
+    jwks_url: str = ""
+    #: The token's ``aud`` must hold one of these (e.g. the service URL, or
+    #: "https://wlcg.cern.ch/jwt/v1/any").
+    audiences: tuple[str, ...] = ()
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    #: The VO every token of this issuer acts for.
+    vo: str = ""
+    #: ``wlcg.groups`` values → gridpilot group; the token's first listed group found here wins.
+    groups: Mapping[str, str] = field(default_factory=dict)
+    #: Groups whose members act as operators, or as pilots; everyone else is a user.
+    operator_groups: tuple[str, ...] = ()
+    pilot_groups: tuple[str, ...] = ()
+    #: The claim that names the caller (the owner of the jobs it submits).
+    subject_claim: str = "sub"
+    #: Seconds a fetched key set is used before it is fetched again (a removed key stops
+    #: working after at most this long) ...
+    jwks_lifetime: int = 300
+    #: ... and the least seconds between two fetches caused by a key the set does not hold.
+    refetch_interval: int = 30
+    #: Seconds to wait for the key set, and clock skew allowed on exp/nbf/iat.
+    timeout: float = 5.0
+    leeway: int = 60
+
+    def __post_init__(self) -> None:
+        where = f"auth.issuers[{self.issuer or '?'}]"
+        for name in ("issuer", "jwks_url", "vo"):
+            if not getattr(self, name).strip():
+                raise ConfigurationError(f"{where}.{name} must be set")
+        if not self.jwks_url.startswith(("https://", "http://")):
+            raise ConfigurationError(f"{where}.jwks_url must be an http(s) URL, got "
+                                     f"{self.jwks_url!r}")
+        if not self.audiences:
+            raise ConfigurationError(f"{where}.audiences must name at least one audience")
+        if not self.groups:
+            raise ConfigurationError(f"{where}.groups must map at least one of the token's "
+                                     "wlcg.groups onto a gridpilot group")
+        bad = [a for a in self.algorithms if a not in ISSUER_ALGORITHMS]
+        if bad or not self.algorithms:
+            raise ConfigurationError(f"{where}.algorithms must be among "
+                                     f"{', '.join(ISSUER_ALGORITHMS)}, got {bad or '[]'}")
+        for name in ("jwks_lifetime", "refetch_interval", "leeway"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(f"{where}.{name} must not be negative")
+        if self.timeout <= 0:
+            raise ConfigurationError(f"{where}.timeout must be positive")
+
+
 @dataclass(frozen=True)
 class AuthSettings:
-    """Bearer tokens: signed JWTs (HS256) carrying a role, a VO, a group and a subject."""
+    """Bearer tokens: signed JWTs (HS256) carrying a role, a VO, a group and a subject, and
+    tokens of the VOs' identity providers (``issuers``)."""
 
     #: The signing secret; keep it out of files others can read (GRIDPILOT_AUTH_SECRET).
     secret: str = ""
@@ -142,6 +202,17 @@ class AuthSettings:
     secret_file: str = ""
     #: Seconds a token issued by ``gridpilot token issue`` stays valid by default.
     token_lifetime: int = 86400
+    #: Identity providers whose tokens are accepted too (``[[auth.issuers]]`` tables).
+    issuers: tuple[IssuerSettings, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for issuer in self.issuers:
+            if issuer.issuer == "gridpilot":
+                raise ConfigurationError("auth.issuers: 'gridpilot' is this service's own issuer")
+            if issuer.issuer in seen:
+                raise ConfigurationError(f"auth.issuers: {issuer.issuer} is listed twice")
+            seen.add(issuer.issuer)
 
     def signing_secret(self) -> str:
         """The secret, read from ``secret_file`` when that is set; refuses an empty one."""
@@ -254,7 +325,9 @@ class Settings:
 
 
 def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Build the settings from an optional TOML file and an environment mapping."""
+    """Build the settings from an optional TOML file and an environment mapping. Relative
+    paths in the file (the SQLite database, the resources file, the secret file, the metrics
+    and pilot folders) count from the file's folder."""
     raw: dict[str, Any] = {}
     origin = "defaults"
     if path is not None:
@@ -265,6 +338,8 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
             raise ConfigurationError(f"settings file {path} does not exist") from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigurationError(f"settings file {path} is not valid TOML: {exc}") from exc
+    if path is not None:
+        _resolve_paths(raw, path.resolve().parent)
     sections: dict[str, Any] = {}
     for sec in dataclasses.fields(Settings):
         sec_cls = _section_class(sec)
@@ -276,6 +351,31 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
         unknown = ", ".join(sorted(raw))
         raise ConfigurationError(f"{origin}: unknown section or key {unknown}")
     return Settings(**sections)
+
+
+#: Settings that name a file or folder: a relative one in a settings file counts from that
+#: file's folder (from the current directory when it comes from the environment or the
+#: defaults).
+PATH_SETTINGS = (("resources", "file"), ("auth", "secret_file"), ("matcher", "metrics_dir"),
+                 ("agents", "pilot_workdir"))
+SQLITE_PREFIX = "sqlite:///"
+
+
+def _resolve_paths(raw: dict[str, Any], folder: Path) -> None:
+    for section, key in PATH_SETTINGS:
+        values = raw.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), str) and values[key]:
+            values[key] = str(folder / Path(values[key]).expanduser())
+    database = raw.get("database")
+    if not isinstance(database, dict):
+        return
+    url = database.get("url")
+    if isinstance(url, str) and url.startswith(SQLITE_PREFIX):
+        # sqlite:///relative/file or sqlite:////absolute/file (and :memory:, left alone)
+        file = url[len(SQLITE_PREFIX):]
+        name, sep, query = file.partition("?")
+        if name and name != ":memory:" and not name.startswith("/"):
+            database["url"] = f"{SQLITE_PREFIX}{folder / name}{sep}{query}"
 
 
 def _section_class(f: dataclasses.Field[Any]) -> type[Any]:
@@ -333,6 +433,15 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if isinstance(value, str):
             return value
         raise ConfigurationError(f"{where} must be a string, got {value!r}")
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ConfigurationError(f"{where} must be a table, got {value!r}")
+        hints = typing.get_type_hints(hint)
+        known = {f.name for f in dataclasses.fields(hint)}
+        unknown = sorted(set(value) - known)
+        if unknown:
+            raise ConfigurationError(f"{where}: unknown key {unknown[0]}")
+        return hint(**{k: _coerce(hints[k], v, f"{where}.{k}") for k, v in value.items()})
     if origin is tuple:
         (item,) = {a for a in typing.get_args(hint) if a is not Ellipsis}
         if not isinstance(value, list):

@@ -35,7 +35,8 @@ def login() -> Response:
         else:
             try:
                 viewer = cookies.sign_in(token, runtime.secret,
-                                         lifetime=runtime.settings.dashboard.session_lifetime)
+                                         lifetime=runtime.settings.dashboard.session_lifetime,
+                                         providers=runtime.providers)
             except Problem as exc:
                 error, code = f"This token cannot sign in: {exc.detail}.", 401
             except ValueError as exc:

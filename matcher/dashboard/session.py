@@ -23,7 +23,9 @@ from typing import Any
 import jwt
 from flask import Request, Response
 
+from matcher import idp
 from matcher.auth import Principal, principal_from_header
+from matcher.idp import IdentityProviders
 
 COOKIE = "gridpilot_session"
 LOGIN_COOKIE = "gridpilot_login"
@@ -52,10 +54,14 @@ def session_key(secret: str) -> bytes:
                     hashlib.sha256).digest()
 
 
-def sign_in(token: str, secret: str, *, lifetime: int, now: float | None = None) -> Viewer:
-    """The viewer a token makes; raises the matcher's Problem (401) for a bad token and
-    ValueError for a token that may not sign in."""
-    principal = principal_from_header(f"Bearer {token.strip()}", secret)
+def sign_in(token: str, secret: str, *, lifetime: int, now: float | None = None,
+            providers: IdentityProviders | None = None) -> Viewer:
+    """The viewer a token makes (this service's or one of the identity ``providers``');
+    raises the matcher's Problem (401) for a bad token and ValueError for a token that may not
+    sign in."""
+    principal = principal_from_header(f"Bearer {token.strip()}", secret, providers)
+    if principal.scopes is not None and idp.READ not in principal.scopes:
+        raise ValueError(f"the token does not grant {idp.READ}, which the dashboard needs")
     if principal.role not in ("user", "operator"):
         raise ValueError(f"a {principal.role} token cannot sign in to the dashboard; use a "
                          "user's or an operator's token")
@@ -69,6 +75,8 @@ def encode(viewer: Viewer, secret: str) -> str:
     p = viewer.principal
     claims: dict[str, Any] = {"iss": ISSUER, "sub": p.subject, "role": p.role, "vo": p.vo,
                               "group": p.group, "exp": viewer.expires, "csrf": viewer.csrf}
+    if p.scopes is not None:
+        claims["scopes"] = sorted(p.scopes)
     return jwt.encode(claims, session_key(secret), algorithm=ALGORITHM)
 
 
@@ -83,7 +91,9 @@ def decode(value: str | None, secret: str) -> Viewer | None:
         return None
     if claims["role"] not in ("user", "operator"):
         return None
-    return Viewer(Principal(claims["sub"], claims["role"], claims["vo"], claims["group"]),
+    scopes = claims.get("scopes")
+    return Viewer(Principal(claims["sub"], claims["role"], claims["vo"], claims["group"],
+                            scopes=None if scopes is None else frozenset(map(str, scopes))),
                   int(claims["exp"]), str(claims["csrf"]))
 
 

@@ -14,8 +14,10 @@ from urllib.parse import urlencode, urlsplit
 from flask import Blueprint, Response, current_app, g, redirect, render_template, request, url_for
 
 from matcher.api import MAX_ID
+from matcher.auth import require_scope
 from matcher.dashboard import session as cookies
 from matcher.dashboard.session import Viewer
+from matcher.idp import CANCEL, MODIFY
 from matcher.problems import Problem, status_of
 from matcher.runtime import Runtime, runtime_of
 from taskqueue.errors import GridpilotError
@@ -69,6 +71,10 @@ def page(*, operator: bool = False) -> Callable[[View], View]:
                               "own jobs")
             if request.method == "POST":
                 check_csrf(viewer.csrf)
+                if request.endpoint != "ui.logout":
+                    # An identity provider's token acts only within its scopes.
+                    needed = CANCEL if kwargs.get("action") == "kill" else MODIFY
+                    require_scope(viewer.principal, needed)
             return view(Page(viewer, runtime, datetime.now(UTC)), **kwargs)
         return handle
     return wrap

@@ -37,6 +37,26 @@ def test_submit_jdl_text(client: Api, user_token: str) -> None:
     assert all(h["at"] and h["at"].endswith("Z") for h in job["history"])
 
 
+def test_unknown_attributes_are_warnings_naming_the_closest_known(client: Api,
+                                                                  user_token: str) -> None:
+    clean = client.ok("POST", "/api/v1/jobs", user_token, status=201, text=HELLO_JDL)
+    assert clean["warnings"] == []
+    answer = client.ok("POST", "/api/v1/jobs", user_token, status=201,
+                       text='[ Executable = "/bin/true"; NumberOfProcesors = 4; '
+                            'Parameters = 3; LogLevel = "debug"; ]')
+    assert len(answer["job_ids"]) == 3
+    assert len(answer["warnings"]) == 2  # once per attribute, not per job
+    typo = next(w for w in answer["warnings"] if "NumberOfProcesors" in w)
+    assert "did you mean NumberOfProcessors?" in typo
+    other = next(w for w in answer["warnings"] if "LogLevel" in w)
+    assert "did you mean" not in other and "kept and passed to the job" in other
+    # The misspelt attribute asked for no processors; the jobs were stored all the same.
+    assert client.job(user_token, answer["job_ids"][0])["processors"] == 1
+    spec = client.ok("POST", "/api/v1/jobs", user_token, status=201, json_body={
+        "executable": "/bin/true", "attributes": {"custom_attributes": {"MaxRAMM": 10}}})
+    assert any("did you mean MaxRAM?" in w for w in spec["warnings"])
+
+
 def test_submit_jdl_with_charset_parameter(client: Api, user_token: str) -> None:
     ids = client.submit_jdl(user_token, 'Executable = "/bin/true"; CPUTime = 3600;')
     assert client.job(user_token, ids[0])["status"] == "Waiting"

@@ -13,7 +13,10 @@ import jwt
 import requests
 
 from matcher.auth import principal_from_header
+from taskqueue.settings import load_settings
 from tests.conftest import Database
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -100,11 +103,19 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     waiting, failed = int(submitted[1]), int(submitted[2])
     assert waiting + failed == 200 and failed > 0  # the demo shows a failure and its reason
     assert "failed: Requirements: no queue offers SoftwareTag 'VO-lhcb-gauss-v99'" in out.stdout
-    assert f"Jobs by status: Done {waiting}, Failed {failed}; left waiting: 0." in out.stdout
+    # A user's two jobs through gridpilot-client and one through the PSI/J executor run too.
+    assert re.search(r"gridpilot-client submit hello.jdl \(as dave\): jobs \d+, \d+",
+                     out.stdout)
+    assert re.search(r"The PSI/J job \d+: QUEUED -> ACTIVE -> COMPLETED \(exit code 0\); "
+                     r"its output: 'hello from PSI/J on ", out.stdout), out.stdout
+    assert len(re.findall(r"\d+\s+Done\s+hello-\d", out.stdout)) == 2
+    by_user = 3
+    assert f"Jobs by status: Done {waiting + by_user}, Failed {failed}; left waiting: 0." \
+        in out.stdout
     # Driven by the site director: real pilots per queue, and the site admin's view.
     ran = re.search(r"total\s+(\d+)\s+(\d+)\n", out.stdout)
     assert ran, out.stdout
-    assert int(ran[1]) > 0 and int(ran[2]) == waiting
+    assert int(ran[1]) > 0 and int(ran[2]) == waiting + by_user
     assert "gridpilot-drain-cost: no pilot $JOBSTATUS directory" in out.stdout
 
 
@@ -159,3 +170,80 @@ def _dashboard_overview(url: str, token: str) -> str:
         page = http.post(f"{url}login", data={"token": token, "csrf": csrf[1]}, timeout=30)
         assert page.status_code == 200 and page.url == url, page.text
         return page.text
+
+
+def test_config_example_prints_the_shipped_settings(tmp_path: Path) -> None:
+    # No settings are read for it: a missing settings file does not matter.
+    out = run(["config", "example"], tmp_path, GRIDPILOT_CONFIG=str(tmp_path / "missing.toml"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == (ROOT / "conf" / "gridpilot.toml").read_text(encoding="utf-8")
+    # Written beside a resources file, it loads, and its paths count from its folder.
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "gridpilot.toml").write_text(out.stdout, encoding="utf-8")
+    resources = run(["config", "example", "resources"], tmp_path)
+    assert "[" in resources.stdout
+    (tmp_path / "etc" / "resources.toml").write_text(resources.stdout, encoding="utf-8")
+    settings = load_settings(tmp_path / "etc" / "gridpilot.toml", {})
+    assert settings.resources.file == str(tmp_path / "etc" / "resources.toml")
+
+
+def _empty_server_databases() -> list[str]:
+    import uuid
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import SERVER_ENV
+
+    urls = []
+    for env in SERVER_ENV.values():
+        if os.environ.get(env):
+            base = make_url(os.environ[env])
+            name = f"gp_empty_{uuid.uuid4().hex[:8]}"
+            admin = create_engine(base, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.execute(text(f"CREATE DATABASE {name}"))
+            admin.dispose()
+            urls.append(base.set(database=name).render_as_string(hide_password=False))
+    return urls
+
+
+def _drop(url: str) -> None:
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    from tests.conftest import SERVER_ENV
+
+    parsed = make_url(url)
+    backend = "postgresql" if parsed.get_backend_name() == "postgresql" else "mariadb"
+    admin = create_engine(os.environ[SERVER_ENV[backend]], isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        force = " WITH (FORCE)" if backend == "postgresql" else ""
+        conn.execute(text(f"DROP DATABASE IF EXISTS {parsed.database}{force}"))
+    admin.dispose()
+
+
+def test_a_database_without_the_schema_says_to_upgrade(tmp_path: Path) -> None:
+    secret = "cli-tests-secret-0123456789"
+    # A missing SQLite file is not created empty by a command that reads it.
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    for args in (["jobs"], ["serve"], ["agents", "--once"], ["queues", "list"]):
+        out = run(args, tmp_path, GRIDPILOT_DATABASE_URL=missing, GRIDPILOT_AUTH_SECRET=secret)
+        assert out.returncode == 1, (args, out.stdout, out.stderr)
+        assert "missing.db does not exist: run `gridpilot db upgrade` first" in out.stderr
+        assert not (tmp_path / "missing.db").exists()
+    # An empty database (an SQLite file, or a server's) names the command that builds it.
+    (tmp_path / "empty.db").touch()
+    empties = [f"sqlite:///{tmp_path / 'empty.db'}", *_empty_server_databases()]
+    try:
+        for url in empties:
+            for args in (["jobs"], ["job", "1"], ["serve"], ["agents", "--once"]):
+                out = run(args, tmp_path, GRIDPILOT_DATABASE_URL=url,
+                          GRIDPILOT_AUTH_SECRET=secret)
+                assert out.returncode == 1, (url, args, out.stderr)
+                assert "no gridpilot schema" in out.stderr, (url, args, out.stderr)
+                assert "run `gridpilot db upgrade` first" in out.stderr
+                assert "Traceback" not in out.stderr
+    finally:
+        for url in empties[1:]:
+            _drop(url)

@@ -117,6 +117,15 @@ def test_submit_jdl_and_json_files(gp: Any, tmp_path: Path) -> None:
     assert json.loads(as_json.output)["jobs"][0]["status"] == "Waiting"
 
 
+def test_submit_shows_warnings_for_unknown_attributes(gp: Any, tmp_path: Path) -> None:
+    jdl = write(tmp_path, "typo.jdl", '[ Executable = "/bin/true"; NumberOfProcesors = 2; ]')
+    result = gp("submit", jdl)
+    assert result.exit_code == 0, result.output
+    assert "typo.jdl: warning: " in result.stderr
+    assert "did you mean NumberOfProcessors?" in result.stderr
+    assert result.stdout.strip().isdigit()
+
+
 def test_a_refused_file_shows_the_services_detail(gp: Any, tmp_path: Path) -> None:
     good = write(tmp_path, "good.jdl", 'Executable = "x"; JobGroup = "t-refused";')
     bad = write(tmp_path, "bad.jdl", 'Executable = "x"; Priority = "high";')

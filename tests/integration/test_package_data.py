@@ -1,5 +1,5 @@
 """An installed (not editable) gridpilot serves the dashboard's templates and static files:
-they ship as package data."""
+they ship as package data; and PSI/J finds its executor into gridpilot there."""
 
 from __future__ import annotations
 
@@ -27,6 +27,16 @@ for name in ("dashboard.css", "dashboard.js", "favicon.svg"):
 print("served from", Path(matcher.__file__).parent)
 """
 
+PSIJ_PROBE = """
+import sys, psij
+(entry,) = psij.JobExecutor._executors["gridpilot"]
+assert entry.plugin_path.startswith(sys.argv[1]), entry.plugin_path
+from client.psij_executor import GridpilotExecutorConfig
+executor = psij.JobExecutor.get_instance(
+    "gridpilot", url="http://127.0.0.1:9", config=GridpilotExecutorConfig(token="t"))
+print("executor", executor.name, entry.plugin_path)
+"""
+
 
 def test_an_installed_package_serves_the_dashboard(tmp_path: Path) -> None:
     target = tmp_path / "site"
@@ -41,3 +51,16 @@ def test_an_installed_package_serves_the_dashboard(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert str(target) in out.stdout
+    assert (target / "psij-descriptors" / "gridpilot_descriptor.py").is_file()
+    found = subprocess.run([sys.executable, "-c", PSIJ_PROBE, str(target)], cwd=tmp_path,
+                           env=env, capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr
+    assert f"executor gridpilot {target}" in found.stdout
+    # The example configuration ships too (gridpilot config example).
+    example = subprocess.run(
+        [sys.executable, "-c", "import gridpilot.examples as e; "
+         "print(e.example_text('gridpilot')); print(e.example_text('resources'))"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert example.returncode == 0, example.stderr
+    assert "[database]" in example.stdout and "[auth]" in example.stdout
+    assert (target / "share" / "gridpilot" / "gridpilot.toml").is_file()

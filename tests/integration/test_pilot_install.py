@@ -24,7 +24,7 @@ from tests.helpers import write_token_file
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-install-secret-0123456789abcdef"
 SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "taskqueue", "optimizers", "matcher",
-           "agents", "pilot", "client", "gridpilot", "migrations")
+           "agents", "pilot", "client", "gridpilot", "migrations", "psij-descriptors", "conf")
 
 
 @pytest.fixture(scope="module")

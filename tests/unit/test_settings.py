@@ -60,3 +60,38 @@ def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, s
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigurationError, match="does not exist"):
         load_settings(tmp_path / "none.toml", {})
+
+
+def test_relative_paths_in_a_file_count_from_its_folder(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    f = folder / "g.toml"
+    f.write_text('[database]\nurl = "sqlite:///../var/g.db?timeout=5"\n'
+                 '[resources]\nfile = "resources.toml"\n'
+                 '[auth]\nsecret_file = "~/secret"\n'
+                 '[matcher]\nmetrics_dir = "/var/metrics"\n'
+                 '[agents]\npilot_workdir = "pilots"\n')
+    monkeypatch.chdir(tmp_path)
+    s = load_settings(Path("etc/g.toml"), {})
+    assert s.database.url == f"sqlite:///{folder / '../var/g.db'}?timeout=5"
+    assert s.resources.file == str(folder / "resources.toml")
+    assert s.auth.secret_file == str(Path("~/secret").expanduser())
+    assert s.matcher.metrics_dir == "/var/metrics"
+    assert s.agents.pilot_workdir == str(folder / "pilots")
+    # The environment's and the defaults' relative paths count from the current directory.
+    env = load_settings(f, {"GRIDPILOT_RESOURCES_FILE": "here.toml",
+                            "GRIDPILOT_DATABASE_URL": "sqlite:///g.db"})
+    assert (env.resources.file, env.database.url) == ("here.toml", "sqlite:///g.db")
+    assert load_settings(None, {}).resources.file == "conf/resources.toml"
+    for url in ("sqlite:///:memory:", "sqlite:////abs/g.db", "postgresql+psycopg://h/db"):
+        f.write_text(f'[database]\nurl = "{url}"\n')
+        assert load_settings(f, {}).database.url == url
+
+
+def test_the_shipped_file_names_files_beside_it(repo_root: Path) -> None:
+    s = load_settings(repo_root / "conf" / "gridpilot.toml", {})
+    assert Path(s.resources.file) == repo_root / "conf" / "resources.toml"
+    assert Path(s.resources.file).is_file()
+    assert Path(s.database.url.removeprefix("sqlite:///")).resolve() == \
+        (repo_root / "work" / "gridpilot.db").resolve()

@@ -1,0 +1,314 @@
+"""A PSI/J executor that submits into gridpilot: ``JobExecutor.get_instance("gridpilot",
+url="https://gridpilot.example.org")``.
+
+PSI/J finds it through ``psij-descriptors/gridpilot_descriptor.py`` (shipped beside this
+package). A :class:`psij.JobSpec` becomes a job in gridpilot's JSON form, which already uses
+PSI/J's names: executable, arguments, environment, name; resources (processes, cores per
+process, memory in bytes); ``attributes.duration`` (the CPU time) and ``queue_name``; the
+custom attributes ``gridpilot.site``, ``gridpilot.banned_sites``, ``gridpilot.platform``,
+``gridpilot.tags``, ``gridpilot.job_type``, ``gridpilot.priority``, ``gridpilot.job_group``
+(or any JDL field by its own name, with or without the ``gridpilot.`` prefix; keys meant for
+other executors, ``slurm.x`` and the like, are left out). The job runs on a worker node, so
+``directory``, ``stdin_path``, ``pre_launch`` and ``post_launch`` (paths on this host) are not
+sent; when the job ends, the tail of its output the pilot reported is written to the spec's
+``stdout_path``, if it names one.
+
+gridpilot's states map onto PSI/J's: Received, Checking, Waiting, Matched and Rescheduled are
+QUEUED; Running, Stalled and Completing are ACTIVE; Done is COMPLETED; Failed is FAILED (with
+the exit code and the minor status as message); Killed and Deleted are CANCELED. One thread
+per executor polls the service for the jobs it follows (every ``poll_interval`` seconds) and
+fires the status callbacks. The job's native id is its gridpilot job id; ``attach`` follows a
+job submitted before, by any means.
+
+URL and token come from the arguments, else from what ``gridpilot-client`` reads
+(``GRIDPILOT_URL``, ``GRIDPILOT_TOKEN``/``_FILE``, the user's client.toml, the WLCG bearer-token
+locations).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from psij import (
+    InvalidJobException,
+    Job,
+    JobExecutor,
+    JobExecutorConfig,
+    JobSpec,
+    JobState,
+    JobStatus,
+    SubmitException,
+)
+
+from client.config import ConfigError, resolve
+from client.service import Service, ServiceError
+
+log = logging.getLogger(__name__)
+
+#: gridpilot status → PSI/J state.
+STATES: Mapping[str, JobState] = {
+    "Received": JobState.QUEUED, "Checking": JobState.QUEUED, "Waiting": JobState.QUEUED,
+    "Matched": JobState.QUEUED, "Rescheduled": JobState.QUEUED,
+    "Running": JobState.ACTIVE, "Stalled": JobState.ACTIVE, "Completing": JobState.ACTIVE,
+    "Done": JobState.COMPLETED, "Failed": JobState.FAILED,
+    "Killed": JobState.CANCELED, "Deleted": JobState.CANCELED,
+}
+#: Custom attribute names (after an optional "gridpilot." prefix) → JDL field.
+CUSTOM: Mapping[str, str] = {
+    "site": "Site", "sites": "Site", "banned_site": "BannedSite", "banned_sites": "BannedSite",
+    "platform": "Platform", "platforms": "Platform", "tags": "Tags", "job_type": "JobType",
+    "priority": "Priority", "job_group": "JobGroup", "requirements": "Requirements",
+}
+PREFIX = "gridpilot."
+
+
+def register() -> None:
+    """Register the executor with PSI/J by hand, where its discovery cannot see it (an
+    editable install, whose ``psij-descriptors/`` folder is not on ``sys.path``)."""
+    if "gridpilot" in JobExecutor.get_executor_names():
+        return
+    from packaging.version import Version
+    from psij.descriptor import Descriptor
+
+    JobExecutor.register_executor(
+        Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
+                   cls="client.psij_executor.GridpilotJobExecutor"),
+        str(Path(__file__).resolve().parents[1]))
+
+
+class GridpilotExecutorConfig(JobExecutorConfig):
+    """How the executor talks to the service: a token (or a file holding it), seconds between
+    two status polls, and seconds one request may take."""
+
+    def __init__(self, launcher_log_file: Path | None = None,
+                 work_directory: Path | None = None, *, token: str | None = None,
+                 token_file: str | None = None, poll_interval: float = 2.0,
+                 timeout: float | None = None) -> None:
+        super().__init__(launcher_log_file, work_directory)
+        if poll_interval <= 0:
+            raise ValueError(f"poll_interval must be positive, got {poll_interval}")
+        self.token = token
+        self.token_file = token_file
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+
+
+def spec_to_json(spec: JobSpec) -> dict[str, Any]:
+    """The gridpilot JSON description of ``spec``; InvalidJobException for what cannot run."""
+    if not spec.executable:
+        raise InvalidJobException("the job spec names no executable")
+    body: dict[str, Any] = {"executable": str(spec.executable),
+                            "arguments": [str(a) for a in spec.arguments or []]}
+    if spec.environment:
+        body["environment"] = {str(k): str(v) for k, v in spec.environment.items()}
+    if spec.name:
+        body["name"] = spec.name
+    resources = spec.resources
+    if resources is not None:
+        found: dict[str, Any] = {}
+        for key in ("node_count", "process_count", "processes_per_node",
+                    "cpu_cores_per_process", "gpu_cores_per_process", "memory"):
+            value = getattr(resources, key, None)
+            if value is not None:
+                found[key] = value
+        if found:
+            body["resources"] = found
+    attributes = spec.attributes
+    if attributes is not None:
+        attrs: dict[str, Any] = {}
+        if attributes.duration is not None:
+            attrs["duration"] = max(1, math.ceil(attributes.duration.total_seconds()))
+        if attributes.queue_name:
+            attrs["queue_name"] = attributes.queue_name
+        custom = _custom(attributes.custom_attributes or {})
+        if custom:
+            attrs["custom_attributes"] = custom
+        if attrs:
+            body["attributes"] = attrs
+    return body
+
+
+def _custom(given: Mapping[str, object]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in given.items():
+        name = key[len(PREFIX):] if key.lower().startswith(PREFIX) else key
+        if "." in name:
+            continue  # another executor's attribute (slurm.constraint, pbs.x, ...)
+        field = CUSTOM.get(name.lower(), name)
+        if field in ("Site", "BannedSite", "Platform", "Tags") and isinstance(value, str):
+            value = [value]
+        if field in out:
+            raise InvalidJobException(f"the custom attribute {key!r} gives {field} a second "
+                                      "time")
+        out[field] = value
+    return out
+
+
+class GridpilotJobExecutor(JobExecutor):
+    """Jobs into a gridpilot matcher over its HTTP API."""
+
+    def __init__(self, url: str | None = None,
+                 config: JobExecutorConfig | None = None) -> None:
+        config = config or GridpilotExecutorConfig()
+        super().__init__(url=url, config=config)
+        token = getattr(config, "token", None)
+        token_file = getattr(config, "token_file", None)
+        self.poll_interval = float(getattr(config, "poll_interval", 2.0))
+        try:
+            found = resolve(url=url, token=token, token_file=token_file,
+                            timeout=getattr(config, "timeout", None), environ=os.environ)
+        except ConfigError as exc:
+            raise ValueError(f"the gridpilot executor cannot start: {exc}") from exc
+        self.url = found.url
+        self.service = Service(found.url, found.token, timeout=found.timeout)
+        self._jobs: dict[int, Job] = {}
+        self._lock = threading.RLock()
+        self._wake = threading.Event()
+        self._poller: threading.Thread | None = None
+
+    # -- PSI/J's operations --------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        spec = self._check_job(job)
+        try:
+            body = spec_to_json(spec)
+        except InvalidJobException:
+            job.executor = None
+            raise
+        try:
+            answer = self.service.submit(json.dumps(body), "json")
+        except ServiceError as exc:
+            job.executor = None
+            if 400 <= exc.status < 500 and exc.status not in (401, 403, 408, 429):
+                raise InvalidJobException(exc.detail) from exc
+            raise SubmitException(exc.detail) from exc
+        ids = answer.get("job_ids") or []
+        if len(ids) != 1:
+            job.executor = None
+            raise InvalidJobException(f"the spec made {len(ids)} gridpilot jobs, not one")
+        job_id = int(ids[0])
+        job._native_id = job_id
+        self._follow(job_id, job)
+        self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"status": "Received"}))
+
+    def cancel(self, job: Job) -> None:
+        if job.native_id is None:
+            self._set_job_status(job, JobStatus(JobState.CANCELED))
+            return
+        if job.status.final:
+            return
+        try:
+            answer = self.service.bulk("kill", [int(job.native_id)], "cancelled through PSI/J")
+        except ServiceError as exc:
+            raise SubmitException(exc.detail) from exc
+        for refused in answer["errors"]:
+            # A job that ended meanwhile cannot be killed; its final state comes by polling.
+            log.info("job %s not killed: %s", job.native_id, refused.get("detail"))
+        self._wake.set()
+
+    def list(self) -> list[str]:
+        try:
+            return [str(j["job_id"]) for j in self.service.jobs({})]
+        except ServiceError as exc:
+            raise SubmitException(exc.detail) from exc
+
+    def attach(self, job: Job, native_id: str) -> None:
+        if job.status.state != JobState.NEW:
+            raise InvalidJobException("only a NEW job can be attached")
+        try:
+            job_id = int(native_id)
+        except ValueError as exc:
+            raise InvalidJobException(f"a gridpilot native id is a job number, got "
+                                      f"{native_id!r}") from exc
+        try:
+            record = self.service.job(job_id)
+        except ServiceError as exc:
+            raise InvalidJobException(exc.detail) from exc
+        job.executor = self
+        job._native_id = job_id
+        self._follow(job_id, job)
+        self._update(job, record)
+
+    # -- following jobs ------------------------------------------------------------------
+
+    def _follow(self, job_id: int, job: Job) -> None:
+        with self._lock:
+            self._jobs[job_id] = job
+            if self._poller is None or not self._poller.is_alive():
+                self._poller = threading.Thread(target=self._poll_loop, daemon=True,
+                                                name=f"gridpilot-psij-{self.url}")
+                self._poller.start()
+
+    def _poll_loop(self) -> None:
+        try:
+            self._poll()
+        except Exception:  # the thread must say why it stopped, and let a later job restart it
+            log.exception("the gridpilot PSI/J poller stopped")
+            with self._lock:
+                self._poller = None
+
+    def _poll(self) -> None:
+        while True:
+            self._wake.wait(self.poll_interval)
+            self._wake.clear()
+            with self._lock:
+                followed = dict(self._jobs)
+            if not followed:
+                with self._lock:
+                    if not self._jobs:
+                        self._poller = None
+                        return
+                continue
+            for job_id, job in followed.items():
+                try:
+                    record = self.service.job(job_id)
+                except ServiceError as exc:
+                    if exc.status == 404:
+                        self._set_job_status(job, JobStatus(
+                            JobState.CANCELED, message="the job no longer exists"))
+                        self._forget(job_id)
+                    else:
+                        log.warning("cannot read job %s: %s", job_id, exc.detail)
+                    continue
+                self._update(job, record)
+
+    def _update(self, job: Job, record: Mapping[str, Any]) -> None:
+        status = str(record.get("status"))
+        state = STATES.get(status)
+        if state is None:
+            log.warning("job %s has a status PSI/J has no state for: %s", job.native_id, status)
+            return
+        if state == job.status.state:
+            return
+        exit_code = record.get("exit_code")
+        minor = record.get("minor_status") or ""
+        metadata = {"status": status, "minor_status": minor, "site": record.get("site")}
+        if state.final and job.native_id is not None:
+            self._write_output(job)
+            self._forget(int(job.native_id))
+        message = f"{status}: {minor}" if minor and state != JobState.COMPLETED else None
+        self._set_job_status(job, JobStatus(state, time=time.time(), message=message,
+                                            exit_code=exit_code if state.final else None,
+                                            metadata=metadata))
+
+    def _forget(self, job_id: int) -> None:
+        with self._lock:
+            self._jobs.pop(job_id, None)
+
+    def _write_output(self, job: Job) -> None:
+        path = job.spec.stdout_path if job.spec is not None else None
+        if path is None or job.native_id is None:
+            return
+        try:
+            tail = self.service.output(int(job.native_id)).get("output_tail") or ""
+            Path(path).write_text(tail, encoding="utf-8")
+        except (ServiceError, OSError) as exc:
+            log.warning("cannot write the output of job %s to %s: %s", job.native_id, path, exc)
