@@ -28,6 +28,7 @@ from gridpilot import schema  # noqa: E402
 from gridpilot.devserver import matcher_server  # noqa: E402
 from taskqueue.database import make_engine  # noqa: E402
 from taskqueue.tokens import issue_token  # noqa: E402
+from tests.helpers import write_token_file  # noqa: E402
 
 SECRET = "psij-suite-signing-secret-0123456789"
 #: The files whose tests take an executor (``execparams``) and apply to a remote service.
@@ -53,9 +54,8 @@ def main(argv: list[str]) -> int:
         engine.dispose()
         user = issue_token(SECRET, subject="psij", role="user", vo="lhcb", group="lhcb_user",
                            lifetime=7200)
-        pilot_token = work / "pilot.token"
-        pilot_token.write_text(issue_token(SECRET, subject="factory", role="pilot", vo="lhcb",
-                                           group="lhcb_pilot", lifetime=7200))
+        pilot_token = issue_token(SECRET, subject="factory", role="pilot", vo="lhcb",
+                                  group="lhcb_pilot", lifetime=7200)
         with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                             workers=2) as base:
             pilots = [_pilot(base, pilot_token, work, n) for n in range(2)]
@@ -76,11 +76,14 @@ def main(argv: list[str]) -> int:
             return _summary(report)
 
 
-def _pilot(base: str, token: Path, work: Path, n: int) -> subprocess.Popen[bytes]:
+def _pilot(base: str, token: str, work: Path, n: int) -> subprocess.Popen[bytes]:
+    # Each pilot reads its token from a private file and removes it (as the site director does).
+    token_file = write_token_file(work / f"pilot-{n}.token", token)
     with (work / f"pilot-{n}.log").open("ab") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "pilot.cli", "--matcher", base, "--token-file", str(token),
-             "--vo", "lhcb", "--site", "LCG.CERN.cern", "--ce", "ce503.cern.ch", "--queue",
+            [sys.executable, "-m", "pilot.cli", "--matcher", base, "--token-file",
+             str(token_file), "--vo", "lhcb", "--site", "LCG.CERN.cern", "--ce",
+             "ce503.cern.ch", "--queue",
              "condor", "--cores", "2", "--submit-pools", "", "--idle-timeout", "3600",
              "--backoff-cap", "1", "--heartbeat", "1", "--grace", "1",
              "--workdir", str(work / f"pilot-{n}")],

@@ -32,6 +32,7 @@ from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from taskqueue.database import make_engine
 from taskqueue.tokens import issue_token
+from tests.helpers import write_token_file
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "psij-tests-signing-secret-0123456789"
@@ -56,8 +57,8 @@ class Server:
 
     def pilot(self, tag: str, *extra: str) -> subprocess.Popen[bytes]:
         """A real pilot that runs only jobs tagged ``tag``, until it is idle for a while."""
-        token = self.work / f"pilot-{tag}.token"
-        token.write_text(self.token("factory", "pilot", "lhcb_pilot"), encoding="utf-8")
+        token = write_token_file(self.work / f"pilot-{tag}.token",
+                                 self.token("factory", "pilot", "lhcb_pilot"))
         with (self.work / f"pilot-{tag}.log").open("ab") as log:
             return subprocess.Popen(
                 [sys.executable, "-m", "pilot.cli", "--matcher", self.url, "--token-file",
