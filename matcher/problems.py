@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import sqlalchemy.exc
 from flask import Flask, Response, json
 from werkzeug.exceptions import HTTPException
 
@@ -91,6 +92,17 @@ def install(app: Flask) -> None:
         allowed = getattr(exc, "valid_methods", None)
         if status == 405 and allowed:
             response.headers["Allow"] = ", ".join(sorted(allowed))
+        return response
+
+    @app.errorhandler(sqlalchemy.exc.OperationalError)
+    @app.errorhandler(sqlalchemy.exc.TimeoutError)
+    def _database(exc: Exception) -> Response:
+        # Unreachable, too slow (a statement or connect timeout) or out of connections:
+        # nothing was committed, and the same request may succeed a little later.
+        log.error("database unavailable: %s", type(exc).__name__)
+        response = problem_response(503, "the database did not answer in time; nothing was "
+                                    "changed, try again in a few seconds")
+        response.headers["Retry-After"] = "5"
         return response
 
     @app.errorhandler(Exception)

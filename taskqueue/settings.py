@@ -36,6 +36,17 @@ class DatabaseSettings:
     url: str = "sqlite:///work/gridpilot.db"
     #: Echo SQL statements to the log (debugging only).
     echo: bool = False
+    #: Seconds to make a connection, to wait for a pooled one, and that the server lets one
+    #: statement run (0: no limit) before the transaction fails with 503 "try again".
+    connect_timeout: float = 5.0
+    pool_timeout: float = 10.0
+    statement_timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "pool_timeout", "statement_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"database.{name} must not be negative, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -179,8 +190,9 @@ class AgentSettings:
     job_lease: int = 1800
     #: ... and one Stalled for this much longer is rescheduled (or failed at the maximum).
     stalled_limit: int = 1800
-    #: A Matched job its pilot never reported Running for this long goes back to its queue.
-    matched_lease: int = 900
+    #: A Matched job its pilot neither reported Running nor beat for since the match goes
+    #: back to its queue after this long: a match counts once its pilot confirms it.
+    matched_lease: int = 120
     #: Pilots one cycle submits to one queue at most, and the default caps per queue (a
     #: queue's MaxWaitingPilots / MaxTotalPilots parameters override them).
     pilots_per_cycle: int = 10
