@@ -186,6 +186,9 @@ class AgentSettings:
     cleanup_interval: int = 300
     #: The dashboard's counters and job-count snapshots (taskqueue.activity).
     activity_interval: int = 60
+    #: Seconds a loop's turn is held without a heartbeat: the process running a loop renews
+    #: its turn every third of this, so a killed agent's turn is free this long after.
+    turn_lease: int = 90
     #: A Running or Matched job without a heartbeat for this long becomes Stalled ...
     job_lease: int = 1800
     #: ... and one Stalled for this much longer is rescheduled (or failed at the maximum).
@@ -217,6 +220,9 @@ class AgentSettings:
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                 raise ConfigurationError(f"agents.{f.name} must not be negative, got {value}")
+        if self.turn_lease < 3:
+            raise ConfigurationError(
+                f"agents.turn_lease must be at least 3 seconds, got {self.turn_lease}")
 
 
 @dataclass(frozen=True)
