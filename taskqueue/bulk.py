@@ -26,14 +26,18 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     """Insert ``rows`` (dicts with the same keys) in as few statements as the database allows.
 
     PostgreSQL gets one ``INSERT … SELECT FROM unnest(array, …)`` with one array per column: a
-    short statement whatever the number of rows. Elsewhere an executemany with RETURNING takes
-    SQLAlchemy's "insertmanyvalues" path (one multi-row VALUES statement per thousand rows);
-    without RETURNING, drivers send one statement per row.
+    short statement whatever the number of rows. PyMySQL's executemany rewrites an INSERT into
+    multi-row VALUES statements of up to a megabyte itself. Elsewhere an executemany with
+    RETURNING takes SQLAlchemy's "insertmanyvalues" path (one multi-row VALUES statement per
+    thousand rows); without RETURNING, such drivers send one statement per row.
     """
     if not rows:
         return
     if conn.dialect.name == "postgresql":
         conn.execute(_unnest_insert(table, rows))
+        return
+    if conn.dialect.driver == "pymysql":
+        conn.execute(insert(table), list(rows))
         return
     key = next(iter(table.primary_key.columns))
     conn.execute(insert(table).returning(key), list(rows))
