@@ -21,6 +21,9 @@ from sqlalchemy import (
 from sqlalchemy import types as sqltypes
 from sqlalchemy.dialects.postgresql import ARRAY
 
+#: Up to this many rows, a plain INSERT (executemany) is cheaper than building an unnest.
+_FEW = 4
+
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert ``rows`` (dicts with the same keys) in as few statements as the database allows.
@@ -32,6 +35,9 @@ def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]
     thousand rows); without RETURNING, such drivers send one statement per row.
     """
     if not rows:
+        return
+    if len(rows) <= _FEW:  # a plain INSERT: cached once compiled, cheaper to build
+        conn.execute(insert(table), list(rows))
         return
     if conn.dialect.name == "postgresql":
         conn.execute(_unnest_insert(table, rows))
@@ -48,6 +54,8 @@ def insert_rows_returning_ids(conn: Connection, table: Table,
     """Insert ``rows`` into a table with an autoincrement ``id``; return the ids in row order."""
     if not rows:
         return []
+    if len(rows) == 1:
+        return [conn.execute(insert(table).returning(table.c.id), rows[0]).scalar_one()]
     if conn.dialect.name == "postgresql":
         # Rows are inserted in array order, so the sequence hands out ascending ids in that
         # order (other inserters' ids may interleave, never reorder ours).
