@@ -9,6 +9,7 @@ the environment: only :func:`load_settings` does, with the mapping its caller ha
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import tomllib
 import types
@@ -129,11 +130,27 @@ class MatcherSettings:
     #: Jobs and task queues listed per page by default, and at most.
     page_size: int = 100
     max_page_size: int = 1000
-    #: Folder where each worker process leaves its metrics for /metrics to add up;
-    #: empty: "metrics" beside the SQLite database, or the system's temporary folder.
+    #: Folder where each worker process leaves its metrics for /metrics to add up (created
+    #: 0700; refused when it is a symbolic link or another user's); empty: "metrics" beside
+    #: the SQLite database, or a new private temporary folder.
     metrics_dir: str = ""
+    #: Who may scrape /metrics besides an operator token: a long-lived secret a scraper sends
+    #: as its bearer token (at least 32 characters), and addresses or networks allowed without
+    #: a token (the peer address of the connection; e.g. ["127.0.0.1", "10.1.0.0/16"]).
+    metrics_token: str = ""
+    metrics_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.metrics_token and len(self.metrics_token) < 32:
+            raise ConfigurationError("matcher.metrics_token must be at least 32 characters "
+                                     "long (or empty: no metrics token)")
+        for item in self.metrics_allow:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"matcher.metrics_allow: {item!r} is not an address or network such as "
+                    "127.0.0.1 or 10.1.0.0/16") from exc
         for name in ("workers", "timeout", "max_body_bytes", "max_jobs_per_match", "page_size",
                      "max_page_size"):
             if getattr(self, name) < 1:
