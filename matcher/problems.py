@@ -7,13 +7,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import sqlalchemy.exc
 from flask import Flask, Response, json
 from werkzeug.exceptions import HTTPException
 
 from taskqueue.errors import (
     ConfigurationError,
     ConflictError,
+    DatabaseUnavailableError,
     ForbiddenError,
     GridpilotError,
     IllegalTransitionError,
@@ -59,6 +59,8 @@ def status_of(exc: GridpilotError) -> int:
         return 409
     if isinstance(exc, InvalidInputError):
         return 422
+    if isinstance(exc, DatabaseUnavailableError):
+        return 503
     if isinstance(exc, ConfigurationError):
         return 500
     return 500
@@ -76,7 +78,10 @@ def install(app: Flask) -> None:
         status = status_of(exc)
         if status >= 500:
             log.error("request failed: %s", exc)
-        return problem_response(status, exc.message)
+        response = problem_response(status, exc.message)
+        if status == 503:  # the database: unreachable, too slow or out of connections
+            response.headers["Retry-After"] = "5"
+        return response
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:
@@ -92,17 +97,6 @@ def install(app: Flask) -> None:
         allowed = getattr(exc, "valid_methods", None)
         if status == 405 and allowed:
             response.headers["Allow"] = ", ".join(sorted(allowed))
-        return response
-
-    @app.errorhandler(sqlalchemy.exc.OperationalError)
-    @app.errorhandler(sqlalchemy.exc.TimeoutError)
-    def _database(exc: Exception) -> Response:
-        # Unreachable, too slow (a statement or connect timeout) or out of connections:
-        # nothing was committed, and the same request may succeed a little later.
-        log.error("database unavailable: %s", type(exc).__name__)
-        response = problem_response(503, "the database did not answer in time; nothing was "
-                                    "changed, try again in a few seconds")
-        response.headers["Retry-After"] = "5"
         return response
 
     @app.errorhandler(Exception)

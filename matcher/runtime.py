@@ -15,7 +15,6 @@ from typing import TypeVar
 
 from flask import Flask
 
-from matcher.health import HealthProbe
 from matcher.metrics import Metrics
 from optimizers.chain import ChainContext
 from optimizers.resources import ResourcesConfig, load_resources
@@ -26,6 +25,7 @@ from taskqueue.database import (
     make_session_factory,
     run_in_transaction,
 )
+from taskqueue.health import HealthProbe
 from taskqueue.settings import Settings
 
 T = TypeVar("T")
@@ -54,7 +54,7 @@ class Runtime:
         return self._factory
 
     def health(self) -> HealthProbe:
-        """The process's database health check (matcher.health)."""
+        """The process's database health check (taskqueue.health)."""
         with self._lock:
             if self._health is None or self._health[0] != os.getpid():
                 self._health = (os.getpid(), HealthProbe(self.settings.database))

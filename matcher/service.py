@@ -27,7 +27,7 @@ METRICS_QUEUES = 1000
           responses={200: ("Healthy", schemas.HEALTH), 503: ("The database is unreachable",
                                                             schemas.PROBLEM)})
 def healthz(call: Call) -> dict[str, str]:
-    # Within a second, even when the database hangs (matcher.health).
+    # Within a second, even when the database hangs (taskqueue.health).
     trouble = call.runtime.health().check()
     if trouble is not None:
         raise Problem(503, trouble)

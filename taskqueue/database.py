@@ -16,10 +16,11 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from taskqueue.errors import ConfigurationError, ConflictError
+from taskqueue.errors import ConfigurationError, ConflictError, DatabaseUnavailableError
 from taskqueue.settings import DatabaseSettings
 
 __all__ = ["Session", "SessionFactory", "engine_for", "make_engine", "make_session_factory",
@@ -29,6 +30,8 @@ T = TypeVar("T")
 #: What makes sessions (and transactions, with ``.begin()``) on one engine.
 SessionFactory = sessionmaker[Session]
 
+_UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
+                "seconds")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
@@ -156,5 +159,9 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                         f"the transaction lost {attempts} races in a row with other "
                         "processes; try again"
                     ) from exc
+                if isinstance(exc, OperationalError):
+                    raise DatabaseUnavailableError(_UNAVAILABLE) from exc
                 raise
+        except PoolTimeoutError as exc:
+            raise DatabaseUnavailableError(_UNAVAILABLE) from exc
     raise AssertionError("unreachable")

@@ -1,4 +1,4 @@
-"""/healthz's database check: an answer within a deadline, whatever the database does.
+"""A database check that answers within a deadline, whatever the database does (/healthz).
 
 The check runs ``SELECT 1`` on a fresh connection (never one of the request pool, which a hung
 server may hold) in a thread of its own, and waits for it at most ``deadline`` seconds. A
