@@ -5,8 +5,9 @@ pilots (the batch systems' view of the pilots), submitpools (SubmitPool → queu
 re-evaluated; unused pools dropped), watchdog (silent jobs Stalled, rescheduled or failed),
 priorities (fair share), cleanup (empty task queues), activity (the dashboard's counters and
 job-count snapshots). Several agent processes may run at once:
-each loop's turn is taken in the database (taskqueue.agentruns), and every loop is itself safe
-to run twice at once.
+each loop's turn is taken in the database (taskqueue.agentruns) and held by a heartbeat while the
+loop runs (so a killed agent's turn is free after ``[agents] turn_lease``), and every loop is
+itself safe to run twice at once.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,10 +33,7 @@ from agents.maintenance import (
 )
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
-from taskqueue.agentruns import finish_run, start_run
-
-#: Seconds after which a loop that started and never finished counts as abandoned.
-LEASE = 3600
+from taskqueue.agentruns import finish_run, renew_run, start_run
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,34 @@ def optimize(ctx: AgentContext) -> str:
         if len(result.waiting) + len(result.failed) < batch:
             break
     return f"{total_ok} job(s) now Waiting, {total_failed} failed"
+
+
+class TurnKeeper:
+    """Renews one loop's turn every ``every`` seconds, in a thread, while the loop runs."""
+
+    def __init__(self, ctx: AgentContext, name: str, holder: str, *, every: float) -> None:
+        self.ctx, self.name, self.holder, self.every = ctx, name, holder, every
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"turn-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.every):
+            try:
+                held = self.ctx.transaction(partial(renew_run, name=self.name,
+                                                    holder=self.holder, now=self.ctx.now()))
+            except Exception:  # the database may be back at the next beat
+                self.ctx.log.exception("agent loop %s: its turn could not be renewed", self.name)
+                continue
+            if not held:
+                self.ctx.log.warning("agent loop %s: its turn was taken over by another "
+                                     "process (this one was silent too long)", self.name)
 
 
 class Agents:
@@ -99,15 +126,20 @@ class Agents:
 
     def _turn(self, loop: Loop, *, force: bool) -> str:
         ctx = self.ctx
+        lease = ctx.settings.agents.turn_lease
         if not ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
-                                       now=ctx.now(), interval=loop.interval, lease=LEASE,
+                                       now=ctx.now(), interval=loop.interval, lease=lease,
                                        force=force)):
             return "not due, or running in another agent process"
+        keeper = TurnKeeper(ctx, loop.name, self.holder, every=lease / 3)
+        keeper.start()
         try:
             summary = loop.run()
         except Exception as exc:  # one loop's failure must not stop the others
             ctx.log.exception("agent loop %s failed", loop.name)
             summary = f"failed: {type(exc).__name__}: {exc}"
+        finally:
+            keeper.stop()
         ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
                                 now=ctx.now(), summary=summary))
         ctx.log.info("%s: %s", loop.name, summary)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from gridpilot import schema
 from gridpilot.examples import EXAMPLES, example_text
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.database import engine_for, make_session_factory, run_in_transaction
 from taskqueue.errors import GridpilotError
 from taskqueue.queues import delete_empty_queues
 from taskqueue.settings import Settings, load_settings
@@ -102,7 +102,8 @@ def db() -> None:
 @_friendly
 def db_upgrade(settings: Settings, revision: str) -> None:
     """Bring the database schema up to REVISION (creating it if the database is empty)."""
-    engine = make_engine(settings.database.url)
+    # Altering a large table may take longer than any request may.
+    engine = engine_for(settings.database, statement_timeout=0)
     before = schema.current_revision(engine)
     schema.upgrade(engine, revision)
     after = schema.current_revision(engine)
@@ -115,7 +116,7 @@ def db_upgrade(settings: Settings, revision: str) -> None:
 @_friendly
 def db_current(settings: Settings) -> None:
     """Print the schema revision of the database and whether it is the newest."""
-    engine = make_engine(settings.database.url)
+    engine = engine_for(settings.database)
     current = schema.current_revision(engine)
     head = schema.head_revision(engine)
     state = "up to date" if current == head else f"behind; run 'gridpilot db upgrade' ({head})"
@@ -136,7 +137,7 @@ def queues_list(settings: Settings, limit: int) -> None:
     """Task queues with their waiting jobs and priorities."""
     from gridpilot.reports import queue_table
 
-    factory = make_session_factory(make_engine(settings.database.url))
+    factory = make_session_factory(engine_for(settings.database))
     with factory() as session:
         click.echo(queue_table(session, limit))
 
@@ -146,7 +147,7 @@ def queues_list(settings: Settings, limit: int) -> None:
 @_friendly
 def queues_recompute(settings: Settings) -> None:
     """Recompute every task queue's fair-share priority now."""
-    factory = make_session_factory(make_engine(settings.database.url))
+    factory = make_session_factory(engine_for(settings.database))
     changed = run_in_transaction(factory, lambda s: recompute_priorities(s, settings))
     click.echo(f"{len(changed)} task queue priorities changed")
 
@@ -156,7 +157,7 @@ def queues_recompute(settings: Settings) -> None:
 @_friendly
 def queues_cleanup(settings: Settings) -> None:
     """Delete task queues and SubmitPools that stayed empty past their grace periods."""
-    factory = make_session_factory(make_engine(settings.database.url))
+    factory = make_session_factory(engine_for(settings.database))
     now = datetime.now(UTC)
     gone = run_in_transaction(factory, lambda s: delete_empty_queues(s, settings, now=now))
     pools = run_in_transaction(factory, lambda s: delete_unused_submit_pools(
@@ -308,7 +309,7 @@ def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> No
     logging.getLogger("agents").setLevel(logging.INFO)
     schema.require_schema(settings.database.url)
     needs_secret = not names or "director" in names
-    ctx = AgentContext(settings, make_session_factory(make_engine(settings.database.url)),
+    ctx = AgentContext(settings, make_session_factory(engine_for(settings.database)),
                        secret=settings.auth.signing_secret() if needs_secret else "")
     try:
         runner = Agents(ctx, names)

@@ -23,7 +23,7 @@ from optimizers.chain import (
 from optimizers.description import JobDescriptionError, unknown_field_warnings
 from optimizers.jobexplain import explain_job
 from optimizers.resources import load_resources
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.database import engine_for, make_session_factory, run_in_transaction
 from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import (
     Job,
@@ -33,7 +33,7 @@ from taskqueue.settings import Settings
 
 
 def _factory(settings: Settings) -> sessionmaker[Session]:
-    return make_session_factory(make_engine(settings.database.url))
+    return make_session_factory(engine_for(settings.database))
 
 
 def _context(settings: Settings) -> ChainContext:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from matcher import create_app
+from matcher.app import metrics_dir
 from taskqueue.settings import Settings
 
 
@@ -47,5 +49,8 @@ def gunicorn_options(settings: Settings, *, bind: str | None = None,
 
 
 def serve(settings: Settings, *, bind: str | None = None, workers: int | None = None) -> None:
+    # One metrics folder for all the workers, made (or checked) here, before they start.
+    settings = replace(settings, matcher=replace(settings.matcher,
+                                                 metrics_dir=str(metrics_dir(settings))))
     create_app(settings)  # fail here, with a clear message, rather than in every worker
     MatcherServer(settings, gunicorn_options(settings, bind=bind, workers=workers)).run()

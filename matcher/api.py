@@ -87,9 +87,11 @@ View = Callable[..., Any]
 def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
              roles: tuple[str, ...] | None, responses: Mapping[int, tuple[str, Schema | None]],
              body: Mapping[str, Schema] | None = None, body_required: bool = True,
-             query: tuple[Param, ...] = ()) -> Callable[[View], View]:
+             query: tuple[Param, ...] = (),
+             admit: Callable[[Runtime], bool] | None = None) -> Callable[[View], View]:
     """Declare an endpoint. An optional body (``body_required=False``) may be left out
-    altogether; the view then gets ``call.body`` None."""
+    altogether; the view then gets ``call.body`` None. ``admit``: a caller it accepts (by
+    other means than a token of ``roles``) needs no token."""
     def register(view: View) -> View:
         OPERATIONS.append(Operation(method, f"{bp.url_prefix or ''}{rule}", summary, tag, roles,
                                     body, body_required, query, responses, view.__name__))
@@ -97,7 +99,7 @@ def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
         @functools.wraps(view)
         def handle(**path: Any) -> Response:
             runtime = runtime_of(current_app)
-            if roles is None:
+            if roles is None or (admit is not None and admit(runtime)):
                 principal = Principal("anonymous", "none", "", "")
             else:
                 principal = principal_from_header(request.headers.get("Authorization"),

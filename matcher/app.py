@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from matcher import (
     whoami,
 )
 from matcher.idp import IdentityProviders
-from matcher.metrics import Metrics
+from matcher.metrics import Metrics, private_directory
 from matcher.runtime import EXTENSION, Runtime, runtime_of
 from taskqueue.settings import Settings
 
@@ -43,13 +42,15 @@ def create_app(settings: Settings) -> Flask:
 
 
 def metrics_dir(settings: Settings) -> Path:
-    """Where this host's worker processes leave their metrics."""
+    """Where this host's worker processes leave their metrics: the setting, or "metrics"
+    beside an SQLite database, or else a new private temporary folder (``gridpilot serve``
+    makes it once, before its workers start); always a folder only the service can use."""
     if settings.matcher.metrics_dir:
-        return Path(settings.matcher.metrics_dir)
+        return private_directory(Path(settings.matcher.metrics_dir))
     url = settings.database.url
     if url.startswith("sqlite:///") and url != "sqlite:///:memory:":
-        return Path(url.removeprefix("sqlite:///")).parent / "metrics"
-    return Path(tempfile.gettempdir()) / "gridpilot-metrics"
+        return private_directory(Path(url.removeprefix("sqlite:///")).parent / "metrics")
+    return private_directory(None)
 
 
 def _start_clock() -> None:

@@ -23,8 +23,8 @@ from taskqueue.jobs import (
     count_jobs_by_status,
     find_jobs,
     job_history,
-    jobs_by_id,
 )
+from taskqueue.queues import WAITING_MINOR_STATUS
 from taskqueue.states import JobStatus
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -45,9 +45,13 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
 
     def work(session: Session) -> list[dict[str, Any]]:
         result = submit(session, submissions, identity, ctx)
-        ids = sorted(result.waiting + list(result.failed))
-        return [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
-                for j in jobs_by_id(session, ids)]
+        # The chain's outcome is each job's status: no need to read the jobs back.
+        outcome = {job_id: (JobStatus.WAITING.value, WAITING_MINOR_STATUS)
+                   for job_id in result.waiting}
+        outcome.update({job_id: (JobStatus.FAILED.value, reason[:255])
+                        for job_id, reason in result.failed.items()})
+        return [{"job_id": job_id, "status": status, "minor_status": minor}
+                for job_id, (status, minor) in sorted(outcome.items())]
 
     jobs = call.runtime.transaction(work)
     warnings = unknown_field_warnings(s.description for s in submissions)

@@ -1,26 +1,34 @@
-"""Prometheus metrics that add up over every worker process of one host.
+"""Prometheus metrics that add up over every worker process of one host, kept by
+``prometheus_client`` in its multiprocess mode: each process writes its counters and histograms
+to memory-mapped files of its own in one folder, and ``/metrics`` adds the files up.
 
-Each process counts in memory and, at most once a second, writes its totals to its own file in
-a shared folder; ``/metrics`` adds up the files. A process that has exited leaves its file, so
-counters never go backwards; the scrape folds such files into one archive file (under a file
-lock) so that recycled workers do not pile up files.
+The folder is private to the service: it is created with mode 0700, and one that is a
+symbolic link, not a folder, or owned by another user is refused (anyone who can write there
+can add series to ``/metrics`` or make the service write through a link). A scrape folds the
+files of processes that have exited (workers recycled by gunicorn) into one archive file per
+kind, so they do not pile up and counters never go backwards.
 """
 
 from __future__ import annotations
 
-import bisect
 import fcntl
-import json
 import os
-import time
-from collections.abc import Iterable, Mapping
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, values
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.mmap_dict import MmapedDict
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from taskqueue.errors import ConfigurationError
 
 #: Upper bounds of the latency histogram, in seconds.
 LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
                                       1.0, 2.5, 5.0)
-FLUSH_INTERVAL = 1.0
 
 HELP: dict[str, tuple[str, str]] = {
     "gridpilot_http_requests_total": ("counter", "HTTP requests handled, by endpoint and status"),
@@ -31,122 +39,129 @@ HELP: dict[str, tuple[str, str]] = {
     "gridpilot_no_matches_total": ("counter", "Match requests that found no job, by reason"),
     "gridpilot_waiting_jobs": ("gauge", "Jobs waiting in each task queue"),
 }
+#: Kinds of files a process writes, and so of archives.
+_KINDS = ("counter", "histogram")
 
-def _key(name: str, labels: Mapping[str, str]) -> str:
-    return json.dumps([name, sorted(labels.items())])
+_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: The folder this process's metric values are written to now (prometheus_client keeps one).
+_current_dir: str | None = None
+
+
+def private_directory(path: Path | None) -> Path:
+    """``path`` made ready for the metrics files (created 0700), or a new private temporary
+    folder when ``path`` is None; refuses a folder others could write to or plant."""
+    if path is None:
+        return Path(tempfile.mkdtemp(prefix="gridpilot-metrics-"))
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise ConfigurationError(f"matcher.metrics_dir {path} cannot be created: {exc}") from exc
+    info = path.lstat()
+    if stat.S_ISLNK(info.st_mode):
+        raise ConfigurationError(f"matcher.metrics_dir {path} is a symbolic link; give the "
+                                 "folder itself (one only the service can write to)")
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigurationError(f"matcher.metrics_dir {path} is not a folder")
+    if info.st_uid != os.geteuid():
+        raise ConfigurationError(
+            f"matcher.metrics_dir {path} belongs to user id {info.st_uid}, not to the service's "
+            f"({os.geteuid()}); remove it or choose another folder")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        path.chmod(0o700)  # ours: close it to others before anything is written there
+    return path
 
 
 class Metrics:
+    """The metrics of the matcher processes sharing ``directory``."""
+
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._counters: dict[str, float] = {}
-        self._histograms: dict[str, list[float]] = {}  # bucket counts..., sum, count
-        self._file = directory / f"worker-{os.getpid()}-{time.time_ns()}.json"
-        self._pid = os.getpid()
-        self._flushed = 0.0
+        self._metrics: dict[str, Counter | Histogram] = {}
+        _write_to(directory)
+
+    def _metric(self, name: str, labels: Mapping[str, str], kind: str) -> Any:
+        metric = self._metrics.get(name)
+        if metric is None:
+            text = HELP.get(name, (kind, name))[1]
+            names = sorted(labels)
+            if kind == "histogram":
+                metric = Histogram(name, text, names, registry=None, buckets=LATENCY_BUCKETS)
+            else:
+                metric = Counter(name, text, names, registry=None)
+            self._metrics[name] = metric
+        return metric.labels(**labels) if labels else metric
 
     def inc(self, name: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
-        key = _key(name, labels)
-        self._counters[key] = self._counters.get(key, 0.0) + amount
+        _write_to(self.directory)
+        self._metric(name, labels, "counter").inc(amount)
 
     def observe(self, name: str, labels: Mapping[str, str], value: float) -> None:
-        key = _key(name, labels)
-        row = self._histograms.get(key)
-        if row is None:
-            row = self._histograms[key] = [0.0] * (len(LATENCY_BUCKETS) + 2)
-        bucket = bisect.bisect_left(LATENCY_BUCKETS, value)  # first bound >= value
-        if bucket < len(LATENCY_BUCKETS):  # beyond the last bound: only in +Inf (the count)
-            row[bucket] += 1
-        row[-2] += value
-        row[-1] += 1
+        _write_to(self.directory)
+        self._metric(name, labels, "histogram").observe(value)
 
     def flush(self, *, force: bool = False) -> None:
-        """Write this process's totals to its file (at most once a second unless forced)."""
-        now = time.monotonic()
-        if not force and now - self._flushed < FLUSH_INTERVAL:
-            return
-        if self._pid != os.getpid():  # forked: start a file of our own
-            self._file = self.directory / f"worker-{os.getpid()}-{time.time_ns()}.json"
-            self._pid = os.getpid()
-            self._counters.clear()
-            self._histograms.clear()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self._file.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"pid": os.getpid(), "counters": self._counters,
-                                   "histograms": self._histograms}), encoding="utf-8")
-        os.replace(tmp, self._file)
-        self._flushed = now
+        """Values are in the shared files as soon as they change: nothing to do."""
 
     def render(self, gauges: Iterable[tuple[str, Mapping[str, str], float]] = ()) -> str:
         """The Prometheus text exposition of every process's totals plus ``gauges``."""
-        self.flush(force=True)
-        counters, histograms = self._collect()
-        by_name: dict[str, list[str]] = {}
-        for key, value in sorted(counters.items()):
-            name, labels = json.loads(key)
-            by_name.setdefault(name, []).append(f"{name}{_labels(labels)} {_num(value)}")
-        for key, row in sorted(histograms.items()):
-            name, labels = json.loads(key)
-            lines = by_name.setdefault(name, [])
-            cumulative = 0.0
-            for bound, count in zip(LATENCY_BUCKETS, row[:len(LATENCY_BUCKETS)], strict=True):
-                cumulative += count
-                lines.append(f"{name}_bucket{_labels([*labels, ['le', _num(bound)]])} "
-                             f"{_num(cumulative)}")
-            lines.append(f"{name}_bucket{_labels([*labels, ['le', '+Inf']])} {_num(row[-1])}")
-            lines.append(f"{name}_sum{_labels(labels)} {row[-2]!r}")
-            lines.append(f"{name}_count{_labels(labels)} {_num(row[-1])}")
-        for name, labels_map, value in gauges:
-            by_name.setdefault(name, []).append(
-                f"{name}{_labels(sorted(labels_map.items()))} {_num(value)}")
-        out: list[str] = []
-        for name in sorted(by_name):
-            kind, text = HELP.get(name, ("untyped", name))
-            out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", *by_name[name]]
-        return "\n".join(out) + "\n"
-
-    def _collect(self) -> tuple[dict[str, float], dict[str, list[float]]]:
-        counters: dict[str, float] = {}
-        histograms: dict[str, list[float]] = {}
         with _locked(self.directory / "metrics.lock"):
-            self._archive_dead()
-            for path in sorted(self.directory.glob("*.json")):
-                data = _read(path)
-                for key, value in data.get("counters", {}).items():
-                    counters[key] = counters.get(key, 0.0) + value
-                for key, row in data.get("histograms", {}).items():
-                    total = histograms.setdefault(key, [0.0] * len(row))
-                    for i, v in enumerate(row):
-                        total[i] += v
-        return counters, histograms
-
-    def _archive_dead(self) -> None:
-        archive = self.directory / "archive.json"
-        merged = _read(archive)
-        for path in self.directory.glob("worker-*.json"):
-            data = _read(path)
-            pid = data.get("pid")
-            if not isinstance(pid, int) or _alive(pid):
-                continue
-            for key, value in data.get("counters", {}).items():
-                merged.setdefault("counters", {})[key] = (
-                    merged.get("counters", {}).get(key, 0.0) + value)
-            for key, row in data.get("histograms", {}).items():
-                total = merged.setdefault("histograms", {}).setdefault(key, [0.0] * len(row))
-                for i, v in enumerate(row):
-                    total[i] += v
-            tmp = archive.with_suffix(".tmp")
-            tmp.write_text(json.dumps(merged), encoding="utf-8")
-            os.replace(tmp, archive)  # archived before the worker's file goes
-            path.unlink(missing_ok=True)
+            _archive_dead(self.directory)
+            registry = CollectorRegistry()
+            MultiProcessCollector(registry, path=str(self.directory))  # type: ignore[no-untyped-call]
+            registry.register(_Gauges(list(gauges)))
+            return generate_latest(registry).decode("utf-8")
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def _write_to(directory: Path) -> None:
+    """Make this process's metric values go to ``directory`` (prometheus_client chooses the
+    folder when a value is made, from its environment variable)."""
+    global _current_dir
+    if _current_dir != str(directory):
+        os.environ[_ENV] = str(directory)
+        values.ValueClass = values.MultiProcessValue()  # type: ignore[no-untyped-call]
+        _current_dir = str(directory)
+
+
+class _Gauges:
+    """The gauges computed at scrape time (waiting jobs per task queue)."""
+
+    def __init__(self, gauges: list[tuple[str, Mapping[str, str], float]]) -> None:
+        self.gauges = gauges
+
+    def collect(self) -> Iterator[Metric]:
+        by_name: dict[str, list[tuple[Mapping[str, str], float]]] = {}
+        for name, labels, value in self.gauges:
+            by_name.setdefault(name, []).append((labels, value))
+        for name, rows in sorted(by_name.items()):
+            names = sorted({k for labels, _ in rows for k in labels})
+            family = GaugeMetricFamily(name, HELP.get(name, ("gauge", name))[1], labels=names)
+            for labels, value in rows:
+                family.add_metric([labels.get(k, "") for k in names], value)
+            yield family
+
+
+def _archive_dead(directory: Path) -> None:
+    """Fold the files of processes that have exited into ``<kind>_archive.db``."""
+    for kind in _KINDS:
+        dead = [p for p in directory.glob(f"{kind}_*.db")
+                if p.stem.split("_", 1)[1].isdigit() and not _alive(int(p.stem.split("_")[1]))]
+        if not dead:
+            continue
+        archive = MmapedDict(str(directory / f"{kind}_archive.db"))  # type: ignore[no-untyped-call]
+        try:
+            for path in dead:
+                source = MmapedDict(str(path), read_mode=True)  # type: ignore[no-untyped-call]
+                try:
+                    for key, value, timestamp in source.read_all_values():  # type: ignore[no-untyped-call]
+                        total, _ = archive.read_value(key)  # type: ignore[no-untyped-call]
+                        archive.write_value(key, total + value, timestamp)  # type: ignore[no-untyped-call]
+                finally:
+                    source.close()  # type: ignore[no-untyped-call]
+                path.unlink()
+        finally:
+            archive.close()  # type: ignore[no-untyped-call]
 
 
 def _alive(pid: int) -> bool:
@@ -164,25 +179,9 @@ class _locked:
         self.path = path
 
     def __enter__(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o644)
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW, 0o600)
         fcntl.flock(self._fd, fcntl.LOCK_EX)
 
     def __exit__(self, *exc: object) -> None:
         fcntl.flock(self._fd, fcntl.LOCK_UN)
         os.close(self._fd)
-
-
-def _labels(labels: list[list[str]] | list[tuple[str, str]]) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(str(v))}"' for k, v in labels)
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _num(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))

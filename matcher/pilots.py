@@ -15,7 +15,7 @@ from matcher.api import JSON, Call, Param, endpoint
 from matcher.auth import OPERATOR, PILOT, Principal
 from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
-from optimizers.chain import optimize_received, parse_description
+from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescriptionError
 from pilot import protocol
@@ -105,7 +105,7 @@ def match(call: Call) -> dict[str, Any]:
 def payload(job: Any) -> JobPayload:
     """What a pilot needs to run ``job``, from its stored description."""
     try:
-        desc = parse_description(job.description, job.description_format)[job.bulk_index or 0]
+        desc = stored_description(job.description, job.description_format, job.bulk_index)
     except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
         raise Problem(500, f"job {job.id}'s stored description cannot be read: {exc}") from exc
     return JobPayload(

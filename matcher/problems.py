@@ -13,6 +13,7 @@ from werkzeug.exceptions import HTTPException
 from taskqueue.errors import (
     ConfigurationError,
     ConflictError,
+    DatabaseUnavailableError,
     ForbiddenError,
     GridpilotError,
     IllegalTransitionError,
@@ -58,6 +59,8 @@ def status_of(exc: GridpilotError) -> int:
         return 409
     if isinstance(exc, InvalidInputError):
         return 422
+    if isinstance(exc, DatabaseUnavailableError):
+        return 503
     if isinstance(exc, ConfigurationError):
         return 500
     return 500
@@ -75,7 +78,10 @@ def install(app: Flask) -> None:
         status = status_of(exc)
         if status >= 500:
             log.error("request failed: %s", exc)
-        return problem_response(status, exc.message)
+        response = problem_response(status, exc.message)
+        if status == 503:  # the database: unreachable, too slow or out of connections
+            response.headers["Retry-After"] = "5"
+        return response
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

@@ -22,10 +22,11 @@ from optimizers.resources import ResourcesConfig, load_resources
 from taskqueue.database import (
     Session,
     SessionFactory,
-    make_engine,
+    engine_for,
     make_session_factory,
     run_in_transaction,
 )
+from taskqueue.health import HealthProbe
 from taskqueue.settings import Settings
 
 T = TypeVar("T")
@@ -42,6 +43,7 @@ class Runtime:
     _pid: int = -1
     _factory: SessionFactory | None = None
     _resources: tuple[float, ResourcesConfig] | None = None
+    _health: tuple[int, HealthProbe] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def session_factory(self) -> SessionFactory:
@@ -49,11 +51,17 @@ class Runtime:
         if self._factory is None or self._pid != os.getpid():
             with self._lock:
                 if self._factory is None or self._pid != os.getpid():
-                    engine = make_engine(self.settings.database.url,
-                                         echo=self.settings.database.echo)
+                    engine = engine_for(self.settings.database)
                     self._factory = make_session_factory(engine)
                     self._pid = os.getpid()
         return self._factory
+
+    def health(self) -> HealthProbe:
+        """The process's database health check (taskqueue.health)."""
+        with self._lock:
+            if self._health is None or self._health[0] != os.getpid():
+                self._health = (os.getpid(), HealthProbe(self.settings.database))
+            return self._health[1]
 
     def dispose(self) -> None:
         """Close this process's database connections (tests; a server process just exits)."""
@@ -62,6 +70,9 @@ class Runtime:
             if bind is not None:
                 bind.dispose()
             self._factory = None
+        if self._health is not None:
+            self._health[1].dispose()
+            self._health = None
 
     def transaction(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one transaction, retried on a deadlock or serialisation failure."""

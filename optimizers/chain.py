@@ -17,6 +17,7 @@ the step and a reason a person can act on as its minor status.
 
 from __future__ import annotations
 
+import functools
 import random
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -27,13 +28,13 @@ from typing import Any
 from optimizers.classads import canonical_expression
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
-from optimizers.jobjson import parse_json_text
+from optimizers.jobjson import parse_json_bulk, parse_json_text
 from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
-from taskqueue.jobs import NewJob, add_jobs, apply_transition, lock_received_jobs
-from taskqueue.queues import QueueEntry, enqueue_jobs
+from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
+from taskqueue.queues import WAITING_MINOR_STATUS, QueueEntry, enqueue_jobs
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
 from taskqueue.submitpools import canonical_text, set_pool_queues, store_submit_pool
@@ -83,23 +84,100 @@ def parse_description(text: str, fmt: str) -> list[JobDescription]:
     raise JobDescriptionError(f"unknown description format {fmt!r}: use jdl or json")
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(text: str, fmt: str) -> tuple[JobDescription, ...]:
+    return tuple(parse_description(text, fmt))
+
+
+def stored_description(text: str, fmt: str, bulk_index: int | None) -> JobDescription:
+    """The description of one stored job: its text holds it alone, or it is job
+    ``bulk_index`` of the parametric description the text holds. The last few texts read are
+    kept parsed, so the jobs of one parametric bulk do not each expand it again. Raises
+    JobDescriptionError (or IndexError for an index the text does not have)."""
+    jobs = _parsed(text, fmt)
+    return jobs[0] if len(jobs) == 1 else jobs[bulk_index or 0]
+
+
 def submissions_from_text(text: str, fmt: str) -> list[Submission]:
-    """Parse a submitted text into the jobs to store (sanity happens here, before storing)."""
-    jobs = parse_description(text, fmt)
-    if len(jobs) == 1 and jobs[0].parameter is None:
-        return [Submission(text, fmt, None, jobs[0])]
-    return [Submission(text, fmt, i, job) for i, job in enumerate(jobs)]
+    """Parse a submitted text into the jobs to store (sanity happens here, before storing).
+
+    Each object of a JSON list is stored with its own text (not the whole list), the job
+    keeping its place in the list as ``bulk_index``; the jobs of a parametric description
+    share its text, each with its place among them (:func:`stored_description`)."""
+    if fmt != "json":
+        jobs = parse_description(text, fmt)
+        if len(jobs) == 1 and jobs[0].parameter is None:
+            return [Submission(text, fmt, None, jobs[0])]
+        return [Submission(text, fmt, i, job) for i, job in enumerate(jobs)]
+    parts = parse_json_bulk(text)
+    if len(parts) == 1:
+        own_text, jobs = parts[0]
+        if len(jobs) == 1 and jobs[0].parameter is None:
+            return [Submission(own_text, fmt, None, jobs[0])]
+        return [Submission(own_text, fmt, i, job) for i, job in enumerate(jobs)]
+    out: list[Submission] = []
+    for own_text, jobs in parts:
+        if len(jobs) == 1:
+            out.append(Submission(own_text, fmt, len(out), jobs[0]))
+        else:  # a parametric object: its jobs by their place in it
+            out.extend(Submission(own_text, fmt, i, job) for i, job in enumerate(jobs))
+    return out
 
 
 def submit(session: Session, submissions: Sequence[Submission], identity: Identity,
            ctx: ChainContext) -> ChainResult:
-    """Store new jobs (Received) and run the chain on them at once."""
+    """Store new jobs and run the chain on them at once.
+
+    The chain's steps need no job id, so they run first, in memory; each job is then stored
+    directly in its outcome (Waiting, or Failed with the reason), its history (Received,
+    Checking, the outcome) written in the same pass: a bulk costs a few statements whatever
+    its size, not a status change per step."""
+    work = [(i, identity, s.description) for i, s in enumerate(submissions)]
+    decided = _decide(session, work, ctx)
+    checking = Passage(JobStatus.CHECKING, "Job sanity", SOURCE)
+    outcomes: list[list[Passage]] = []
+    for i in range(len(submissions)):
+        outcome = decided[i]
+        if isinstance(outcome, str):
+            outcomes.append([checking, Passage(JobStatus.FAILED, outcome[:255], SOURCE)])
+        else:
+            outcomes.append([checking, Passage(JobStatus.WAITING, WAITING_MINOR_STATUS,
+                                               SOURCE)])
     new = [NewJob(s.text, _basic_requirements(identity, s.description),
                   s.description.priority, s.format, s.bulk_index, s.description.job_name,
                   s.description.job_group) for s in submissions]
-    ids = add_jobs(session, new, now=ctx.now)
-    return run_chain(session, [(job_id, identity, s.description)
-                               for job_id, s in zip(ids, submissions, strict=True)], ctx)
+    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes)
+    result = ChainResult()
+    entries: list[QueueEntry] = []
+    for i, job_id in enumerate(ids):
+        outcome = decided[i]
+        if isinstance(outcome, str):
+            result.failed[job_id] = outcome
+        else:
+            entries.append(QueueEntry(job_id, outcome, submissions[i].description.priority))
+    if entries:
+        enqueue_jobs(session, entries, ctx.settings, now=ctx.now, rng=ctx.rng,
+                     from_status=None, source=SOURCE)
+        result.waiting = [e.job_id for e in entries]
+    return result
+
+
+def _decide(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription]],
+            ctx: ChainContext) -> dict[int, JobRequirements | str]:
+    """The chain's verdict on each job (by the key given with it): the requirements it waits
+    with, or why it failed."""
+    pools = _requirements_step(session, jobs, ctx)
+    out: dict[int, JobRequirements | str] = {}
+    for key, identity, desc in jobs:
+        outcome = pools.get(key)
+        if isinstance(outcome, str):
+            out[key] = outcome
+            continue
+        try:
+            out[key] = _scheduling_step(identity, desc, outcome)
+        except JobDescriptionError as exc:
+            out[key] = f"Scheduling: {exc.message}"
+    return out
 
 
 def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000,
@@ -112,14 +190,14 @@ def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000,
     broken: dict[int, str] = {}
     for row in rows:
         try:
-            jobs = parse_description(row.description, row.description_format)
-            index = row.bulk_index or 0
-            if index >= len(jobs):
-                raise JobDescriptionError(
-                    f"the description holds {len(jobs)} jobs, not job {index} of its bulk")
-            work.append((row.id, Identity(row.vo, row.owner, row.owner_group), jobs[index]))
+            desc = stored_description(row.description, row.description_format,
+                                      row.bulk_index)
+            work.append((row.id, Identity(row.vo, row.owner, row.owner_group), desc))
         except JobDescriptionError as exc:
             broken[row.id] = f"Job sanity: {exc.message}"
+        except IndexError:
+            broken[row.id] = (f"Job sanity: the description does not hold job {row.bulk_index} "
+                              "of its bulk")
     result = run_chain(session, work, ctx) if work else ChainResult()
     if broken:
         _fail(session, broken, JobStatus.RECEIVED, ctx.now)
@@ -135,19 +213,14 @@ def run_chain(session: Session, jobs: Sequence[tuple[int, Identity, JobDescripti
         return result
     apply_transition(session, [j for j, _, _ in jobs], JobStatus.RECEIVED, JobStatus.CHECKING,
                      minor_status="Job sanity", source=SOURCE, now=ctx.now)
-    pools = _requirements_step(session, jobs, ctx)
+    decided = _decide(session, jobs, ctx)
     entries: list[QueueEntry] = []
-    for job_id, identity, desc in jobs:
-        outcome = pools.get(job_id)
+    for job_id, _identity, desc in jobs:
+        outcome = decided[job_id]
         if isinstance(outcome, str):
             result.failed[job_id] = outcome
-            continue
-        try:
-            req = _scheduling_step(identity, desc, outcome)
-        except JobDescriptionError as exc:
-            result.failed[job_id] = f"Scheduling: {exc.message}"
-            continue
-        entries.append(QueueEntry(job_id, req, desc.priority))
+        else:
+            entries.append(QueueEntry(job_id, outcome, desc.priority))
     if result.failed:
         _fail(session, result.failed, JobStatus.CHECKING, ctx.now)
     if entries:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from optimizers.chain import parse_description
+from optimizers.chain import stored_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
@@ -63,10 +63,9 @@ def parse_queue_path(path: str) -> tuple[str, str, str]:
 def _definition_of(session: Session, job: Job, settings: Settings
                    ) -> tuple[TaskQueueDefinition, JobDescription]:
     try:
-        jobs = parse_description(job.description, job.description_format)
-    except JobDescriptionError as exc:
+        desc = stored_description(job.description, job.description_format, job.bulk_index)
+    except (JobDescriptionError, IndexError) as exc:
         raise InvalidInputError(f"job {job.id}'s description cannot be read: {exc}") from exc
-    desc = jobs[job.bulk_index or 0]
     waiting = waiting_definition(session, job.id)
     if waiting is not None:
         return waiting, desc

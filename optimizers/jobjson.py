@@ -78,6 +78,13 @@ _TOO_DEEP = (f"the JSON description is nested too deeply: at most {MAX_DEPTH} le
 
 def parse_json_text(text: str) -> list[JobDescription]:
     """The jobs a JSON text describes (one object, or a non-empty list of objects)."""
+    return [job for _text, jobs in parse_json_bulk(text) for job in jobs]
+
+
+def parse_json_bulk(text: str) -> list[tuple[str, list[JobDescription]]]:
+    """Each job object of a JSON text with the jobs it describes: one object keeps ``text``
+    as its own text, each object of a list gets its own (compact) JSON text, so that a job
+    stored from a bulk holds its own description, not the whole list."""
     if not isinstance(text, str):
         raise JobDescriptionError(f"a JSON description must be text, got {type(text).__name__}")
     size = len(text.encode("utf-8", errors="replace"))
@@ -87,23 +94,26 @@ def parse_json_text(text: str) -> list[JobDescription]:
             "accepted")
     data = _decode(text)
     if not isinstance(data, list):
-        return parse_json(data)
+        return [(text, parse_json(data))]
     if not data:
         raise JobDescriptionError("the JSON description is an empty list: it holds no job")
-    jobs: list[JobDescription] = []
+    parts: list[tuple[str, list[JobDescription]]] = []
+    total = 0
     for i, item in enumerate(data):
         try:
-            jobs.extend(parse_json(item))
+            jobs = parse_json(item)
         except JobDescriptionError as exc:
             raise JobDescriptionError(f"job {i}: {exc.message}", exc.field) from exc
+        total += len(jobs)
         # Checked as the list is read: each job may expand to MAX_PARAMETRIC_JOBS jobs, and a
         # list of such jobs would otherwise build millions of descriptions before being refused.
-        if len(jobs) > MAX_PARAMETRIC_JOBS:
+        if total > MAX_PARAMETRIC_JOBS:
             raise JobDescriptionError(
                 f"the JSON description holds more than {MAX_PARAMETRIC_JOBS} jobs (counting "
                 f"each parameter of a parametric job); at most {MAX_PARAMETRIC_JOBS} jobs can "
                 "be submitted at once")
-    return jobs
+        parts.append((json.dumps(item, ensure_ascii=False, separators=(",", ":")), jobs))
+    return parts
 
 
 class _Refused(ValueError):

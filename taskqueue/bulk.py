@@ -21,19 +21,29 @@ from sqlalchemy import (
 from sqlalchemy import types as sqltypes
 from sqlalchemy.dialects.postgresql import ARRAY
 
+#: Up to this many rows, a plain INSERT (executemany) is cheaper than building an unnest.
+_FEW = 4
+
 
 def insert_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert ``rows`` (dicts with the same keys) in as few statements as the database allows.
 
     PostgreSQL gets one ``INSERT … SELECT FROM unnest(array, …)`` with one array per column: a
-    short statement whatever the number of rows. Elsewhere an executemany with RETURNING takes
-    SQLAlchemy's "insertmanyvalues" path (one multi-row VALUES statement per thousand rows);
-    without RETURNING, drivers send one statement per row.
+    short statement whatever the number of rows. PyMySQL's executemany rewrites an INSERT into
+    multi-row VALUES statements of up to a megabyte itself. Elsewhere an executemany with
+    RETURNING takes SQLAlchemy's "insertmanyvalues" path (one multi-row VALUES statement per
+    thousand rows); without RETURNING, such drivers send one statement per row.
     """
     if not rows:
         return
+    if len(rows) <= _FEW:  # a plain INSERT: cached once compiled, cheaper to build
+        conn.execute(insert(table), list(rows))
+        return
     if conn.dialect.name == "postgresql":
         conn.execute(_unnest_insert(table, rows))
+        return
+    if conn.dialect.driver == "pymysql":
+        conn.execute(insert(table), list(rows))
         return
     key = next(iter(table.primary_key.columns))
     conn.execute(insert(table).returning(key), list(rows))
@@ -44,6 +54,8 @@ def insert_rows_returning_ids(conn: Connection, table: Table,
     """Insert ``rows`` into a table with an autoincrement ``id``; return the ids in row order."""
     if not rows:
         return []
+    if len(rows) == 1:
+        return [conn.execute(insert(table).returning(table.c.id), rows[0]).scalar_one()]
     if conn.dialect.name == "postgresql":
         # Rows are inserted in array order, so the sequence hands out ascending ids in that
         # order (other inserters' ids may interleave, never reorder ours).

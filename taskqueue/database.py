@@ -8,6 +8,7 @@ writes later can otherwise fail with "database is locked" whatever the busy time
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -15,24 +16,44 @@ from typing import Any, TypeVar
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import NullPool
 
-from taskqueue.errors import ConfigurationError, ConflictError
+from taskqueue.errors import ConfigurationError, ConflictError, DatabaseUnavailableError
+from taskqueue.settings import DatabaseSettings
 
-__all__ = ["Session", "SessionFactory", "make_engine", "make_session_factory",
+__all__ = ["Session", "SessionFactory", "engine_for", "make_engine", "make_session_factory",
            "run_in_transaction"]
 
 T = TypeVar("T")
 #: What makes sessions (and transactions, with ``.begin()``) on one engine.
 SessionFactory = sessionmaker[Session]
 
+_UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
+                "seconds")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
 
 
-def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
-    """An engine for ``url`` set up the way gridpilot's queries expect."""
+#: Defaults of the timeouts, in seconds (``[database]`` settings override them).
+CONNECT_TIMEOUT = DatabaseSettings.connect_timeout
+POOL_TIMEOUT = DatabaseSettings.pool_timeout
+STATEMENT_TIMEOUT = DatabaseSettings.statement_timeout
+
+
+def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
+                connect_timeout: float = CONNECT_TIMEOUT, pool_timeout: float = POOL_TIMEOUT,
+                statement_timeout: float = STATEMENT_TIMEOUT, pooled: bool = True) -> Engine:
+    """An engine for ``url`` set up the way gridpilot's queries expect.
+
+    A hung or unreachable server fails a transaction instead of holding it forever: a new
+    connection must be made within ``connect_timeout`` seconds, a pooled one handed out within
+    ``pool_timeout``, and the server cancels a statement after ``statement_timeout`` seconds
+    (PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``; 0: no limit). MariaDB's
+    client also stops waiting for an answer a little after that. ``pooled`` false: a fresh
+    connection each time (health checks)."""
     try:
         parsed = make_url(url)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
@@ -41,23 +62,42 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
     if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, echo=echo, connect_args={"timeout": 60})
+        engine = create_engine(url, echo=echo, connect_args={"timeout": 60},
+                               **({} if pooled else {"poolclass": NullPool}))
         _set_up_sqlite(engine)
         return engine
     if backend in ("postgresql", "mysql", "mariadb"):
-        kwargs: dict[str, Any] = {}
-        if backend != "postgresql":
-            kwargs["connect_args"] = {"charset": "utf8mb4"}
+        connect_args = _server_connect_args(backend, connect_timeout, statement_timeout)
+        pooling: dict[str, Any] = (
+            {"pool_size": pool_size, "max_overflow": pool_size, "pool_recycle": 3600,
+             "pool_timeout": pool_timeout} if pooled else {"poolclass": NullPool})
         # No pre-ping: it costs a round trip on every checkout, i.e. on every claim. A
         # connection the server dropped fails one transaction, which invalidates the pool.
-        return create_engine(
-            url, echo=echo, isolation_level="READ COMMITTED", pool_size=pool_size,
-            max_overflow=pool_size, pool_recycle=3600, **kwargs,
-        )
+        return create_engine(url, echo=echo, isolation_level="READ COMMITTED",
+                             connect_args=connect_args, **pooling)
     raise ConfigurationError(
         f"database URL {url!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
     )
+
+
+def _server_connect_args(backend: str, connect_timeout: float, statement_timeout: float
+                         ) -> dict[str, Any]:
+    # libpq and PyMySQL take whole seconds; 0 would mean "wait forever" to libpq.
+    connect = max(1, math.ceil(connect_timeout)) if connect_timeout > 0 else 0
+    if backend == "postgresql":
+        args: dict[str, Any] = {"connect_timeout": connect}
+        if statement_timeout > 0:
+            args["options"] = f"-c statement_timeout={int(statement_timeout * 1000)}"
+        return args
+    args = {"charset": "utf8mb4"}
+    if connect:
+        args["connect_timeout"] = connect
+    if statement_timeout > 0:
+        args["init_command"] = f"SET SESSION max_statement_time={float(statement_timeout)}"
+        # The server stops the statement; the client gives up too if the server itself hangs.
+        args["read_timeout"] = args["write_timeout"] = math.ceil(statement_timeout) + 10
+    return args
 
 
 def _set_up_sqlite(engine: Engine) -> None:
@@ -74,6 +114,17 @@ def _set_up_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def engine_for(settings: DatabaseSettings, *, pool_size: int = 5,
+               statement_timeout: float | None = None) -> Engine:
+    """The engine the ``[database]`` settings describe (``statement_timeout`` overrides the
+    setting, e.g. 0 for schema migrations)."""
+    return make_engine(
+        settings.url, echo=settings.echo, pool_size=pool_size,
+        connect_timeout=settings.connect_timeout, pool_timeout=settings.pool_timeout,
+        statement_timeout=(settings.statement_timeout if statement_timeout is None
+                           else statement_timeout))
 
 
 def make_session_factory(engine: Engine) -> sessionmaker[Session]:
@@ -108,5 +159,9 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                         f"the transaction lost {attempts} races in a row with other "
                         "processes; try again"
                     ) from exc
+                if isinstance(exc, OperationalError):
+                    raise DatabaseUnavailableError(_UNAVAILABLE) from exc
                 raise
+        except PoolTimeoutError as exc:
+            raise DatabaseUnavailableError(_UNAVAILABLE) from exc
     raise AssertionError("unreachable")

@@ -50,5 +50,10 @@ class ConflictError(GridpilotError):
     retryable = True
 
 
+class DatabaseUnavailableError(GridpilotError):
+    """The database did not answer in time (connect, pool or statement timeout) or cannot be
+    reached; nothing was committed, and the same work may succeed a little later."""
+
+
 class ForbiddenError(GridpilotError):
     """The caller may not act on this object (a pilot reporting on a job it was not given)."""

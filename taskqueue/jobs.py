@@ -49,11 +49,32 @@ class NewJob:
     job_group: str | None = None
 
 
+@dataclass(frozen=True)
+class Passage:
+    """A status a new job went through before it was stored (see :func:`add_jobs`)."""
+
+    status: JobStatus
+    minor_status: str
+    source: str
+
+
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
-             source: str = "submit") -> list[int]:
-    """Store new jobs with status Received; return their ids in the order given."""
+             source: str = "submit",
+             outcomes: Sequence[Sequence[Passage]] | None = None) -> list[int]:
+    """Store new jobs with status Received; return their ids in the order given.
+
+    ``outcomes`` (one per job): the statuses each job went through after Received before it is
+    stored, decided in memory (the optimizer chain at submission); the job is stored in the
+    last of them, and its whole history, Received first, goes in with one statement."""
     if not jobs:
         return []
+    if outcomes is not None:
+        moves = {(before, after) for passages in outcomes
+                 for before, after in zip([JobStatus.RECEIVED, *(p.status for p in passages)],
+                                          [p.status for p in passages], strict=False)}
+        for before, after in sorted(moves):
+            if not is_allowed(before, after):
+                raise IllegalTransitionError(f"a job cannot go from {before} to {after}")
     rows = [
         {
             "vo": j.requirements.vo,
@@ -77,8 +98,25 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
         }
         for j in jobs
     ]
+    if outcomes is not None:
+        for row, passages in zip(rows, outcomes, strict=True):
+            row["ended_at"] = None
+            if passages:
+                row["status"] = passages[-1].status.value
+                row["minor_status"] = passages[-1].minor_status
+                if passages[-1].status == JobStatus.FAILED:
+                    row["ended_at"] = now
     ids = insert_rows_returning_ids(session.connection(), jobs_table, rows)
-    _append_history(session, ids, JobStatus.RECEIVED, "Job accepted", source, now)
+    history = [{"job_id": jid, "at": now, "status": JobStatus.RECEIVED.value,
+                "minor_status": "Job accepted", "source": source} for jid in ids]
+    if outcomes is not None:
+        # Row by row in status order, so each job's history reads in order by id.
+        depth = max((len(p) for p in outcomes), default=0)
+        history += [{"job_id": jid, "at": now, "status": passages[k].status.value,
+                     "minor_status": passages[k].minor_status, "source": passages[k].source}
+                    for k in range(depth)
+                    for jid, passages in zip(ids, outcomes, strict=True) if k < len(passages)]
+    insert_rows(session.connection(), history_table, history)
     return ids
 
 

@@ -314,6 +314,8 @@ class AgentRun(Base):
     name: Mapped[str] = mapped_column(String(64), primary_key=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: The running turn's last heartbeat: a turn not renewed within the lease is free.
+    renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     holder: Mapped[str] = mapped_column(String(255), default="")
     summary: Mapped[str] = mapped_column(String(255), default="")
 

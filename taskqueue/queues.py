@@ -43,6 +43,8 @@ from taskqueue.settings import Settings
 from taskqueue.shares import recompute_priorities, virtual_time
 from taskqueue.states import JobStatus
 
+#: The minor status of a job waiting in its task queue.
+WAITING_MINOR_STATUS = "Pilot Agent Submission"
 #: Priority a queue has between its creation and the fair-share computation.
 INITIAL_PRIORITY = 1.0
 
@@ -60,10 +62,11 @@ class QueueEntry:
 
 def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Settings, *,
                  now: datetime, rng: random.Random | None = None,
-                 from_status: JobStatus = JobStatus.CHECKING,
+                 from_status: JobStatus | None = JobStatus.CHECKING,
                  source: str = "optimizer") -> dict[int, int]:
     """Insert jobs into the task queues of their definitions, creating queues as needed, and
-    move them to Waiting. Returns job id → task-queue id.
+    move them to Waiting (``from_status`` None: they were stored Waiting). Returns job id →
+    task-queue id.
 
     Queues created here get their fair-share priority at once; the priorities of their sibling
     queues are brought up to date by :func:`taskqueue.shares.recompute_priorities`, which the
@@ -85,8 +88,9 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
         {"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
         for e in entries
     ])
-    apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
-                     minor_status="Pilot Agent Submission", source=source, now=now)
+    if from_status is not None:
+        apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
+                         minor_status=WAITING_MINOR_STATUS, source=source, now=now)
     by_pool: dict[str, list[int]] = {}
     for e in entries:
         if e.requirements.submit_pool is not None:

@@ -9,6 +9,7 @@ the environment: only :func:`load_settings` does, with the mapping its caller ha
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import tomllib
 import types
@@ -36,6 +37,17 @@ class DatabaseSettings:
     url: str = "sqlite:///work/gridpilot.db"
     #: Echo SQL statements to the log (debugging only).
     echo: bool = False
+    #: Seconds to make a connection, to wait for a pooled one, and that the server lets one
+    #: statement run (0: no limit) before the transaction fails with 503 "try again".
+    connect_timeout: float = 5.0
+    pool_timeout: float = 10.0
+    statement_timeout: float = 20.0
+
+    def __post_init__(self) -> None:
+        for name in ("connect_timeout", "pool_timeout", "statement_timeout"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"database.{name} must not be negative, got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -118,11 +130,27 @@ class MatcherSettings:
     #: Jobs and task queues listed per page by default, and at most.
     page_size: int = 100
     max_page_size: int = 1000
-    #: Folder where each worker process leaves its metrics for /metrics to add up;
-    #: empty: "metrics" beside the SQLite database, or the system's temporary folder.
+    #: Folder where each worker process leaves its metrics for /metrics to add up (created
+    #: 0700; refused when it is a symbolic link or another user's); empty: "metrics" beside
+    #: the SQLite database, or a new private temporary folder.
     metrics_dir: str = ""
+    #: Who may scrape /metrics besides an operator token: a long-lived secret a scraper sends
+    #: as its bearer token (at least 32 characters), and addresses or networks allowed without
+    #: a token (the peer address of the connection; e.g. ["127.0.0.1", "10.1.0.0/16"]).
+    metrics_token: str = ""
+    metrics_allow: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.metrics_token and len(self.metrics_token) < 32:
+            raise ConfigurationError("matcher.metrics_token must be at least 32 characters "
+                                     "long (or empty: no metrics token)")
+        for item in self.metrics_allow:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError as exc:
+                raise ConfigurationError(
+                    f"matcher.metrics_allow: {item!r} is not an address or network such as "
+                    "127.0.0.1 or 10.1.0.0/16") from exc
         for name in ("workers", "timeout", "max_body_bytes", "max_jobs_per_match", "page_size",
                      "max_page_size"):
             if getattr(self, name) < 1:
@@ -246,12 +274,16 @@ class AgentSettings:
     cleanup_interval: int = 300
     #: The dashboard's counters and job-count snapshots (taskqueue.activity).
     activity_interval: int = 60
+    #: Seconds a loop's turn is held without a heartbeat: the process running a loop renews
+    #: its turn every third of this, so a killed agent's turn is free this long after.
+    turn_lease: int = 90
     #: A Running or Matched job without a heartbeat for this long becomes Stalled ...
     job_lease: int = 1800
     #: ... and one Stalled for this much longer is rescheduled (or failed at the maximum).
     stalled_limit: int = 1800
-    #: A Matched job its pilot never reported Running for this long goes back to its queue.
-    matched_lease: int = 900
+    #: A Matched job its pilot neither reported Running nor beat for since the match goes
+    #: back to its queue after this long: a match counts once its pilot confirms it.
+    matched_lease: int = 120
     #: Pilots one cycle submits to one queue at most, and the default caps per queue (a
     #: queue's MaxWaitingPilots / MaxTotalPilots parameters override them).
     pilots_per_cycle: int = 10
@@ -276,6 +308,9 @@ class AgentSettings:
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                 raise ConfigurationError(f"agents.{f.name} must not be negative, got {value}")
+        if self.turn_lease < 3:
+            raise ConfigurationError(
+                f"agents.turn_lease must be at least 3 seconds, got {self.turn_lease}")
 
 
 @dataclass(frozen=True)

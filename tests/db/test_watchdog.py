@@ -196,8 +196,19 @@ def test_matched_job_never_started_returns_to_its_queue_uncounted(
     history = history_of(db, job_id)
     assert "Stalled" not in statuses(history)
     (back,) = [h for h in history if h.status == "Rescheduled"]
-    assert back.minor_status == (f"Not started by pilot {PILOT} within 15 min of its match: "
+    assert back.minor_status == (f"Not started by pilot {PILOT} within 2 min of its match: "
                                  "back to its task queue")
+
+
+def test_a_match_whose_pilot_never_got_it_comes_back_within_minutes(
+        db: Database, agent_cfg: Settings, now: datetime) -> None:
+    """A claim answered to a client that had gone (a request served late, after a database
+    hang) is not confirmed by a Running report or a heartbeat: it is back in its queue after
+    the short unconfirmed-match lease, not after the job lease."""
+    (job_id,) = matched(db, agent_cfg, now)
+    watch(db, agent_cfg, now + timedelta(seconds=121))
+    job = stored(db, job_id)
+    assert (job.status, job.reschedule_count, job.pilot_reference) == ("Waiting", 0, None)
 
 
 def test_matched_job_at_the_maximum_still_returns_to_its_queue(
@@ -213,7 +224,7 @@ def test_matched_job_its_pilot_beats_for_is_kept(db: Database, agent_cfg: Settin
     (job_id,) = matched(db, agent_cfg, now)
     with db.factory.begin() as s:
         heartbeat(s, vo="lhcb", pilot_reference=PILOT, beats=[Beat(job_id)],
-                  now=now + timedelta(minutes=10))
+                  now=now + MATCHED_LEASE - SECOND)
     watch(db, agent_cfg, now + MATCHED_LEASE + SECOND)
     assert stored(db, job_id).status == "Matched"
 

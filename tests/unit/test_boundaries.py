@@ -16,7 +16,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 ALLOWED: dict[str, set[str]] = {
     "taskqueue": {"taskqueue", "sqlalchemy"},
     "optimizers": {"optimizers", "taskqueue", "classad2"},
-    "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt"},
+    "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt",
+                "prometheus_client"},
     "pilot": {"pilot", "requests"},
     # The user's side: the wire format is the only part of the pilot package it may use.
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},

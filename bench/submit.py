@@ -1,0 +1,176 @@
+"""Submission benchmark: jobs stored per second over HTTP, on a real matcher (gunicorn).
+
+For each backend (``--backends``; PostgreSQL and MariaDB from ``--postgres-url`` and
+``--mariadb-url``, by default $GRIDPILOT_TEST_POSTGRES_URL and $GRIDPILOT_TEST_MARIADB_URL) a
+fresh database is made (``gp_bench_submit_*``, dropped at the end; SQLite: a file in a temporary
+folder) and migrated, and ``gridpilot serve`` is started on loopback with ``--workers``. Then:
+
+- ``bulk_json``: one POST /api/v1/jobs of a JSON list of ``--bulk`` small jobs, ``--repeat``
+  times;
+- ``parametric``: one POST of a JDL with ``Parameters = --parametric``, ``--repeat`` times;
+- ``single``: ``--clients`` threads POST one small JDL each, as fast as they are answered, for
+  ``--duration`` seconds.
+
+One JSON line per measurement on stdout: backend, measure, jobs per request, requests, seconds
+and jobs/s (bulk: the median request; single: submissions/s over the run), errors. Run from the
+repository root::
+
+    .venv/bin/python bench/submit.py --backends sqlite,postgresql,mariadb
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
+    sys.path[0] = str(_HERE.parent)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import Any  # noqa: E402
+
+import requests  # noqa: E402
+from sqlalchemy import create_engine, text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from gridpilot import schema  # noqa: E402
+from gridpilot.devserver import matcher_server  # noqa: E402
+from matcher.auth import issue_token  # noqa: E402
+from taskqueue.database import make_engine  # noqa: E402
+
+ROOT = _HERE.parent
+SECRET = "bench-submit-secret-0123456789abcdef"
+SINGLE_JDL = 'Executable = "/bin/true"; Arguments = "single";'
+
+
+@contextmanager
+def fresh_database(backend: str, base_url: str | None, tmp: Path) -> Iterator[str]:
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp / 'bench.db'}"
+    else:
+        if not base_url:
+            raise SystemExit(f"no server URL for {backend}")
+        base = make_url(base_url)
+        name = f"gp_bench_submit_{uuid.uuid4().hex[:8]}"
+        admin = create_engine(base, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        url = base.set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(url, statement_timeout=0)
+    schema.upgrade(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        if backend != "sqlite":
+            force = " WITH (FORCE)" if backend == "postgresql" else ""
+            with admin.connect() as conn:
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+            admin.dispose()
+
+
+def post(base: str, token: str, body: str, content_type: str) -> tuple[int, float, int]:
+    """(status, seconds, jobs stored) of one submission."""
+    started = time.perf_counter()
+    answer = requests.post(f"{base}/api/v1/jobs", data=body.encode(), timeout=120,
+                           headers={"Authorization": f"Bearer {token}",
+                                    "Content-Type": content_type})
+    seconds = time.perf_counter() - started
+    jobs = len(answer.json().get("job_ids", [])) if answer.status_code == 201 else 0
+    return answer.status_code, seconds, jobs
+
+
+def bulk(base: str, token: str, backend: str, measure: str, body: str, content_type: str,
+         expected: int, repeat: int, workers: int) -> dict[str, Any]:
+    times, errors = [], 0
+    for _ in range(repeat):
+        status, seconds, jobs = post(base, token, body, content_type)
+        if status != 201 or jobs != expected:
+            errors += 1
+        times.append(seconds)
+    median = statistics.median(times)
+    return {"bench": "submit", "backend": backend, "measure": measure, "workers": workers,
+            "jobs_per_request": expected, "requests": repeat, "seconds_median": round(median, 3),
+            "seconds_max": round(max(times), 3), "jobs_per_s": round(expected / median, 1),
+            "bytes": len(body.encode()), "errors": errors}
+
+
+def single(base: str, token: str, backend: str, clients: int, duration: float,
+           workers: int) -> dict[str, Any]:
+    done: list[int] = []
+    errors: list[int] = []
+    end = time.perf_counter() + duration
+
+    def client() -> None:
+        ok = bad = 0
+        session = requests.Session()
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
+        while time.perf_counter() < end:
+            try:
+                answer = session.post(f"{base}/api/v1/jobs", data=SINGLE_JDL, headers=headers,
+                                      timeout=30)
+                ok, bad = (ok + 1, bad) if answer.status_code == 201 else (ok, bad + 1)
+            except requests.RequestException:
+                bad += 1
+        done.append(ok)
+        errors.append(bad)
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds = time.perf_counter() - started
+    return {"bench": "submit", "backend": backend, "measure": "single", "workers": workers,
+            "clients": clients, "requests": sum(done), "seconds": round(seconds, 2),
+            "submissions_per_s": round(sum(done) / seconds, 1), "errors": sum(errors)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--backends", default="sqlite,postgresql,mariadb")
+    parser.add_argument("--postgres-url", default=os.environ.get("GRIDPILOT_TEST_POSTGRES_URL"))
+    parser.add_argument("--mariadb-url", default=os.environ.get("GRIDPILOT_TEST_MARIADB_URL"))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--bulk", type=int, default=1000)
+    parser.add_argument("--parametric", type=int, default=10000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--duration", type=float, default=10.0)
+    args = parser.parse_args()
+    token = issue_token(SECRET, subject="bench", role="user", vo="lhcb", group="lhcb_user",
+                        lifetime=3600)
+    bulk_json = json.dumps([{"executable": "/bin/true", "arguments": [str(i)]}
+                            for i in range(args.bulk)], separators=(",", ":"))
+    parametric = (f'Executable = "/bin/echo"; Arguments = "%n"; '
+                  f"Parameters = {args.parametric};")
+    urls = {"postgresql": args.postgres_url, "mariadb": args.mariadb_url}
+    for backend in args.backends.split(","):
+        with tempfile.TemporaryDirectory(prefix="gp-bench-submit-") as tmp, \
+                fresh_database(backend, urls.get(backend), Path(tmp)) as url, \
+                matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", Path(tmp),
+                               workers=args.workers) as base:
+            post(base, token, SINGLE_JDL, "text/plain")  # warm up
+            for record in (
+                bulk(base, token, backend, "bulk_json", bulk_json, "application/json",
+                     args.bulk, args.repeat, args.workers),
+                bulk(base, token, backend, "parametric", parametric, "text/plain",
+                     args.parametric, args.repeat, args.workers),
+                single(base, token, backend, args.clients, args.duration, args.workers),
+            ):
+                print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()
