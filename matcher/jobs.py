@@ -13,6 +13,7 @@ from matcher.access import accessible_job
 from matcher.api import JDL, JSON, MAX_ID, Call, Param, endpoint
 from matcher.auth import OPERATOR, USER
 from matcher.problems import Problem
+from matcher.submitsandboxes import check_inputs, input_sandboxes, link_inputs
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
 from taskqueue.database import Session
@@ -24,6 +25,7 @@ from taskqueue.jobs import (
     job_history,
     jobs_by_id,
 )
+from taskqueue.sandboxes import INPUT, OUTPUT, job_sandboxes
 from taskqueue.states import JobStatus
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -41,12 +43,16 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
     submissions = submissions_from_text(call.text, fmt)
     identity = Identity(call.principal.vo, call.principal.subject, call.principal.group)
     ctx = call.runtime.chain_context(call.now)
+    inputs = input_sandboxes(submissions)
 
     def work(session: Session) -> list[dict[str, Any]]:
+        check_inputs(session, inputs, identity)
         result = submit(session, submissions, identity, ctx)
         ids = sorted(result.waiting + list(result.failed))
+        stored = jobs_by_id(session, ids)
+        link_inputs(session, stored, inputs)
         return [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
-                for j in jobs_by_id(session, ids)]
+                for j in stored]
 
     jobs = call.runtime.transaction(work)
     return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs}, 201
@@ -142,14 +148,17 @@ def get_job(call: Call, job_id: int) -> dict[str, Any]:
 
 
 @endpoint(bp, "GET", "/<int:job_id>/output", tag="jobs", roles=OWNERS,
-          summary="The exit code and the tail of standard output and error the job's pilot "
-                  "uploaded",
+          summary="The exit code, the tail of standard output and error the job's pilot "
+                  "reported, and the output sandbox it uploaded (GET /api/v1/sandboxes/{id})",
           responses={200: ("The job's output tail", schemas.JOB_OUTPUT)})
 def get_output(call: Call, job_id: int) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any]:
         job = accessible_job(session, call.principal, job_id)
+        outputs = job_sandboxes(session, job_id, OUTPUT)
         return {"job_id": job.id, "status": job.status, "exit_code": job.exit_code,
-                "output_tail": job.output_tail}
+                "output_tail": job.output_tail,
+                "output_sandbox": outputs[-1] if outputs else None,
+                "input_sandboxes": job_sandboxes(session, job_id, INPUT)}
 
     return call.runtime.transaction(work)
 

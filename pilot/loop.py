@@ -29,6 +29,14 @@ from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.payload import Payload, start_payload, wait_all
 from pilot.resource import NodeDescription
+from pilot.sandbox import (
+    OUTPUT_LIMIT,
+    Outputs,
+    SandboxError,
+    attach_output,
+    collect_outputs,
+    fetch_inputs,
+)
 
 log = logging.getLogger("pilot")
 
@@ -65,6 +73,8 @@ class PilotOptions:
     report_timeout: float = 600.0
     priority_factor: float = 1.0
     tick: float = 0.2
+    #: Bytes of output files, standard output and error one job may bring back.
+    output_limit: int = OUTPUT_LIMIT
 
 
 @dataclass
@@ -89,6 +99,8 @@ class Summary:
 class _Report:
     job_id: int
     body: dict[str, Any]
+    #: The job's packed output, uploaded before the report goes.
+    outputs: Outputs | None = None
 
 
 @dataclass
@@ -229,6 +241,19 @@ class Pilot:
         max_end = min(ends) if ends else now + 7 * 86400
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
+        assert self.client is not None
+        try:
+            fetch_inputs(self.client, job, o.workdir / f"job_{job.job_id}", self.node.reference)
+        except SandboxError as exc:  # unsafe or refused: Failed; unreachable: run elsewhere
+            log.error("job %d: %s", job.job_id, exc)
+            if exc.transient:
+                self.summary.rescheduled += 1
+            else:
+                self.summary.failed += 1
+            self.outbox.append(_Report(job.job_id, {
+                "status": protocol.RESCHEDULED if exc.transient else protocol.FAILED,
+                "minor_status": f"Input sandbox: {exc}"[:255]}))
+            return
         try:
             payload = start_payload(job, cores=cores, memory_mb=memory, root=o.workdir, now=now,
                                     max_end=max_end, cpu_factor=limits.cpu_factor,
@@ -271,7 +296,12 @@ class Pilot:
                 self.summary.failed += 1
                 body.update(status=protocol.FAILED)
             log.info("job %d ended with exit code %d", job_id, code)
-            self.outbox.append(_Report(job_id, body))
+            outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
+                None, [p.stderr_path])], limit=self.options.output_limit)
+            if outputs.minor_status():
+                body["minor_status"] = "; ".join(filter(None, [body.get("minor_status"),
+                                                               outputs.minor_status()]))[:255]
+            self.outbox.append(_Report(job_id, body, outputs))
             self._write_jobstatus(now)
 
     def _enforce(self, now: float) -> None:
@@ -302,6 +332,11 @@ class Pilot:
         assert self.client is not None
         while self.outbox:
             report = self.outbox[0]
+            if report.outputs is not None:
+                if not attach_output(self.client, report.outputs, self.node.reference,
+                                     report.body):
+                    return self.report_backoff.next_delay()
+                report.outputs = None
             try:
                 self.client.report(report.job_id, {"pilot_reference": self.node.reference,
                                                    **report.body})
