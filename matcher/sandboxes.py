@@ -201,3 +201,12 @@ def get_sandbox(call: Call, sandbox_id: str) -> Response:
 def usage(call: Call) -> dict[str, Any]:
     rows = call.runtime.transaction(usage_by_vo)
     return {"vos": [{"vo": u.vo, "sandboxes": u.sandboxes, "bytes": u.bytes} for u in rows]}
+
+
+def sandbox_gauges(session: Session) -> list[tuple[str, dict[str, str], float]]:
+    """The /metrics series of the sandbox store: sandboxes and bytes per VO."""
+    out: list[tuple[str, dict[str, str], float]] = []
+    for u in usage_by_vo(session):
+        out.append(("gridpilot_sandboxes", {"vo": u.vo}, u.sandboxes))
+        out.append(("gridpilot_sandbox_bytes", {"vo": u.vo}, u.bytes))
+    return out

@@ -185,6 +185,9 @@ def test_usage_per_vo(client: Api, user_token: str, operator_token: str) -> None
     answer = client.ok("GET", "/api/v1/sandboxes/usage", operator_token)
     assert answer == {"vos": [{"vo": "lhcb", "sandboxes": 1, "bytes": len(DATA)}]}
     assert client.call("GET", "/api/v1/sandboxes/usage", user_token).status_code == 403
+    metrics = client.call("GET", "/metrics", operator_token).get_data(as_text=True)
+    assert f'gridpilot_sandbox_bytes{{vo="lhcb"}} {len(DATA)}' in metrics
+    assert 'gridpilot_sandboxes{vo="lhcb"} 1' in metrics
 
 
 def test_other_bodies_keep_their_limit(make_app: Any, api_settings: Settings,
