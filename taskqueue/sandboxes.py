@@ -191,9 +191,10 @@ def expired_sandboxes(session: Session, *, now: datetime, retention: int,
         JobSandbox.sandbox_id == Sandbox.id, JobSandbox.job_id == Job.id,
         ~and_(Job.status.in_(final),
               func.coalesce(Job.ended_at, Job.submitted_at) < cutoff))
+    # Locked: a job submitted meanwhile with one of them waits, then finds it gone.
     return list(session.scalars(
         select(Sandbox.id).where(Sandbox.created_at < cutoff, ~in_use)
-        .order_by(Sandbox.id).limit(limit)))
+        .order_by(Sandbox.id).limit(limit).with_for_update()))
 
 
 def forget_sandboxes(session: Session, sandbox_ids: Sequence[str]) -> None:
