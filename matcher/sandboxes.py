@@ -108,23 +108,28 @@ def start_upload(call: Call) -> dict[str, Any]:
     job_id, reference = call.body.get("job_id"), call.body.get("pilot_reference")
     store = call.runtime.sandbox_store()
 
-    def work(session: Session) -> bool:
+    def work(session: Session) -> str:
         who, output = _uploader(session, call, job_id, reference)
         if is_owner(session, sandbox_id, who.vo, who.owner):
-            return True
-        # On S3 the client's upload goes to the store, which checks the signed checksum; the
-        # second call records it. The matcher proves the bytes itself on a local store.
-        if store.presigned and store.size(sandbox_id) == size:
+            return "owned"
+        if not store.presigned or store.size(sandbox_id) != size:
+            return "new"
+        # In object storage already. Recorded for nobody: the caller's own presigned upload
+        # (the store checked the signed checksum), recorded now. Recorded for others: the
+        # caller proves they hold the bytes by sending them to the matcher, which checks
+        # them without storing them again (and nobody overwrites another's object).
+        if find_sandbox(session, sandbox_id) is None:
             register_sandbox(session, sandbox_id, size, who, now=call.now, output=output,
                              quota=call.runtime.settings.sandboxes.user_quota_bytes)
-            return True
-        return False
+            return "owned"
+        return "prove"
 
-    if call.runtime.transaction(work):
+    outcome = call.runtime.transaction(work)
+    if outcome == "owned":
         return {"sandbox_id": sandbox_id, "uploaded": True, "upload": None}
+    ticket = store.upload_ticket(sandbox_id, size) if outcome == "new" else None
     return {"sandbox_id": sandbox_id, "uploaded": False,
-            "upload": _ticket(store.upload_ticket(sandbox_id, size), call, sandbox_id, job_id,
-                              reference)}
+            "upload": _ticket(ticket, call, sandbox_id, job_id, reference)}
 
 
 @endpoint(bp, "PUT", "/<sandbox_id>", tag="sandboxes", roles=ALL,
@@ -143,15 +148,16 @@ def put_sandbox(call: Call, sandbox_id: str) -> tuple[dict[str, Any], int]:
         raise Problem(422, f"the body's sha256 is {actual}, not the {digest} the id names: "
                       "the upload was damaged or is not this sandbox")
     store = call.runtime.sandbox_store()
-    if store.presigned:
-        # The bytes go to the store directly (the upload URL POST /sandboxes answers with).
-        raise Problem(409, "this service keeps sandboxes in object storage: upload to the URL "
-                      "POST /api/v1/sandboxes answers with")
     job_id, reference = call.query.get("job_id"), call.query.get("pilot_reference")
 
     def work(session: Session) -> None:
         who, output = _uploader(session, call, job_id, reference)
         if store.size(sandbox_id) != len(data):
+            if store.presigned:
+                # New bytes go to the object store directly, through the URL that
+                # POST /api/v1/sandboxes answers with.
+                raise Problem(409, "this service keeps sandboxes in object storage: upload to "
+                              "the URL POST /api/v1/sandboxes answers with")
             store.put(sandbox_id, data)
         register_sandbox(session, sandbox_id, len(data), who, now=call.now, output=output,
                          quota=call.runtime.settings.sandboxes.user_quota_bytes)

@@ -198,3 +198,43 @@ def test_other_bodies_keep_their_limit(make_app: Any, api_settings: Settings,
     response = client.call("POST", "/api/v1/jobs", user_token, text="#" * 5000)
     assert_problem(response, 413, "1000 bytes")
 
+
+
+def test_object_storage_moves_the_bytes_through_presigned_urls(
+        make_app: Any, api_settings: Settings, moto_endpoint: str, token: TokenMaker) -> None:
+    import uuid
+
+    import requests
+
+    from taskqueue.sandboxstore import S3Store
+
+    settings = replace(api_settings, sandboxes=replace(
+        api_settings.sandboxes, backend="s3", endpoint_url=moto_endpoint,
+        bucket=f"api-{uuid.uuid4().hex[:12]}"))
+    S3Store(settings.sandboxes).ensure_bucket()
+    client = Api(make_app(settings).test_client(), settings, api_settings.auth.secret)
+    alice, bob = token("alice", "user"), token("bob", "user")
+    first = start(client, alice)
+    assert first["uploaded"] is False and first["upload"]["url"].startswith(moto_endpoint)
+    put = requests.put(first["upload"]["url"], data=DATA, headers=first["upload"]["headers"],
+                       timeout=30)
+    assert put.status_code == 200, put.text
+    assert start(client, alice)["uploaded"] is True
+    got = download(client, alice, SID)
+    assert got.status_code == 307 and got.headers["Location"].startswith(moto_endpoint)
+    assert requests.get(got.headers["Location"], timeout=30).content == DATA
+    # Another user with the same bytes proves it to the matcher; the object is not rewritten.
+    second = start(client, bob)
+    assert second["uploaded"] is False and "/api/v1/sandboxes/" in second["upload"]["url"]
+    assert not second["upload"]["url"].startswith(moto_endpoint)
+    assert_problem(client.call("PUT", f"/api/v1/sandboxes/{SID}", bob, data=DATA[:-1] + b"!",
+                               content_type=ARCHIVE), 422, "sha256")
+    assert download(client, bob, SID).status_code == 404
+    client.ok("PUT", f"/api/v1/sandboxes/{SID}", bob, status=201, data=DATA,
+              content_type=ARCHIVE)
+    assert download(client, bob, SID).status_code == 307
+    # New bytes never go through the matcher.
+    other = pack([Member("new.txt", b"new")])
+    assert_problem(client.call("PUT", f"/api/v1/sandboxes/{sandbox_id(other)}", bob, data=other,
+                               content_type=ARCHIVE), 409, "object storage")
+    assert_problem(download(client, token("carol", "user"), SID), 404)
