@@ -136,7 +136,7 @@ def _match_one(client: Api, token: str) -> dict[str, Any]:
 
 
 def test_parametric_jobs_share_the_sandbox_and_the_pilot_reads_it(
-        client: Api, user_token: str, pilot_token: str, other_user_token: str) -> None:
+        client: Api, user_token: str, pilot_token: str, token: TokenMaker) -> None:
     upload(client, user_token)
     jdl = (f'[Executable = "/bin/cat"; Arguments = "data.txt %s"; Parameters = 3; '
            f'ParameterStart = 0; ParameterStep = 1; InputSandbox = {{"{SID}", "LFN:/lhcb/x"}};]')
@@ -148,8 +148,11 @@ def test_parametric_jobs_share_the_sandbox_and_the_pilot_reads_it(
     job = _match_one(client, pilot_token)
     assert SID in job["input_sandbox"]
     assert download(client, pilot_token, SID, pilot_reference=PILOT_REF).get_data() == DATA
-    # Another pilot reference of the VO holds no such job.
+    # Another pilot reference of the VO holds no such job; a pilot of another VO with the
+    # same reference sees nothing either.
     assert download(client, pilot_token, SID, pilot_reference="pilot-2").status_code == 404
+    belle = token("belle-factory", "pilot", vo="belle", group="belle_pilot")
+    assert download(client, belle, SID, pilot_reference=PILOT_REF).status_code == 404
     # Once the job ended, its pilot may not read its sandbox any more.
     client.report(pilot_token, job["job_id"], "Done", exit_code=0)
     assert download(client, pilot_token, SID, pilot_reference=PILOT_REF).status_code == 404
