@@ -4,10 +4,10 @@ Loops: optimizer (Received jobs through the chain), director (pilots to queues w
 pilots (the batch systems' view of the pilots), submitpools (SubmitPool → queue mappings
 re-evaluated; unused pools dropped), watchdog (silent jobs Stalled, rescheduled or failed),
 priorities (fair share), cleanup (empty task queues), activity (the dashboard's counters and
-job-count snapshots). Several agent processes may run at once:
-each loop's turn is taken in the database (taskqueue.agentruns) and held by a heartbeat while the
-loop runs (so a killed agent's turn is free after ``[agents] turn_lease``), and every loop is
-itself safe to run twice at once.
+job-count snapshots), sandboxes (expired sandboxes removed). Several agent processes may run
+at once: each loop's turn is taken in the database (taskqueue.agentruns) and held by a
+heartbeat while the loop runs (so a killed agent's turn is free after ``[agents] turn_lease``),
+and every loop is itself safe to run twice at once.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from agents.maintenance import (
     record_dashboard_activity,
     refresh_submit_pools,
 )
+from agents.sandboxcleanup import clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, renew_run, start_run
@@ -102,6 +103,7 @@ class Agents:
             "priorities": (a.priorities_interval, partial(recompute_shares, ctx)),
             "cleanup": (a.cleanup_interval, partial(clean_up, ctx)),
             "activity": (a.activity_interval, partial(record_dashboard_activity, ctx)),
+            "sandboxes": (a.cleanup_interval, partial(clean_up_sandboxes, ctx)),
         }
         unknown = sorted(set(names or ()) - set(every))
         if unknown:

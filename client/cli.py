@@ -18,6 +18,8 @@ import click
 
 from client import show
 from client.config import ConfigError, resolve
+from client.sandboxes import SandboxFileError, with_uploaded_inputs
+from client.sandboxes import upload as upload_sandbox
 from client.service import Service, ServiceError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,7 +130,14 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
     submitted: list[dict[str, Any]] = []
     for path, text, kind in descriptions:
         try:
+            # Local InputSandbox files travel as one uploaded sandbox (client.sandboxes).
+            text = with_uploaded_inputs(text, kind, path.parent,
+                                        lambda data: upload_sandbox(service, data))
             answer = service.submit(text, kind)
+        except (SandboxFileError, json.JSONDecodeError) as exc:
+            if submitted:
+                _emit(as_json, {"jobs": submitted}, _submitted_lines(submitted))
+            raise Exit(f"{path}: {exc}", EXIT_USAGE) from exc
         except ServiceError as exc:
             if submitted:
                 _emit(as_json, {"jobs": submitted}, _submitted_lines(submitted))

@@ -165,6 +165,39 @@ def queues_cleanup(settings: Settings) -> None:
     click.echo(f"deleted {len(gone)} empty task queues and {len(pools)} unused SubmitPools")
 
 
+@cli.group()
+def sandboxes() -> None:
+    """Inspect and maintain the sandbox store."""
+
+
+@sandboxes.command("usage")
+@click.pass_obj
+@_friendly
+def sandboxes_usage(settings: Settings) -> None:
+    """Sandboxes stored and their size, per VO."""
+    from taskqueue.sandboxes import usage_by_vo
+
+    factory = make_session_factory(engine_for(settings.database))
+    rows = run_in_transaction(factory, usage_by_vo)
+    click.echo(f"{'VO':<16} {'sandboxes':>10} {'MB':>12}")
+    for u in rows:
+        click.echo(f"{u.vo:<16} {u.sandboxes:>10} {u.bytes / 1e6:>12.3f}")
+    click.echo(f"{'total':<16} {sum(u.sandboxes for u in rows):>10} "
+               f"{sum(u.bytes for u in rows) / 1e6:>12.3f}")
+
+
+@sandboxes.command("cleanup")
+@click.pass_obj
+@_friendly
+def sandboxes_cleanup(settings: Settings) -> None:
+    """Remove the sandboxes whose retention period has passed (what the agent loop does)."""
+    from agents.context import AgentContext
+    from agents.sandboxcleanup import clean_up_sandboxes
+
+    factory = make_session_factory(engine_for(settings.database))
+    click.echo(clean_up_sandboxes(AgentContext(settings, factory)))
+
+
 @cli.command("submit")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))

@@ -9,7 +9,8 @@ match jobs over HTTP with their own tokens, run the payloads, report them and ke
 end. Everything runs on this machine, on an SQLite file in the work folder: each queue's pilots
 stand in for that site's worker nodes. The dashboard (/ui/) is served by the same matcher; the
 demo prints its address and an operator's token, and keeps its counters as the activity loop
-would.
+would. One job takes local files in (uploaded as its input sandbox) and brings a file back,
+which the demo prints, fetched through the API.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from sqlalchemy import func, select
 from agents.context import AgentContext
 from agents.director import Director
 from agents.executors import ExecutorPool
+from client.sandboxes import fetch_output, with_uploaded_inputs
+from client.sandboxes import upload as upload_sandbox
+from client.service import Service
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from gridpilot.reports import queue_table
@@ -44,6 +48,7 @@ from pilot.features import write_features
 from taskqueue.activity import record_activity
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import Job, Pilot, TaskQueueJob
+from taskqueue.sandboxstore import S3Store
 from taskqueue.settings import Settings
 from taskqueue.states import FINAL_STATES
 
@@ -106,7 +111,7 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
     db_file = work / "demo.db"
     for leftover in work.glob("demo.db*"):
         leftover.unlink()
-    for folder in ("pilots", "jobstatus", "features", "metrics"):
+    for folder in ("pilots", "jobstatus", "features", "metrics", "sandboxes", "sandbox-demo"):
         shutil.rmtree(work / folder, ignore_errors=True)
     secret = secrets.token_urlsafe(32)
     resources_file = demo_resources(Path(settings.resources.file), work)
@@ -126,7 +131,10 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
         echo(f"Matcher: gunicorn with 2 workers at {base}")
         _announce_dashboard(base, secret, linger, echo)
         settings = replace(settings, matcher=replace(settings.matcher, url=base))
-        waiting = _submit_all(base, secret, n_jobs, rng, echo)
+        if settings.sandboxes.backend == "s3":
+            S3Store(settings.sandboxes).ensure_bucket()
+        sandbox_job = _submit_with_files(base, secret, work / "sandbox-demo", echo)
+        waiting = _submit_all(base, secret, n_jobs, rng, echo) + 1
         by_client, psij_job, psij_states = _submit_as_a_user(base, secret, work, echo)
         waiting += by_client
         with factory() as session:
@@ -135,6 +143,7 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
         _direct(settings, factory, work, echo)
         _show_user_jobs(base, work, psij_job, psij_states, echo)
         _summary(factory, work, waiting, echo)
+        _show_output(base, secret, sandbox_job, work / "sandbox-demo", echo)
         _linger(base, linger, echo)
 
 
@@ -259,6 +268,57 @@ def _show_user_jobs(base: str, work: Path, job: Any, states: list[str],
         raise SystemExit(f"the PSI/J job did not complete: {status}")
     listed = _client(base, work, "list", "--name", "hello-*")
     echo("gridpilot-client list --name 'hello-*':\n" + listed.stdout.rstrip())
+
+
+#: The job that takes files in and brings one back (sandboxes).
+SANDBOX_JDL = """[
+    Executable = "/bin/sh";
+    Arguments = "count.sh";
+    InputSandbox = {"count.sh", "cities.txt"};
+    OutputSandbox = {"result.txt"};
+    JobName = "sandbox-demo";
+]
+"""
+COUNT_SH = """#!/bin/sh
+{ echo "$(wc -l < cities.txt) cities, sorted on $(hostname):"; sort cities.txt; } > result.txt
+"""
+
+
+def _alice(base: str, secret: str) -> Service:
+    who = SUBMITTERS[0]
+    return Service(base, issue_token(secret, subject=who.owner, role="user", vo=who.vo,
+                                     group=who.owner_group, lifetime=3600))
+
+
+def _submit_with_files(base: str, secret: str, folder: Path,
+                       echo: Callable[[str], None]) -> int:
+    """Alice submits a job with local input files, as gridpilot-client submit does: the files
+    are packed, uploaded (checksum first) and replaced by their sandbox id."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "cities.txt").write_text("Geneva\nBologna\nDidcot\nKarlsruhe\nLyon\n",
+                                       encoding="utf-8")
+    (folder / "count.sh").write_text(COUNT_SH, encoding="utf-8")
+    service = _alice(base, secret)
+    text = with_uploaded_inputs(SANDBOX_JDL, "jdl", folder,
+                                lambda data: upload_sandbox(service, data))
+    job = service.submit(text, "jdl")["jobs"][0]
+    sandbox = service.output(job["job_id"])["input_sandboxes"]
+    echo(f"\nalice submitted job {job['job_id']} with the local files count.sh and cities.txt,"
+         f" uploaded as input sandbox {', '.join(sandbox)} ({job['status']}).")
+    return int(job["job_id"])
+
+
+def _show_output(base: str, secret: str, job_id: int, folder: Path,
+                 echo: Callable[[str], None]) -> None:
+    """Alice reads the job's output file back through the API."""
+    service = _alice(base, secret)
+    answer = service.output(job_id)
+    if answer["status"] != "Done" or not answer["output_sandbox"]:
+        raise SystemExit(f"job {job_id} ended {answer['status']} without an output sandbox")
+    fetch_output(service, answer["output_sandbox"], folder / "output")
+    echo(f"\nJob {job_id}'s output sandbox {answer['output_sandbox']}, fetched through "
+         "GET /api/v1/sandboxes; its result.txt says:")
+    echo((folder / "output" / "result.txt").read_text(encoding="utf-8").rstrip())
 
 
 def _direct(settings: Settings, factory: Any, work: Path,

@@ -22,6 +22,8 @@ from matcher.validation import Schema, SchemaError, validate
 
 JSON = "application/json"
 JDL = "text/plain"
+#: Sandbox archives (tar.gz): read as bytes, never decoded.
+ARCHIVE = "application/gzip"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,8 @@ class Operation:
     query: tuple[Param, ...]
     responses: Mapping[int, tuple[str, Schema | None]]
     operation_id: str
+    #: Statuses whose answer is a sandbox archive, not JSON.
+    archive_responses: tuple[int, ...] = ()
 
 
 #: Every operation declared with :func:`endpoint`, in declaration order.
@@ -88,13 +92,15 @@ def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
              roles: tuple[str, ...] | None, responses: Mapping[int, tuple[str, Schema | None]],
              body: Mapping[str, Schema] | None = None, body_required: bool = True,
              query: tuple[Param, ...] = (),
-             admit: Callable[[Runtime], bool] | None = None) -> Callable[[View], View]:
+             admit: Callable[[Runtime], bool] | None = None,
+             archive_responses: tuple[int, ...] = ()) -> Callable[[View], View]:
     """Declare an endpoint. An optional body (``body_required=False``) may be left out
     altogether; the view then gets ``call.body`` None. ``admit``: a caller it accepts (by
     other means than a token of ``roles``) needs no token."""
     def register(view: View) -> View:
         OPERATIONS.append(Operation(method, f"{bp.url_prefix or ''}{rule}", summary, tag, roles,
-                                    body, body_required, query, responses, view.__name__))
+                                    body, body_required, query, responses, view.__name__,
+                                    archive_responses))
 
         @functools.wraps(view)
         def handle(**path: Any) -> Response:
@@ -132,6 +138,11 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
         raise Problem(415, f"send the body as {' or '.join(accepted)}"
                       + (f", not {media}" if media else " (no Content-Type was given)"))
     raw = request.get_data(cache=False)
+    if media == ARCHIVE:
+        return media, "", raw
+    limit = runtime_of(current_app).settings.matcher.max_body_bytes
+    if len(raw) > limit:
+        raise Problem(413, f"the request body is larger than the {limit} bytes accepted")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

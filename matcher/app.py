@@ -14,6 +14,7 @@ from matcher import (
     operator,
     pilots,
     problems,
+    sandboxes,
     service,
     taskqueues,
     whoami,
@@ -28,12 +29,15 @@ def create_app(settings: Settings) -> Flask:
     """The matcher service for ``settings``; refuses to start without a signing secret."""
     secret = settings.auth.signing_secret()
     app = Flask("gridpilot.matcher")
-    app.config.update(MAX_CONTENT_LENGTH=settings.matcher.max_body_bytes, JSON_SORT_KEYS=False)
+    # Sandbox uploads may be larger than other bodies (matcher.api holds those to theirs).
+    app.config.update(MAX_CONTENT_LENGTH=max(settings.matcher.max_body_bytes,
+                                             settings.sandboxes.max_upload_bytes),
+                      JSON_SORT_KEYS=False)
     app.json.sort_keys = False  # type: ignore[attr-defined]
     app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)),
                                           IdentityProviders(settings.auth.issuers))
     for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
-               whoami.bp, dashboard.bp):
+               whoami.bp, dashboard.bp, sandboxes.bp):
         app.register_blueprint(bp)
     problems.install(app)
     app.before_request(_start_clock)

@@ -91,7 +91,7 @@ def _answer(session: Session, done: list[int], errors: list[dict[str, Any]]
 def kill_many(call: Call) -> dict[str, Any]:
     reason = call.body.get("reason") or ""
     who = call.principal.name
-    why = f"Killed by {who}" + (f": {reason}" if reason else "")
+    why = (f"Killed by {who}" + (f": {reason}" if reason else ""))[:255]
 
     def work(session: Session) -> dict[str, Any]:
         done, errors = _act_on_each(session, call.principal, call.body["job_ids"],

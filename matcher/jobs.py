@@ -13,6 +13,7 @@ from matcher.access import accessible_job
 from matcher.api import JDL, JSON, MAX_ID, Call, Param, endpoint
 from matcher.auth import OPERATOR, USER
 from matcher.problems import Problem
+from matcher.submitsandboxes import check_inputs, input_sandboxes, link_inputs
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
 from optimizers.description import unknown_field_warnings
@@ -23,8 +24,10 @@ from taskqueue.jobs import (
     count_jobs_by_status,
     find_jobs,
     job_history,
+    jobs_by_id,
 )
 from taskqueue.queues import WAITING_MINOR_STATUS
+from taskqueue.sandboxes import INPUT, OUTPUT, job_sandboxes
 from taskqueue.states import JobStatus
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
@@ -42,9 +45,14 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
     submissions = submissions_from_text(call.text, fmt)
     identity = Identity(call.principal.vo, call.principal.subject, call.principal.group)
     ctx = call.runtime.chain_context(call.now)
+    inputs = input_sandboxes(submissions)
 
     def work(session: Session) -> list[dict[str, Any]]:
+        check_inputs(session, inputs, identity)
         result = submit(session, submissions, identity, ctx)
+        if inputs:
+            link_inputs(session, jobs_by_id(session, sorted(result.waiting + list(result.failed))),
+                        inputs)
         # The chain's outcome is each job's status: no need to read the jobs back.
         outcome = {job_id: (JobStatus.WAITING.value, WAITING_MINOR_STATUS)
                    for job_id in result.waiting}
@@ -148,14 +156,17 @@ def get_job(call: Call, job_id: int) -> dict[str, Any]:
 
 
 @endpoint(bp, "GET", "/<int:job_id>/output", tag="jobs", roles=OWNERS,
-          summary="The exit code and the tail of standard output and error the job's pilot "
-                  "uploaded",
+          summary="The exit code, the tail of standard output and error the job's pilot "
+                  "reported, and the output sandbox it uploaded (GET /api/v1/sandboxes/{id})",
           responses={200: ("The job's output tail", schemas.JOB_OUTPUT)})
 def get_output(call: Call, job_id: int) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any]:
         job = accessible_job(session, call.principal, job_id)
+        outputs = job_sandboxes(session, job_id, OUTPUT)
         return {"job_id": job.id, "status": job.status, "exit_code": job.exit_code,
-                "output_tail": job.output_tail}
+                "output_tail": job.output_tail,
+                "output_sandbox": outputs[-1] if outputs else None,
+                "input_sandboxes": job_sandboxes(session, job_id, INPUT)}
 
     return call.runtime.transaction(work)
 

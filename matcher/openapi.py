@@ -72,6 +72,10 @@ def _operation(op: Operation) -> dict[str, Any]:
             media: {"schema": _openapi_schema(schema)} for media, schema in op.body.items()}}
     responses: dict[str, Any] = {}
     for status, (description, schema) in op.responses.items():
+        if status in op.archive_responses:
+            responses[str(status)] = {"description": description, "content": {
+                "application/gzip": {"schema": {"type": "string", "format": "binary"}}}}
+            continue
         media = "application/problem+json" if status >= 400 else (
             "application/json" if schema is not None else "text/plain")
         responses[str(status)] = {"description": description, "content": {

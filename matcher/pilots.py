@@ -36,6 +36,7 @@ from taskqueue.pilots import (
     register_pilot,
 )
 from taskqueue.resources import Resource, parse_resource
+from taskqueue.sandboxes import attach_output
 from taskqueue.states import JobStatus
 from taskqueue.submitpools import get_submit_pools_for_queue
 
@@ -137,8 +138,9 @@ def beat(call: Call) -> dict[str, Any]:
 
 @endpoint(bp, "POST", "/jobs/<int:job_id>/status", tag="pilots", roles=(PILOT,),
           summary="Status report on one of the pilot's jobs: Running, Completing, Done or "
-                  "Failed (with exit code and output tail), or Rescheduled (the pilot must "
-                  "stop before the job ends; it runs again elsewhere)",
+                  "Failed (with exit code, output tail and the output sandbox it uploaded), "
+                  "or Rescheduled (the pilot must stop before the job ends; it runs again "
+                  "elsewhere)",
           body={JSON: schemas.STATUS_REPORT},
           responses={200: ("The job's status afterwards", schemas.STATUS_ANSWER)})
 def report(call: Call, job_id: int) -> dict[str, Any]:
@@ -149,7 +151,12 @@ def report(call: Call, job_id: int) -> dict[str, Any]:
                                  body.get("cpu_used"))
     ctx = call.runtime.chain_context(call.now)
 
+    output = body.get("output_sandbox")
+
     def work(session: Session) -> str:
+        if output is not None:
+            attach_output(session, job_id, output, vo=call.principal.vo,
+                          pilot_reference=reference)
         status = report_status(session, job_id, status_report, vo=call.principal.vo,
                                pilot_reference=reference, now=call.now,
                                max_reschedules=call.runtime.settings.taskqueue.max_reschedules)

@@ -27,6 +27,7 @@ from taskqueue.database import (
     run_in_transaction,
 )
 from taskqueue.health import HealthProbe
+from taskqueue.sandboxstore import SandboxStore, open_store
 from taskqueue.settings import Settings
 
 T = TypeVar("T")
@@ -45,6 +46,13 @@ class Runtime:
     _resources: tuple[float, ResourcesConfig] | None = None
     _health: tuple[int, HealthProbe] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _store: SandboxStore | None = None
+
+    def sandbox_store(self) -> SandboxStore:
+        """Where sandbox bytes are kept ([sandboxes] settings), opened on first use."""
+        if self._store is None:
+            self._store = open_store(self.settings)
+        return self._store
 
     def session_factory(self) -> SessionFactory:
         """The process's session factory, made on first use (after any fork)."""

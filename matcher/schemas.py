@@ -91,6 +91,7 @@ STATUS_REPORT = obj({
     "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
     "output_tail": {"type": "string", "maxLength": 256 * 1024},
     "cpu_used": {"type": "number", "minimum": 0},
+    "output_sandbox": {"type": "string", "minLength": 1, "maxLength": 80},
 }, ("pilot_reference", "status"))
 STATUS_ANSWER = obj({"job_id": ID, "status": STRING}, ("job_id", "status"))
 
@@ -161,7 +162,8 @@ BULK_ANSWER = obj({
                                               "detail": STRING})},
 }, ("jobs", "errors"))
 JOB_OUTPUT = obj({"job_id": ID, "status": STRING, "exit_code": nullable(INTEGER),
-                  "output_tail": nullable(STRING)})
+                  "output_tail": nullable(STRING), "output_sandbox": nullable(STRING),
+                  "input_sandboxes": STRINGS})
 JOB_STATUS = obj({"job_id": ID, "status": STRING, "minor_status": STRING})
 REASON = obj({"reason": {"type": "string", "maxLength": 255}})
 
@@ -212,3 +214,19 @@ WHOAMI = obj({"subject": STRING, "role": STRING, "vo": STRING, "group": STRING,
               "expires_at": TIME, "scopes": nullable({"type": "array", "items": STRING})},
              ("subject", "role", "vo", "group"))
 HEALTH = obj({"status": STRING, "database": STRING})
+
+#: The checksum-first upload handshake, and the sandbox it stored.
+SANDBOX_REQUEST = obj({
+    "checksum": {"type": "string", "minLength": 64, "maxLength": 64},
+    "size": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
+    "job_id": ID,
+    "pilot_reference": NAME,
+}, ("checksum", "size"))
+SANDBOX_UPLOAD = obj({"url": STRING, "method": STRING,
+                      "headers": {"type": "object", "additionalProperties": STRING}},
+                     ("url", "method"))
+SANDBOX_ANSWER = obj({"sandbox_id": STRING, "uploaded": {"type": "boolean"},
+                      "upload": nullable(SANDBOX_UPLOAD)}, ("sandbox_id", "uploaded"))
+SANDBOX_STORED = obj({"sandbox_id": STRING, "size": COUNT}, ("sandbox_id", "size"))
+SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
+    {"vo": STRING, "sandboxes": COUNT, "bytes": {"type": "integer", "minimum": 0}})}})

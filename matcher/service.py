@@ -13,6 +13,7 @@ from matcher.auth import OPERATOR
 from matcher.openapi import document
 from matcher.problems import Problem
 from matcher.runtime import Runtime
+from matcher.sandboxes import sandbox_gauges
 from taskqueue.database import Session
 from taskqueue.queues import waiting_counts
 
@@ -53,16 +54,16 @@ def _scraper_admitted(runtime: Runtime) -> bool:
 
 @endpoint(bp, "GET", "/metrics", tag="service", roles=(OPERATOR,), admit=_scraper_admitted,
           summary="Prometheus metrics of every worker of this host: requests, matches, "
-                  "no-matches by reason, latency, and waiting jobs per task queue. For an "
-                  "operator's token, the metrics token ([matcher] metrics_token) or an "
-                  "address of [matcher] metrics_allow",
+                  "no-matches by reason, latency, waiting jobs per task queue, and the "
+                  "sandbox store's usage per VO. For an operator's token, the metrics token "
+                  "([matcher] metrics_token) or an address of [matcher] metrics_allow",
           responses={200: ("Prometheus text exposition format", None)})
 def metrics(call: Call) -> Response:
     def work(session: Session) -> list[tuple[str, dict[str, str], float]]:
         rows = waiting_counts(session, largest=METRICS_QUEUES)
         return [("gridpilot_waiting_jobs",
                  {"tq_id": str(r.tq_id), "vo": r.vo, "owner_group": r.owner_group,
-                  "job_type": r.job_type}, r.waiting) for r in rows]
+                  "job_type": r.job_type}, r.waiting) for r in rows] + sandbox_gauges(session)
 
     text = call.runtime.metrics.render(call.runtime.transaction(work))
     return Response(text, mimetype="text/plain", content_type="text/plain; version=0.0.4")

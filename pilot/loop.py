@@ -28,9 +28,17 @@ from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.output import MAX_OUTPUT_BYTES, remove_folder
-from pilot.payload import Payload, start_payload, wait_all
+from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.resource import NodeDescription
+from pilot.sandbox import (
+    OUTPUT_LIMIT,
+    Outputs,
+    SandboxError,
+    attach_output,
+    collect_outputs,
+    fetch_inputs,
+)
 
 log = logging.getLogger("pilot")
 
@@ -74,6 +82,8 @@ class PilotOptions:
     max_output_bytes: int = MAX_OUTPUT_BYTES
     #: Keep finished jobs' folders (for debugging); by default they go once reported.
     keep_job_folders: bool = False
+    #: Bytes of output files, standard output and error one job may bring back.
+    output_limit: int = OUTPUT_LIMIT
 
 
 @dataclass
@@ -100,6 +110,8 @@ class Summary:
 class _Report:
     job_id: int
     body: dict[str, Any]
+    #: The job's packed output, uploaded before the report goes.
+    outputs: Outputs | None = None
 
 
 @dataclass
@@ -252,11 +264,25 @@ class Pilot:
         max_end = min(ends) if ends else now + 7 * 86400
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
+        assert self.client is not None
+        try:
+            fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
+                         self.node.reference)
+        except SandboxError as exc:  # unsafe or refused: Failed; unreachable: run elsewhere
+            log.error("job %d: %s", job.job_id, exc)
+            if exc.transient:
+                self.summary.rescheduled += 1
+            else:
+                self.summary.failed += 1
+            self.outbox.append(_Report(job.job_id, {
+                "status": protocol.RESCHEDULED if exc.transient else protocol.FAILED,
+                "minor_status": f"Input sandbox: {exc}"[:255]}))
+            return
         try:
             payload = start_payload(job, cores=cores, memory_mb=memory, root=o.workdir, now=now,
                                     max_end=max_end, cpu_factor=limits.cpu_factor,
                                     machine_features=o.machine_features,
-                                    base_env=os.environ)
+                                    base_env=os.environ, fresh=False)
         except OSError as exc:
             log.error("job %d cannot start: %s", job.job_id, exc)
             self.summary.failed += 1
@@ -297,7 +323,12 @@ class Pilot:
                 self.summary.failed += 1
                 body.update(status=protocol.FAILED)
             log.info("job %d ended with exit code %d", job_id, code)
-            self.outbox.append(_Report(job_id, body))
+            outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
+                None, [p.stderr_path])], limit=self.options.output_limit)
+            if outputs.minor_status():
+                body["minor_status"] = "; ".join(filter(None, [body.get("minor_status"),
+                                                               outputs.minor_status()]))[:255]
+            self.outbox.append(_Report(job_id, body, outputs))
             self._finished(p)
             self._write_jobstatus(now)
 
@@ -329,6 +360,11 @@ class Pilot:
         assert self.client is not None
         while self.outbox:
             report = self.outbox[0]
+            if report.outputs is not None:
+                if not attach_output(self.client, report.outputs, self.node.reference,
+                                     report.body):
+                    return self.report_backoff.next_delay()
+                report.outputs = None
             try:
                 self.client.report(report.job_id, {"pilot_reference": self.node.reference,
                                                    **report.body})

@@ -122,14 +122,23 @@ class Payload:
         return text[-TAIL_BYTES:]
 
 
+def fresh_job_folder(root: Path, job_id: int) -> Path:
+    """``root/job_<id>``, empty: what an earlier attempt left (links included) goes first."""
+    directory = root / f"job_{job_id}"
+    remove_folder(directory)
+    directory.mkdir(parents=True)
+    return directory
+
+
 def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, now: float,
                   max_end: float, cpu_factor: float | None,
-                  machine_features: str | None, base_env: Mapping[str, str]) -> Payload:
+                  machine_features: str | None, base_env: Mapping[str, str],
+                  fresh: bool = True) -> Payload:
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
-    provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given."""
-    directory = root / f"job_{job.job_id}"
-    remove_folder(directory)  # what an earlier attempt left (links included) goes first
-    directory.mkdir(parents=True)
+    provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given.
+    ``fresh=False``: the folder was made by :func:`fresh_job_folder` (and holds the job's
+    input files)."""
+    directory = fresh_job_folder(root, job.job_id) if fresh else root / f"job_{job.job_id}"
     features = directory / ".jobfeatures"
     wall = max(0, int(max_end - now))
     factor = cpu_factor or 1.0

@@ -441,3 +441,46 @@ submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
 site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)
 queue_status_table = cast(Table, QueueStatus.__table__)
+
+
+class Sandbox(Base):
+    """A sandbox: a tar.gz of a job's files, named by the sha256 of its bytes and stored once
+    whoever uploads it (the bytes live in the sandbox store, taskqueue.sandboxstore)."""
+
+    __tablename__ = "sandboxes"
+
+    #: ``sb:sha256:`` and the hex digest of the archive.
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SandboxOwner(Base):
+    """Who owns a sandbox: each user who uploaded it (or whose job's pilot did)."""
+
+    __tablename__ = "sandbox_owners"
+
+    sandbox_id: Mapped[str] = mapped_column(
+        ForeignKey("sandboxes.id", ondelete="CASCADE"), primary_key=True)
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+    owner_group: Mapped[str] = mapped_column(String(128))
+    #: 1 when a pilot uploaded it as a job's output (it does not count against the quota).
+    output: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "vo", "owner"),)
+
+
+class JobSandbox(Base):
+    """A job's reference to a sandbox: its input ("input") or what it brought back
+    ("output"). A referenced sandbox cannot be deleted (no cascade from sandboxes)."""
+
+    __tablename__ = "job_sandboxes"
+
+    job_id: Mapped[int] = mapped_column(
+        BigId, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    sandbox_id: Mapped[str] = mapped_column(ForeignKey("sandboxes.id"), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(8), primary_key=True)
+
+    __table_args__ = (Index(None, "sandbox_id", "job_id"),)

@@ -342,6 +342,50 @@ class DashboardSettings:
 
 
 @dataclass(frozen=True)
+class SandboxSettings:
+    """Where the files jobs take in and bring back are kept (taskqueue.sandboxstore)."""
+
+    #: "local": a folder on the service host, shared by its matcher processes; "s3": an
+    #: S3-compatible object store (pilots and clients move the bytes through presigned URLs).
+    backend: str = "local"
+    #: The local folder; empty: "sandboxes" beside the SQLite database, or work/sandboxes.
+    directory: str = ""
+    #: The S3 bucket, the endpoint (empty: AWS itself) and region; credentials come from the
+    #: usual AWS environment variables or files.
+    bucket: str = "gridpilot-sandboxes"
+    endpoint_url: str = ""
+    region: str = "us-east-1"
+    #: Seconds a presigned URL stays valid.
+    url_lifetime: int = 3600
+    #: Largest sandbox one upload may bring, in bytes (DIRAC's default: 10 MiB).
+    max_upload_bytes: int = 10 * 1024 * 1024
+    #: Bytes of sandboxes one user may own at once (0: no quota); output sandboxes that
+    #: pilots upload for the user's jobs do not count.
+    user_quota_bytes: int = 1024 * 1024 * 1024
+    #: Seconds a sandbox is kept after the last job referencing it ended (or after its upload,
+    #: when no job ever referenced it).
+    retention: int = 7 * 86400
+    #: Limits when a sandbox is unpacked: bytes of files and number of members.
+    max_unpacked_bytes: int = 1024 * 1024 * 1024
+    max_members: int = 10000
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("local", "s3"):
+            raise ConfigurationError(
+                f"sandboxes.backend must be local or s3, got {self.backend!r}")
+        for name in ("url_lifetime", "max_upload_bytes", "max_unpacked_bytes", "max_members"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(
+                    f"sandboxes.{name} must be at least 1, got {getattr(self, name)}")
+        for name in ("user_quota_bytes", "retention"):
+            if getattr(self, name) < 0:
+                raise ConfigurationError(
+                    f"sandboxes.{name} must not be negative, got {getattr(self, name)}")
+        if self.backend == "s3" and not self.bucket:
+            raise ConfigurationError("sandboxes.bucket must name a bucket for the s3 backend")
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -351,6 +395,7 @@ class Settings:
     auth: AuthSettings = field(default_factory=AuthSettings)
     agents: AgentSettings = field(default_factory=AgentSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
+    sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

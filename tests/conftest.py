@@ -115,3 +115,58 @@ def now() -> datetime:
 @pytest.fixture()
 def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real S3 endpoint on loopback: moto's standalone server, one per test session."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
+    server = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen([str(server), "-H", "127.0.0.1", "-p", str(port)], stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, f"moto_server exited; see {log.name}"
+            try:
+                requests.get(url, timeout=2)
+                break
+            except requests.ConnectionError:
+                assert time.monotonic() < deadline, f"moto_server did not start; see {log.name}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+@pytest.fixture(params=["local", "s3"])
+def sandbox_settings(request: pytest.FixtureRequest, settings: Settings,
+                     tmp_path: Path) -> Settings:
+    """The test's settings with each sandbox store: a local folder of its own, or a bucket of
+    its own on the moto server."""
+    from taskqueue.sandboxstore import S3Store
+
+    if request.param == "local":
+        return replace(settings, sandboxes=replace(
+            settings.sandboxes, backend="local", directory=str(tmp_path / "sandboxes")))
+    endpoint = request.getfixturevalue("moto_endpoint")
+    chosen = replace(settings, sandboxes=replace(
+        settings.sandboxes, backend="s3", endpoint_url=endpoint,
+        bucket=f"sandboxes-{uuid.uuid4().hex[:12]}"))
+    S3Store(chosen.sandboxes).ensure_bucket()
+    return chosen

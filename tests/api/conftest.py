@@ -31,7 +31,8 @@ def api_settings(settings: Settings, tmp_path: Path) -> Settings:
     return replace(settings,
                    auth=replace(settings.auth, secret=SECRET),
                    resources=replace(settings.resources, file=str(RESOURCES)),
-                   matcher=replace(settings.matcher, metrics_dir=str(tmp_path / "metrics")))
+                   matcher=replace(settings.matcher, metrics_dir=str(tmp_path / "metrics")),
+                   sandboxes=replace(settings.sandboxes, directory=str(tmp_path / "sandboxes")))
 
 
 @pytest.fixture()

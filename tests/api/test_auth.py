@@ -13,6 +13,7 @@ import pytest
 
 import matcher.app  # noqa: F401  (registers every blueprint, so OPERATIONS is complete)
 from matcher.api import OPERATIONS, Operation
+from pilot.archive import Member, pack, sandbox_id
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import (
     HELLO_JDL,
@@ -26,6 +27,9 @@ from tests.api.helpers import (
 )
 
 CERN_CONDOR = {"site": SITE, "ce": "ce503.cern.ch", "queue": "condor"}
+#: The input sandbox of alice's matched job.
+SANDBOX = pack([Member("data.txt", b"matrix\n")])
+SANDBOX_ID = sandbox_id(SANDBOX)
 BANNED = "LCG.RAL.uk"
 
 
@@ -45,6 +49,8 @@ class Req:
     json_body: Any = None
     text: str | None = None
     query: dict[str, str | int] = field(default_factory=dict)
+    #: A sandbox archive to upload.
+    data: bytes | None = None
 
 
 #: One request per operation that its allowed roles can make successfully (2xx) in the World.
@@ -98,6 +104,16 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("PUT", "/api/v1/pilots/<reference>"):
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}",
                       json_body={**CERN_CONDOR, "status": "Running"}),
+    ("POST", "/api/v1/sandboxes"):
+        lambda w: Req("/api/v1/sandboxes", json_body={
+            "checksum": SANDBOX_ID.removeprefix("sb:sha256:"), "size": len(SANDBOX),
+            "job_id": w.matched, "pilot_reference": PILOT_REF}),
+    ("PUT", "/api/v1/sandboxes/<sandbox_id>"):
+        lambda w: Req(f"/api/v1/sandboxes/{SANDBOX_ID}", data=SANDBOX,
+                      query={"job_id": w.matched, "pilot_reference": PILOT_REF}),
+    ("GET", "/api/v1/sandboxes/<sandbox_id>"):
+        lambda w: Req(f"/api/v1/sandboxes/{SANDBOX_ID}", query={"pilot_reference": PILOT_REF}),
+    ("GET", "/api/v1/sandboxes/usage"): lambda w: Req("/api/v1/sandboxes/usage"),
     ("GET", "/healthz"): lambda w: Req("/healthz"),
     ("GET", "/api/v1/whoami"): lambda w: Req("/api/v1/whoami"),
     ("GET", "/metrics"): lambda w: Req("/metrics"),
@@ -121,7 +137,10 @@ def _op_id(op: Operation) -> str:
 
 @pytest.fixture()
 def world(client: Api, user_token: str, own_pilot_token: str, operator_token: str) -> World:
-    matched = client.submit_jdl(user_token)[0]
+    client.ok("PUT", f"/api/v1/sandboxes/{SANDBOX_ID}", user_token, status=201, data=SANDBOX,
+              content_type="application/gzip")
+    matched = client.submit_jdl(user_token, f'[Executable = "/bin/cat"; '
+                                            f'InputSandbox = {{"{SANDBOX_ID}"}};]')[0]
     client.ok("PUT", f"/api/v1/pilots/{PILOT_REF}", own_pilot_token,
               json_body={**CERN_CONDOR, "status": "Running"})
     assert [p["job_id"] for p in client.match(own_pilot_token)["jobs"]] == [matched]
@@ -159,8 +178,9 @@ def test_auth_matrix(client: Api, world: World, caller: dict[str, str | None],
         pytest.fail(f"no auth-matrix entry for {op.method} {op.rule}")
     req = entry(world)
     response = client.call(op.method, req.path, caller[who], json_body=req.json_body,
-                           text=req.text, query=req.query)
-    body = response.get_data(as_text=True)
+                           text=req.text, query=req.query, data=req.data,
+                           content_type="application/gzip" if req.data else None)
+    body = response.get_data().decode("utf-8", errors="replace")
     if op.roles is None or who in op.roles:
         assert 200 <= response.status_code < 300, f"{who}: {response.status_code} {body}"
     elif who in NO_ROLE:

@@ -3,6 +3,7 @@ inspection, listing, kill, reschedule, delete and output."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -89,6 +90,8 @@ def test_submit_json_list_is_a_bulk(client: Api, user_token: str) -> None:
 
 def test_submit_parametric_jdl(client: Api, user_token: str, pilot_token: str) -> None:
     text = (DATA / "jdl" / "valid-parametric-list.jdl").read_text()
+    # Over the raw API local files must be uploaded first (tests/api/test_sandboxes.py).
+    text = text.replace('InputSandbox = {"%s", "process.sh"};', "")
     ids = client.submit_jdl(user_token, text)
     assert len(ids) == 3
     assert [client.job(user_token, i)["bulk_index"] for i in ids] == [0, 1, 2]
@@ -102,9 +105,11 @@ def test_submit_parametric_jdl(client: Api, user_token: str, pilot_token: str) -
 
 
 def test_submit_parametric_json(client: Api, user_token: str) -> None:
-    body = (DATA / "json" / "valid-parametric-list.json").read_text()
-    answer = client.ok("POST", "/api/v1/jobs", user_token, status=201,
-                       data=body.encode(), content_type="application/json")
+    body = json.loads((DATA / "json" / "valid-parametric-list.json").read_text())
+    refused = client.call("POST", "/api/v1/jobs", user_token, json_body=body)
+    assert_problem(refused, 422, "'run1.dat' (job 0 of the bulk)", "not uploaded")
+    del body["input_sandbox"]
+    answer = client.ok("POST", "/api/v1/jobs", user_token, status=201, json_body=body)
     assert len(answer["job_ids"]) == 3
 
 
@@ -311,10 +316,11 @@ def test_output(client: Api, user_token: str, pilot_token: str) -> None:
     job_id = client.submit_jdl(user_token)[0]
     before = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
     assert before == {"job_id": job_id, "status": "Waiting", "exit_code": None,
-                      "output_tail": None}
+                      "output_tail": None, "output_sandbox": None, "input_sandboxes": []}
     client.match(pilot_token, pilot_reference=PILOT_REF)
     client.report(pilot_token, job_id, "Running")
     client.report(pilot_token, job_id, "Done", exit_code=0, output_tail="hello\nworld\n")
     after = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
     assert after == {"job_id": job_id, "status": "Done", "exit_code": 0,
-                     "output_tail": "hello\nworld\n"}
+                     "output_tail": "hello\nworld\n", "output_sandbox": None,
+                     "input_sandboxes": []}

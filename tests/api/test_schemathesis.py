@@ -93,6 +93,15 @@ def load_schema() -> Any:
         return schemathesis.openapi.from_wsgi("/api/v1/openapi.json", served, config=config)
 
 
+@schemathesis.serializer("application/gzip")
+def _archive(ctx: Any, value: Any) -> bytes:
+    """Sandbox uploads: whatever was generated, as bytes (a real archive is rarely among
+    them; the service must refuse the rest cleanly)."""
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode("utf-8")
+
+
 SCHEMA = load_schema()
 
 

@@ -37,13 +37,13 @@ def test_db_upgrade_then_current(tmp_path: Path) -> None:
     again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
     assert "revision 0011 -> 0011" in again.stdout
     current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert current.stdout.strip() == "0011 - up to date"
+    assert current.stdout.strip() == "0012 - up to date"
 
 
 def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
     out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0011 - up to date"
+    assert out.stdout.strip() == "0012 - up to date"
 
 
 def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
@@ -155,7 +155,7 @@ def test_agents_once_runs_every_loop(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     names = [line.split(":", 1)[0] for line in out.stdout.splitlines()]
     assert names == ["optimizer", "director", "pilots", "submitpools", "watchdog",
-                     "priorities", "cleanup", "activity"]
+                     "priorities", "cleanup", "activity", "sandboxes"]
     assert "director: 0 pilot(s) submitted" in out.stdout  # no job waits: no pilot
     unknown = run(["agents", "nosuch", "--once"], tmp_path, **env)
     assert unknown.returncode == 2 and "no agent loop named nosuch" in unknown.stderr

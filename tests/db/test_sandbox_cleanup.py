@@ -1,0 +1,94 @@
+"""The sandbox records and the cleanup loop, on every database and in both stores: what the
+retention period removes and what it keeps, and usage per VO."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import update
+
+from agents.context import AgentContext
+from pilot.archive import Member, pack, sandbox_id
+from taskqueue.models import Job
+from taskqueue.sandboxes import (
+    INPUT,
+    OUTPUT,
+    Uploader,
+    find_sandbox,
+    job_sandboxes,
+    reference,
+    register_sandbox,
+    usage_by_vo,
+)
+from taskqueue.sandboxstore import open_store
+from taskqueue.settings import Settings
+from tests.conftest import Database
+from tests.helpers import requirements, submit
+
+ALICE = Uploader("lhcb", "alice", "lhcb_user")
+DAY = timedelta(days=1)
+
+
+def _store(db: Database, settings: Settings, name: str, now: datetime) -> str:
+    data = pack([Member(name, name.encode())])
+    sid = sandbox_id(data)
+    open_store(settings).put(sid, data)
+    with db.factory.begin() as session:
+        register_sandbox(session, sid, len(data), ALICE, now=now)
+    return sid
+
+
+def _end(db: Database, job_id: int, status: str, at: datetime) -> None:
+    with db.factory.begin() as session:
+        session.execute(update(Job).where(Job.id == job_id).values(status=status, ended_at=at))
+
+
+def test_cleanup_removes_only_what_the_retention_period_expired(
+        db: Database, sandbox_settings: Settings, now: datetime) -> None:
+    settings = sandbox_settings
+    store = open_store(settings)
+    old = now - 10 * DAY
+    unused = _store(db, settings, "unused", old)
+    running = _store(db, settings, "running", old)
+    ended_long_ago = _store(db, settings, "ended-long-ago", old)
+    ended_recently = _store(db, settings, "ended-recently", old)
+    fresh = _store(db, settings, "fresh", now - timedelta(hours=1))
+    with db.factory.begin() as session:
+        jobs = submit(session, settings, old, [requirements()] * 3)
+        reference(session, [(jobs[0], running)], INPUT)
+        reference(session, [(jobs[1], ended_long_ago)], INPUT)
+        reference(session, [(jobs[2], ended_recently)], OUTPUT)
+    _end(db, jobs[0], "Running", old)
+    _end(db, jobs[1], "Done", now - 8 * DAY)
+    _end(db, jobs[2], "Failed", now - 2 * DAY)
+
+    from agents.sandboxcleanup import clean_up_sandboxes
+
+    ctx = AgentContext(settings, db.factory, clock=lambda: now)
+    summary = clean_up_sandboxes(ctx, store, batch=1)
+    assert summary.startswith("2 sandbox(es) removed")
+    with db.factory() as session:
+        kept = {s for s in (unused, running, ended_long_ago, ended_recently, fresh)
+                if find_sandbox(session, s) is not None}
+        assert job_sandboxes(session, jobs[1], INPUT) == []
+        assert job_sandboxes(session, jobs[2], OUTPUT) == [ended_recently]
+    assert kept == {running, ended_recently, fresh}
+    assert store.size(unused) is None and store.size(ended_long_ago) is None
+    assert all(store.size(s) for s in kept)
+    assert sorted(store.keys()) == sorted(kept)
+    assert clean_up_sandboxes(ctx, store).startswith("0 sandbox(es) removed")
+
+
+def test_usage_per_vo_counts_a_shared_sandbox_in_each_vo(db: Database, now: datetime) -> None:
+    data = pack([Member("a", b"a")])
+    sid = sandbox_id(data)
+    with db.factory.begin() as session:
+        assert register_sandbox(session, sid, len(data), ALICE, now=now) is False
+        assert register_sandbox(session, sid, len(data), ALICE, now=now) is True
+        register_sandbox(session, sid, len(data), Uploader("belle", "bo", "belle_user"),
+                         now=now)
+        register_sandbox(session, sid, len(data), Uploader("lhcb", "bob", "lhcb_user"),
+                         now=now)
+    with db.factory() as session:
+        usage = {(u.vo, u.sandboxes, u.bytes) for u in usage_by_vo(session)}
+    assert usage == {("belle", 1, len(data)), ("lhcb", 1, len(data))}
