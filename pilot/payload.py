@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pilot.features import write_features
+from pilot.planning import expected_end
 from pilot.protocol import JobPayload
 
 #: Bytes of output sent back with the final report.
@@ -121,8 +122,8 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
             if err is not None:
                 err.close()
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
-    expected = now + job.cpu_time / factor / max(cores, 1)
-    return Payload(job, cores, memory_mb, directory, process, now, min(expected, max_end),
+    return Payload(job, cores, memory_mb, directory, process, now,
+                   expected_end(now, job.cpu_time, factor, cores, max_end),
                    max_end, stdout_path, stderr_path)
 
 
