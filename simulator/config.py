@@ -145,9 +145,9 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "drain-week": Preset(
-        "a week of a 200-node site with 32-core nodes and 48 h pilots: shutdowns with a day's "
-        "notice and a daily 'free 20 nodes within 12 h'", replace(Scenario(), nodes=200,
-                                                               drain_nodes=20),
+        "a week of a 100-node site with 32-core nodes and 48 h pilots: 5 shutdowns a day "
+        "with a day's notice, and a daily 'free 10 nodes within 12 h'",
+        replace(Scenario(), nodes=100, drain_nodes=10, shutdowns_per_day=5.0),
         seeds=(1, 2, 3, 4, 5)),
     "big-week": Preset(
         "a week of a 1,000-node site with 32-core nodes (the scale benchmark)",

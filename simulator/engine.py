@@ -23,7 +23,9 @@ everything before it enforces wall limits), then in the order they were schedule
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import itertools
 import math
 import random
 from collections import deque
@@ -40,6 +42,13 @@ from simulator.config import CPU_TIME_SEGMENTS, HOUR, Policy, Scenario
 # Event kinds, in the order they are handled at equal times.
 _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_START, \
     _NODE_BACK, _ANNOUNCE, _DRAIN, _SAMPLE = range(12)
+
+#: Why cores are idle while work waits: the node is being drained (or shut down); no pilot
+#: holds them (between two pilots); the pilot has free cores but no waiting job fits them (too
+#: few cores free for the jobs that would fit in time, or too little time left for any job);
+#: the pilot is too close to its end to ask, and waits for its payloads.
+IDLE_REASONS = ("draining", "no pilot", "too few free cores", "too little time left",
+                "end of the pilot's life")
 
 #: Node states.
 UP, DRAINING, OUT = "up", "draining", "out"
@@ -87,6 +96,7 @@ class Pilot:
     alive: bool = True
     asked_once: bool = False
     idle_token: int = 0
+    limits: Limits | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -143,6 +153,8 @@ class RunResult:
     #: (hours since the start of the measured period, used cores / cores in service).
     occupancy_series: list[tuple[float, float]]
     events: int
+    #: Mean share of the cores in service idle for each reason (sampled while work waits).
+    idle: dict[str, float] = field(default_factory=dict)
 
 
 class Simulation:
@@ -176,6 +188,11 @@ class Simulation:
         self.hungry: set[Pilot] = set()
         self.idle_nodes: set[Node] = set()
         self.nodes = [Node(i, scenario.cores_per_node) for i in range(scenario.nodes)]
+        self.class_cumulative = list(itertools.accumulate(c.weight for c in
+                                                          scenario.job_classes))
+        self.class_total = self.class_cumulative[-1]
+        self.class_logs = [(math.log(c.hours_min), math.log(c.hours_max))
+                           for c in scenario.job_classes]
         self.pilot_count = 0
         self.job_count = 0
         # Accounting.
@@ -192,6 +209,8 @@ class Simulation:
         self.started = 0
         self.drains: list[DrainRecord] = []
         self.series: list[tuple[float, float]] = []
+        self.idle_samples = dict.fromkeys(IDLE_REASONS, 0.0)
+        self.idle_sample_count = 0
         self.events = 0
 
     # -- events ------------------------------------------------------------------------------
@@ -242,7 +261,9 @@ class Simulation:
             draining_waste=self.draining_waste, kill_waste=self.kill_waste,
             killed_at_wall_limit=self.killed_at_wall, rescheduled=self.rescheduled,
             jobs_done=self.done, jobs_started=self.started, drains=self.drains,
-            occupancy_series=self.series, events=self.events)
+            occupancy_series=self.series, events=self.events,
+            idle={reason: value / max(1, self.idle_sample_count)
+                  for reason, value in self.idle_samples.items()})
 
     def _advance(self, time: float) -> None:
         """Count core-seconds used and in service up to ``time`` (in the measured period, while
@@ -264,10 +285,11 @@ class Simulation:
     def _new_job(self) -> Job:
         s = self.s
         rng = self.rng_jobs
-        classes = s.job_classes
-        c = classes[0] if len(classes) == 1 else rng.choices(
-            classes, weights=[k.weight for k in classes])[0]
-        hours = math.exp(rng.uniform(math.log(c.hours_min), math.log(c.hours_max)))
+        u = rng.random() * self.class_total
+        i = bisect.bisect_right(self.class_cumulative, u)
+        c = self.s.job_classes[min(i, len(self.s.job_classes) - 1)]
+        low, high = self.class_logs[min(i, len(self.s.job_classes) - 1)]
+        hours = math.exp(low + (high - low) * rng.random())
         cpu_time = max(1, round(hours * HOUR * c.cores * s.cpu_factor))
         run = cpu_time / s.cpu_factor / c.cores * rng.uniform(s.error_min, s.error_max)
         self.job_count += 1
@@ -358,14 +380,17 @@ class Simulation:
                 return
             size = sizes[0].cores if len(sizes) == 1 else self.rng_pilots.choices(
                 sizes, weights=[c.weight for c in sizes])[0].cores
-            self._new_pilot(node, size)
+            if not self._new_pilot(node, size).alive:
+                return  # it exited at once (no time left before the shutdown)
 
-    def _new_pilot(self, node: Node, cores: int) -> None:
+    def _new_pilot(self, node: Node, cores: int) -> Pilot:
         wall = self.s.wall_limit_hours * HOUR
         if not node.started_once and self.s.stagger_first_pilots:
             # The first pilots: as if they had started at random times before, so that the
             # wall limits of the whole site do not all fall at once.
             wall *= self.rng_pilots.uniform(0.1, 1.0)
+        if self.policy.multi_payload or node.unheld == cores:
+            node.started_once = True
         node.unheld -= cores
         self.pilot_count += 1
         p = Pilot(self.pilot_count, node, cores, self.now, self.now + wall,
@@ -373,11 +398,18 @@ class Simulation:
         node.pilots.append(p)
         self.push(p.wall_end, _PILOT_WALL, p)
         self._fill(p)
+        return p
 
     def _limits(self, p: Pilot) -> Limits:
-        return Limits(cores=p.cores, cpu_factor=self.s.cpu_factor, wall_end=p.wall_end,
-                      wall_left=None, cpu_left=None, memory_mb=None, disk_gb=None,
-                      shutdown=p.node.shutdown)
+        """The pilot's limits, as its machine and job features give them (kept until the
+        node's shutdown time changes)."""
+        limits = p.limits
+        if limits is None or limits.shutdown != p.node.shutdown:
+            limits = p.limits = Limits(
+                cores=p.cores, cpu_factor=self.s.cpu_factor, wall_end=p.wall_end,
+                wall_left=None, cpu_left=None, memory_mb=None, disk_gb=None,
+                shutdown=p.node.shutdown)
+        return limits
 
     def _fill(self, p: Pilot) -> None:
         """The pilot's match loop: ask while cores are free (pilot/loop.py's ``_fill``)."""
@@ -681,6 +713,32 @@ class Simulation:
     def _on_sample(self, _obj: object) -> None:
         hours = (self.now - self.start) / HOUR
         self.series.append((hours, self.used / self.in_service if self.in_service else 0.0))
+        if self.waiting > 0 and self.in_service > 0:
+            self._classify_idle()
+
+    def _classify_idle(self) -> None:
+        """Why the cores in service are idle right now (sampled while work waits)."""
+        idle = self.idle_samples
+        self.idle_sample_count += 1
+        shares = dict.fromkeys(IDLE_REASONS, 0)
+        for node in self.nodes:
+            if node.state == OUT:
+                continue
+            draining = node.state == DRAINING or node.shutdown is not None
+            shares["draining" if draining else "no pilot"] += node.unheld
+            for p in node.pilots:
+                free = p.cores - p.used
+                if free <= 0:
+                    continue
+                if draining or p.retiring:
+                    shares["draining"] += free
+                elif p in self.hungry:
+                    cores_fit = any(k[0] <= free for k in self.nonempty)
+                    shares["too little time left" if cores_fit else "too few free cores"] += free
+                else:
+                    shares["end of the pilot's life"] += free
+        for reason, cores in shares.items():
+            idle[reason] += cores / self.in_service
 
 
 def _pilot_and(obj: object) -> tuple[Pilot, int]:

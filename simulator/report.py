@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from simulator.config import HOUR, Policy, Scenario
-from simulator.engine import RunResult, simulate
+from simulator.engine import IDLE_REASONS, RunResult, simulate
 
 #: Two-sided 95% quantiles of Student's t distribution, by degrees of freedom (1..30).
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -99,6 +99,10 @@ class Comparison:
                     "time_aware": p.time_aware, "victim": p.victim,
                     "multi_payload": p.multi_payload,
                     **{key: self.estimate(p.name, key).as_dict() for key, _, _ in FIGURES},
+                    "idle_share_while_work_waits": {
+                        reason: Estimate.of([r.idle.get(reason, 0.0) for r in
+                                             self.runs[p.name]]).as_dict()
+                        for reason in IDLE_REASONS},
                     "drain_events": [
                         {"time_hours": d.time / HOUR, "kind": d.kind, "nodes": len(d.nodes),
                          "draining_waste_core_hours": d.draining_waste / HOUR,
@@ -149,6 +153,16 @@ def render_table(c: Comparison) -> str:
                        for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip()
              for r in rows]
     lines.insert(1, "-" * len(lines[0]))
+    lines += ["", "idle cores while work waits, % of the cores in service, by reason:"]
+    idle_rows = [["policy", *IDLE_REASONS]]
+    for p in c.policies:
+        idle_rows.append([p.name, *[
+            f"{100 * Estimate.of([r.idle.get(k, 0.0) for r in c.runs[p.name]]).mean:.2f}"
+            for k in IDLE_REASONS]])
+    iw = [max(len(r[i]) for r in idle_rows) for i in range(len(idle_rows[0]))]
+    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(r, iw, strict=True))).rstrip()
+              for r in idle_rows]
     s = c.scenario
     head = c.headline()
     notes = [

@@ -81,6 +81,9 @@ def test_time_aware_asks_leave_a_job_that_cannot_finish_and_blind_asks_get_it_ki
     assert (aware.jobs_done, aware.killed_at_wall_limit, aware.kill_waste) == (1, 0, 0.0)
     assert (blind.jobs_done, blind.killed_at_wall_limit) == (1, 1)
     assert blind.kill_waste == pytest.approx(0.25 * HOUR)
+    # At 30 min the aware pilot's free core is idle because too little time is left.
+    assert aware.idle["too little time left"] > 0
+    assert blind.idle["too little time left"] == 0
 
 
 def test_a_job_running_longer_than_it_asked_is_killed_at_the_wall_limit() -> None:
