@@ -62,6 +62,8 @@ class Scenario:
     error_max: float = 1.1
     #: Work submitted per hour, as a multiple of the site's capacity (above 1: work waits).
     load: float = 1.1
+    #: Seconds between two submissions of new work (each brings that interval's share).
+    arrival_seconds: float = 900.0
     #: Work waiting at the start, in hours of the whole site's capacity.
     backlog_hours: float = 6.0
     #: Nodes announcing a shutdown time, per day, and the notice they give (hours); a node
@@ -84,7 +86,8 @@ class Scenario:
         for name in ("nodes", "cores_per_node"):
             if getattr(self, name) < 1:
                 problems.append(f"{name} must be at least 1")
-        for name in ("wall_limit_hours", "cpu_factor", "days", "sample_seconds"):
+        for name in ("wall_limit_hours", "cpu_factor", "days", "sample_seconds",
+                     "arrival_seconds"):
             if not getattr(self, name) > 0:
                 problems.append(f"{name} must be above 0")
         for name in ("warmup_hours", "pilot_start_delay", "margin", "idle_timeout", "load",

@@ -177,6 +177,7 @@ class Simulation:
         self.rng_match = random.Random(f"{seed}/match")
         self.rng_victims = random.Random(f"{seed}/victims")
         self.rng_pilots = random.Random(f"{seed}/pilots")
+        self.rng_samples = random.Random(f"{seed}/samples")
         self.heap: list[tuple[float, int, int, object]] = []
         self.seq = 0
         self.now = 0.0
@@ -222,9 +223,10 @@ class Simulation:
     def run(self) -> RunResult:
         s = self.s
         if self.workload is None:
-            self._arrivals(0.0, s.backlog_hours + 1.0)
-            for hour in range(1, math.ceil(self.end / HOUR) + 1):
-                self.push(hour * HOUR, _ARRIVAL)
+            self._arrivals(0.0, s.backlog_hours + s.arrival_seconds / HOUR)
+            step = s.arrival_seconds
+            for i in range(1, math.ceil(self.end / step) + 1):
+                self.push(i * step, _ARRIVAL)
         else:
             for when, job in sorted(self.workload, key=lambda w: w[0]):
                 self.push(when, _ARRIVAL, job)
@@ -233,9 +235,10 @@ class Simulation:
             node.starting = True
             self.push(self.rng_pilots.uniform(0, s.pilot_start_delay), _PILOT_START, node)
         self._schedule_drain_events()
+        # One sample at a random time in each interval: no aliasing with the arrivals.
         t = self.start
-        while t <= self.end:
-            self.push(t, _SAMPLE)
+        while t < self.end:
+            self.push(t + self.rng_samples.uniform(0, s.sample_seconds), _SAMPLE)
             t += s.sample_seconds
         handlers = {
             _SHUTDOWN: self._on_shutdown, _DRAIN_DEADLINE: self._on_drain_deadline,
@@ -348,7 +351,7 @@ class Simulation:
         if isinstance(obj, Job):
             self._enqueue(obj, front=False)
         else:
-            self._arrivals(self.now, 1.0)
+            self._arrivals(self.now, self.s.arrival_seconds / HOUR)
         self._work_returned()
 
     # -- the batch system and the pilots -----------------------------------------------------

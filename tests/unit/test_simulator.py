@@ -66,15 +66,16 @@ def test_a_waiting_job_starts_when_cores_free_and_occupancy_counts_only_while_it
                       workload=[(0.0, job(1, 4, 2)), (0.0, job(2, 4, 2.5))])
     assert result.jobs_done == 2
     assert result.occupancy == pytest.approx(1.0)
-    busy = [h for h, f in result.occupancy_series if f == 1.0]
-    assert busy == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0]
+    # One sample in each half hour: busy in the first nine (0 to 4.5 h), idle after.
+    assert [f for _, f in result.occupancy_series] == [1.0] * 9 + [0.0] * 11
 
 
 def test_time_aware_asks_leave_a_job_that_cannot_finish_and_blind_asks_get_it_killed() -> None:
     # One core, pilot wall limit 45 min. A (30 min) runs first; at 30 min, 15 min are left and
     # B asks for 30 min: the aware pilot does not take it, the blind one does and it is killed
     # at 45 min, losing 1 core * 15 min.
-    scenario = one_node(cores_per_node=1, wall_limit_hours=0.75, days=1.0 / 24)
+    scenario = one_node(cores_per_node=1, wall_limit_hours=0.75, days=1.0 / 24,
+                        sample_seconds=60.0)
     work = [(0.0, job(1, 1, 0.5)), (0.0, job(2, 1, 0.5))]
     aware = simulate(scenario, AWARE, 1, workload=work)
     blind = simulate(scenario, BLIND, 1, workload=work)
