@@ -416,8 +416,8 @@ class Simulation:
 
     def _fill(self, p: Pilot) -> None:
         """The pilot's match loop: ask while cores are free (pilot/loop.py's ``_fill``)."""
-        if not p.alive or p.retiring:
-            return
+        if not p.alive or p.retiring or self.now >= p.wall_end:
+            return  # at its wall limit the batch system ends the pilot: no new payload
         s = self.s
         while p.used < p.cores:
             if not p.multi and p.asked_once:
