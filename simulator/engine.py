@@ -339,7 +339,7 @@ class Simulation:
 
     def _work_returned(self) -> None:
         """Jobs came back to the queue: hungry pilots ask again, idle nodes get pilots."""
-        for node in list(self.idle_nodes):
+        for node in sorted(self.idle_nodes, key=lambda n: n.id):  # a set: order by id
             self.idle_nodes.discard(node)
             self._start_pilots_later(node)
         hungry = list(self.hungry)
