@@ -262,3 +262,20 @@ def test_simulate_cannot_write_into_a_file(tmp_path: Path) -> None:
                                       str(blocker / "sub")])
     assert result.exit_code == 1
     assert "cannot write into" in result.output
+
+
+def test_two_processes_give_the_same_figures_for_one_seed() -> None:
+    """Nothing depends on memory addresses or string hashing (sets walked in their order)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from simulator.config import PRESETS, POLICIES; "
+            "from simulator.report import compare; "
+            "d = compare(PRESETS['small'].scenario, POLICIES, [2]).as_dict(); "
+            "d.pop('run_seconds'); print(json.dumps(d, sort_keys=True))")
+    outputs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, timeout=300,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("1", "2")]
+    assert outputs[0] and outputs[0] == outputs[1]
