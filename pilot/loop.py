@@ -29,6 +29,7 @@ from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.output import MAX_OUTPUT_BYTES, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
+from pilot.planning import payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.resource import NodeDescription
 from pilot.sandbox import (
@@ -224,22 +225,18 @@ class Pilot:
         """Ask for jobs while cores are free; return when to ask next."""
         assert self.client is not None
         o = self.options
-        factor = limits.cpu_factor or 1.0
         while self._free_cores() > 0:
-            seconds = limits.seconds_left(now)
-            if seconds is not None:
-                seconds -= o.margin
-                if seconds <= 0:
-                    if not self.payloads:
-                        self._retire("no time left for another job", now)
-                    return now + o.backoff_cap
-            cpu_left = None if seconds is None else int(seconds * factor)
-            if limits.cpu_left is not None:
-                per_core = int(limits.cpu_left / self.cores)
-                cpu_left = per_core if cpu_left is None else min(cpu_left, per_core)
-            resource = self.node.resource(free_cores=self._free_cores(),
+            ask = what_to_ask(free_cores=self._free_cores(),
+                              seconds_left=limits.seconds_left(now), margin=o.margin,
+                              cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
+                              cores=self.cores)
+            if ask is None:
+                if not self.payloads:
+                    self._retire("no time left for another job", now)
+                return now + o.backoff_cap
+            resource = self.node.resource(free_cores=ask.processors,
                                           free_memory_mb=self._free_memory(),
-                                          cpu_time_left=cpu_left)
+                                          cpu_time_left=ask.cpu_time_left)
             try:
                 answer = self.client.match(resource, count=1)
             except TransientError as exc:
@@ -259,9 +256,8 @@ class Pilot:
     def _start(self, job: protocol.JobPayload, now: float, limits: Any,
                shutdown: float | None) -> None:
         o = self.options
-        cores = max(1, min(job.processors or 1, self._free_cores()))
-        ends = [end for end in (limits.wall_end, shutdown) if end is not None]
-        max_end = min(ends) if ends else now + 7 * 86400
+        cores = payload_cores(job.processors, self._free_cores())
+        max_end = payload_max_end(now, limits.wall_end, shutdown)
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
         assert self.client is not None

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pilot.features import write_features
 from pilot.output import cap_output, open_output, output_path, remove_folder
+from pilot.planning import expected_end
 from pilot.protocol import JobPayload
 from pilot.reaper import Family, send
 
@@ -177,8 +178,8 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         if err is not None:
             os.close(err)
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
-    expected = now + job.cpu_time / factor / max(cores, 1)
-    return Payload(job, cores, memory_mb, directory, process, now, min(expected, max_end),
+    return Payload(job, cores, memory_mb, directory, process, now,
+                   expected_end(now, job.cpu_time, factor, cores, max_end),
                    max_end, stdout_path, stderr_path)
 
 

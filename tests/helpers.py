@@ -64,6 +64,10 @@ def refusal(parse: Callable[[str], object], text: str) -> JobDescriptionError:
     pytest.fail("accepted, but should have been refused")
 
 
+#: The schema revision the migrations end at (tests that name it read it here).
+HEAD_REVISION = "0012"
+
+
 def write_token_file(path: Path, token: str) -> Path:
     """A pilot token file as the site director writes it: mode 0600, removed by the pilot."""
     path.unlink(missing_ok=True)

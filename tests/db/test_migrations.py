@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from gridpilot import schema
 from taskqueue.models import Base
 from tests.conftest import Database
+from tests.helpers import HEAD_REVISION
 
 
 def test_migrations_match_the_models(db: Database) -> None:
@@ -18,4 +19,4 @@ def test_migrations_match_the_models(db: Database) -> None:
 
 
 def test_database_is_at_head(db: Database) -> None:
-    assert schema.current_revision(db.engine) == schema.head_revision(db.engine) == "0012"
+    assert schema.current_revision(db.engine) == schema.head_revision(db.engine) == HEAD_REVISION

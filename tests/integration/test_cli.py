@@ -15,6 +15,7 @@ import requests
 from matcher.auth import principal_from_header
 from taskqueue.settings import load_settings
 from tests.conftest import Database
+from tests.helpers import HEAD_REVISION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,17 +34,17 @@ def test_db_upgrade_then_current(tmp_path: Path) -> None:
     assert "(empty database) - behind" in first.stdout
     up = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
     assert up.returncode == 0, up.stderr
-    assert "revision (empty) -> 0011" in up.stdout
+    assert f"revision (empty) -> {HEAD_REVISION}" in up.stdout
     again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert "revision 0011 -> 0011" in again.stdout
+    assert f"revision {HEAD_REVISION} -> {HEAD_REVISION}" in again.stdout
     current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert current.stdout.strip() == "0012 - up to date"
+    assert current.stdout.strip() == f"{HEAD_REVISION} - up to date"
 
 
 def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
     out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0012 - up to date"
+    assert out.stdout.strip() == f"{HEAD_REVISION} - up to date"
 
 
 def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
@@ -109,7 +110,7 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     assert re.search(r"The PSI/J job \d+: QUEUED -> ACTIVE -> COMPLETED \(exit code 0\); "
                      r"its output: 'hello from PSI/J on ", out.stdout), out.stdout
     assert len(re.findall(r"\d+\s+Done\s+hello-\d", out.stdout)) == 2
-    by_user = 3
+    by_user = 4  # dave's two, the PSI/J job and alice's job with files (sandboxes)
     assert f"Jobs by status: Done {waiting + by_user}, Failed {failed}; left waiting: 0." \
         in out.stdout
     # Driven by the site director: real pilots per queue, and the site admin's view.

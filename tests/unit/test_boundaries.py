@@ -24,6 +24,8 @@ ALLOWED: dict[str, set[str]] = {
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
     "agents": {"agents", "taskqueue", "optimizers", "psij"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
+    # The site simulator drives the pilot's own decision code; matplotlib draws its plots.
+    "simulator": {"simulator", "pilot", "matplotlib"},
 }
 
 

@@ -1,0 +1,164 @@
+"""What a simulation runs: the site and its workload (:class:`Scenario`), the choices compared
+(:class:`Policy`), and the named presets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+HOUR = 3600.0
+DAY = 86400.0
+
+#: CPU-time buckets of the task queues (normalised seconds), the matcher's default segments:
+#: a task queue matches a pilot when its bucket is at most the CPU time the pilot offers.
+CPU_TIME_SEGMENTS: tuple[int, ...] = (
+    360, 1800, 3600, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200, 864000,
+    1080000,
+)
+
+VICTIM_CHOICES = ("drain", "kill", "random", "oldest")
+
+
+@dataclass(frozen=True)
+class JobClass:
+    """One kind of job in the mix: its share of the jobs (by count), its cores, and the wall
+    time it asks for (hours, drawn log-uniformly between the bounds). The CPU time in its
+    description is that wall time times its cores (normalised by the node's CPU factor)."""
+
+    name: str
+    weight: float
+    cores: int
+    hours_min: float
+    hours_max: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A site, its batch system, its workload and its drain events."""
+
+    nodes: int = 1000
+    cores_per_node: int = 32
+    #: Wall limit of one pilot (one batch job), hours.
+    wall_limit_hours: float = 48.0
+    cpu_factor: float = 1.0
+    #: Measured period after the warm-up, days.
+    days: float = 7.0
+    warmup_hours: float = 24.0
+    #: The first pilot of each node gets a random part of the wall limit (as if it had
+    #: started earlier), so that the site's wall limits do not all fall at once.
+    stagger_first_pilots: bool = True
+    #: Seconds between a pilot's end and the next pilot's start in the freed cores.
+    pilot_start_delay: float = 120.0
+    #: The pilot's defaults (``PilotOptions.margin`` and ``idle_timeout``).
+    margin: float = 60.0
+    idle_timeout: float = 600.0
+    job_classes: tuple[JobClass, ...] = (
+        JobClass("short single-core", 0.3, 1, 0.1, 1.0),
+        JobClass("single-core", 0.45, 1, 1.0, 20.0),
+        JobClass("8-core", 0.25, 8, 0.5, 2.9),
+    )
+    #: A job runs for its requested wall time times a factor drawn uniformly in this range
+    #: (below 1: it ends earlier than it asked; above 1: later, and may hit the wall limit).
+    error_min: float = 0.3
+    error_max: float = 1.1
+    #: Work submitted per hour, as a multiple of the site's capacity (above 1: work waits).
+    load: float = 1.1
+    #: Seconds between two submissions of new work (each brings that interval's share).
+    arrival_seconds: float = 900.0
+    #: Work waiting at the start, in hours of the whole site's capacity.
+    backlog_hours: float = 6.0
+    #: Nodes announcing a shutdown time, per day, and the notice they give (hours); a node
+    #: shut down comes back after downtime_hours.
+    shutdowns_per_day: float = 10.0
+    shutdown_notice_hours: float = 24.0
+    downtime_hours: float = 8.0
+    #: "Free K nodes" events during the measured period: K nodes chosen by the victim policy
+    #: are drained; what still runs at the deadline is killed; they come back out_hours after
+    #: the deadline.
+    drain_events: int = 7
+    drain_nodes: int = 20
+    drain_deadline_hours: float = 12.0
+    drain_out_hours: float = 24.0
+    #: Seconds between two samples of the occupancy over time.
+    sample_seconds: float = 1800.0
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name in ("nodes", "cores_per_node"):
+            if getattr(self, name) < 1:
+                problems.append(f"{name} must be at least 1")
+        for name in ("wall_limit_hours", "cpu_factor", "days", "sample_seconds",
+                     "arrival_seconds"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be above 0")
+        for name in ("warmup_hours", "pilot_start_delay", "margin", "idle_timeout", "load",
+                     "backlog_hours", "shutdowns_per_day", "shutdown_notice_hours",
+                     "downtime_hours", "drain_events", "drain_nodes", "drain_deadline_hours",
+                     "drain_out_hours"):
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name} must not be negative")
+        if not 0 < self.error_min <= self.error_max:
+            problems.append("error_min must be above 0 and at most error_max")
+        if not self.job_classes:
+            problems.append("job_classes must name at least one class")
+        for c in self.job_classes:
+            if c.cores < 1 or not c.weight > 0 or not 0 < c.hours_min <= c.hours_max:
+                problems.append(f"job class {c.name!r}: cores >= 1, weight > 0 and "
+                                f"0 < hours_min <= hours_max are needed")
+        if any(c.cores > self.cores_per_node for c in self.job_classes):
+            problems.append("a job class has more cores than a node")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The choices compared: asks aware of the time left (or blind to it), how drain victims
+    are chosen, and pilots running many payloads (or one each)."""
+
+    name: str
+    time_aware: bool = True
+    victim: str = "drain"
+    multi_payload: bool = True
+
+    def __post_init__(self) -> None:
+        if self.victim not in VICTIM_CHOICES:
+            raise ValueError(f"victim must be one of {', '.join(VICTIM_CHOICES)}, "
+                             f"not {self.victim!r}")
+
+
+#: The policies of the comparison: the first is the reference; each other one changes one
+#: choice.
+POLICIES: tuple[Policy, ...] = (
+    Policy("multi/aware/drain-cost"),
+    Policy("multi/blind/drain-cost", time_aware=False),
+    Policy("multi/aware/kill-cost", victim="kill"),
+    Policy("multi/aware/random", victim="random"),
+    Policy("multi/aware/oldest", victim="oldest"),
+    Policy("single/aware/drain-cost", multi_payload=False),
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    description: str
+    scenario: Scenario
+    seeds: tuple[int, ...]
+    policies: tuple[Policy, ...] = field(default=POLICIES)
+
+
+PRESETS: dict[str, Preset] = {
+    "drain-week": Preset(
+        "a week of a 100-node site with 32-core nodes and 48 h pilots: 5 shutdowns a day "
+        "with a day's notice, and a daily 'free 10 nodes within 12 h'",
+        replace(Scenario(), nodes=100, drain_nodes=10, shutdowns_per_day=5.0),
+        seeds=(1, 2, 3, 4, 5)),
+    "big-week": Preset(
+        "a week of a 1,000-node site with 32-core nodes (the scale benchmark)",
+        replace(Scenario(), nodes=1000, drain_nodes=50, shutdowns_per_day=50.0),
+        seeds=(1, 2, 3)),
+    "small": Preset(
+        "a day of a 10-node site (a quick look)",
+        replace(Scenario(), nodes=10, days=1.0, warmup_hours=12.0, shutdowns_per_day=2.0,
+                drain_events=2, drain_nodes=2),
+        seeds=(1, 2, 3)),
+}

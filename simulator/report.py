@@ -1,0 +1,180 @@
+"""Run a comparison (every policy on the same seeds) and summarise it: means with 95%
+confidence intervals over the seeds, as a table or as JSON."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from simulator.config import HOUR, Policy, Scenario
+from simulator.engine import IDLE_REASONS, RunResult, simulate
+
+#: Two-sided 95% quantiles of Student's t distribution, by degrees of freedom (1..30).
+_T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A mean over seeds, the half-width of its 95% confidence interval (0 with one seed),
+    and the value of each seed."""
+
+    mean: float
+    ci95: float
+    per_seed: tuple[float, ...]
+
+    @classmethod
+    def of(cls, values: Sequence[float]) -> Estimate:
+        mean = statistics.fmean(values)
+        n = len(values)
+        if n < 2:
+            return cls(mean, 0.0, tuple(values))
+        t = _T95[min(n - 1, len(_T95)) - 1] if n - 1 <= len(_T95) else 1.960
+        return cls(mean, t * statistics.stdev(values) / math.sqrt(n), tuple(values))
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"mean": self.mean, "ci95": self.ci95, "per_seed": list(self.per_seed)}
+
+
+#: The figures of the comparison: JSON key, table heading, how to get it from one run.
+FIGURES: tuple[tuple[str, str, Callable[[RunResult], float]], ...] = (
+    ("occupancy", "occupancy %", lambda r: 100.0 * r.occupancy),
+    ("draining_waste_core_hours", "draining waste core-h", lambda r: r.draining_waste / HOUR),
+    ("free_nodes_draining_waste_core_hours", "of it freeing nodes",
+     lambda r: sum(d.draining_waste for d in r.drains if d.kind == "free") / HOUR),
+    ("kill_waste_core_hours", "kill waste core-h", lambda r: r.kill_waste / HOUR),
+    ("jobs_killed_at_wall_limit", "killed at wall limit",
+     lambda r: float(r.killed_at_wall_limit)),
+    ("jobs_rescheduled", "rescheduled", lambda r: float(r.rescheduled)),
+    ("jobs_done", "jobs done", lambda r: float(r.jobs_done)),
+)
+
+
+@dataclass
+class Comparison:
+    scenario: Scenario
+    policies: tuple[Policy, ...]
+    seeds: tuple[int, ...]
+    runs: dict[str, list[RunResult]]
+    seconds: float
+
+    def estimate(self, policy: str, key: str) -> Estimate:
+        get = next(f for k, _, f in FIGURES if k == key)
+        return Estimate.of([get(r) for r in self.runs[policy]])
+
+    def reduction(self, better: str, worse: str, key: str) -> float | None:
+        """1 - mean(better) / mean(worse), over the same seeds (None: a policy is missing or
+        the worse one wasted nothing)."""
+        if better not in self.runs or worse not in self.runs:
+            return None
+        worse_mean = self.estimate(worse, key).mean
+        if worse_mean <= 0:
+            return None
+        return 1.0 - self.estimate(better, key).mean / worse_mean
+
+    def headline(self) -> dict[str, float | None]:
+        ref = self.policies[0].name
+        return {
+            "reference_policy_occupancy": self.estimate(ref, "occupancy").mean
+            if ref in self.runs else None,
+            "drain_cost_vs_random_draining_waste_reduction": self.reduction(
+                "multi/aware/drain-cost", "multi/aware/random",
+                "free_nodes_draining_waste_core_hours"),
+            "drain_cost_vs_random_total_waste_reduction": _total_reduction(self),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": asdict(self.scenario),
+            "seeds": list(self.seeds),
+            "run_seconds": self.seconds,
+            "headline": self.headline(),
+            "policies": {
+                p.name: {
+                    "time_aware": p.time_aware, "victim": p.victim,
+                    "multi_payload": p.multi_payload,
+                    **{key: self.estimate(p.name, key).as_dict() for key, _, _ in FIGURES},
+                    "idle_share_while_work_waits": {
+                        reason: Estimate.of([r.idle.get(reason, 0.0) for r in
+                                             self.runs[p.name]]).as_dict()
+                        for reason in IDLE_REASONS},
+                    "drain_events": [
+                        {"time_hours": d.time / HOUR, "kind": d.kind, "nodes": len(d.nodes),
+                         "draining_waste_core_hours": d.draining_waste / HOUR,
+                         "kill_waste_core_hours": d.kill_waste / HOUR,
+                         "predicted_draining_waste_core_hours":
+                             d.predicted_draining_waste / HOUR,
+                         "predicted_kill_waste_core_hours": d.predicted_kill_waste / HOUR}
+                        for d in self.runs[p.name][0].drains if d.kind == "free"],
+                } for p in self.policies},
+        }
+
+
+def _total_reduction(c: Comparison) -> float | None:
+    if "multi/aware/drain-cost" not in c.runs or "multi/aware/random" not in c.runs:
+        return None
+
+    def total(name: str) -> float:
+        return (c.estimate(name, "free_nodes_draining_waste_core_hours").mean
+                + sum(d.kill_waste for r in c.runs[name] for d in r.drains
+                      if d.kind == "free") / HOUR / len(c.runs[name]))
+
+    worse = total("multi/aware/random")
+    return None if worse <= 0 else 1.0 - total("multi/aware/drain-cost") / worse
+
+
+def compare(scenario: Scenario, policies: Sequence[Policy], seeds: Sequence[int]) -> Comparison:
+    """Every policy on every seed."""
+    started = time.perf_counter()
+    runs = {p.name: [simulate(scenario, p, seed) for seed in seeds] for p in policies}
+    return Comparison(scenario, tuple(policies), tuple(seeds), runs,
+                      time.perf_counter() - started)
+
+
+def _cell(e: Estimate, digits: int) -> str:
+    return f"{e.mean:.{digits}f} ± {e.ci95:.{digits}f}"
+
+
+def render_table(c: Comparison) -> str:
+    """The comparison as a text table (mean ± half-width of the 95% interval over seeds)."""
+    shown = [f for f in FIGURES if f[0] != "jobs_done"]
+    header = ["policy", *[title for _, title, _ in shown]]
+    rows = [header]
+    for p in c.policies:
+        rows.append([p.name, *[_cell(c.estimate(p.name, key), 2 if key == "occupancy" else 0)
+                               for key, _, _ in shown]])
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+             for r in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    lines += ["", "idle cores while work waits, % of the cores in service, by reason:"]
+    idle_rows = [["policy", *IDLE_REASONS]]
+    for p in c.policies:
+        idle_rows.append([p.name, *[
+            f"{100 * Estimate.of([r.idle.get(k, 0.0) for r in c.runs[p.name]]).mean:.2f}"
+            for k in IDLE_REASONS]])
+    iw = [max(len(r[i]) for r in idle_rows) for i in range(len(idle_rows[0]))]
+    lines += ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                        for i, (cell, w) in enumerate(zip(r, iw, strict=True))).rstrip()
+              for r in idle_rows]
+    s = c.scenario
+    head = c.headline()
+    notes = [
+        f"{s.nodes} nodes x {s.cores_per_node} cores, {s.days:g} days after {s.warmup_hours:g} h "
+        f"of warm-up, pilots of {s.wall_limit_hours:g} h; seeds {', '.join(map(str, c.seeds))}; "
+        f"mean ± 95% interval over seeds; {c.seconds:.1f} s",
+    ]
+    occ = head["reference_policy_occupancy"]
+    if occ is not None:
+        notes.append(f"occupancy of multi-payload pilots while work waits: {occ:.2f}%")
+    red = head["drain_cost_vs_random_draining_waste_reduction"]
+    if red is not None:
+        notes.append(f"draining waste when freeing nodes, drain-cost choice vs random: "
+                     f"{100 * red:.0f}% less")
+    return "\n".join([*lines, "", *notes]) + "\n"

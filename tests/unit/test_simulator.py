@@ -1,0 +1,281 @@
+"""The site simulator: its bookkeeping against hand-computed cases, its wastes against the real
+$JOBSTATUS code, reproducibility by seed, and the `gridpilot simulate` command."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from gridpilot.cli import cli
+from pilot.jobstatus import RunningPayload, compute_status
+from pilot.waste import draining_waste, kill_waste
+from simulator.config import HOUR, POLICIES, PRESETS, JobClass, Policy, Scenario
+from simulator.engine import Job, simulate
+from simulator.report import Estimate, compare
+
+AWARE = Policy("aware")
+BLIND = Policy("blind", time_aware=False)
+
+
+def one_node(**changes: object) -> Scenario:
+    """One 4-core node, 10 h pilots started at once, exact estimates, no random events."""
+    base = Scenario(nodes=1, cores_per_node=4, wall_limit_hours=10.0, days=10 / 24,
+                    warmup_hours=0.0, pilot_start_delay=0.0, stagger_first_pilots=False,
+                    job_classes=(JobClass("one", 1.0, 1, 1.0, 1.0),), error_min=1.0,
+                    error_max=1.0, shutdowns_per_day=0.0, drain_events=0, drain_nodes=1,
+                    drain_deadline_hours=20.0)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def job(job_id: int, cores: int, hours: float) -> Job:
+    """A job asking for (and running exactly) ``hours`` of wall time on ``cores`` cores."""
+    return Job(job_id, cores, round(hours * HOUR * cores), hours * HOUR)
+
+
+# -- hand-computed cases: one node, two jobs --------------------------------------------------
+
+
+def test_two_jobs_share_a_node_and_a_drain_costs_what_the_idle_cores_wait() -> None:
+    # A: 1 core for 2 h; B: 2 cores for 3 h; both start at 0 on the 4-core pilot.
+    # The site frees the node at 1 h: 1 core idles from 1 h to 2 h, 2 cores from 2 h to 3 h:
+    # draining waste 1 + 2 = 3 core-hours. Killing it at 1 h would have lost 3 cores * 1 h.
+    result = simulate(one_node(), AWARE, 1, workload=[(0.0, job(1, 1, 2)), (0.0, job(2, 2, 3))],
+                      drain_times=[1 * HOUR])
+    assert result.jobs_done == 2
+    assert result.jobs_started == 2
+    assert result.killed_at_wall_limit == 0
+    assert result.rescheduled == 0
+    [drain] = result.drains
+    assert drain.kind == "free" and drain.nodes == [0]
+    assert drain.draining_waste == pytest.approx(3 * HOUR)
+    assert drain.predicted_draining_waste == pytest.approx(3 * HOUR)
+    assert drain.predicted_kill_waste == pytest.approx(3 * HOUR)
+    assert drain.kill_waste == 0
+    assert result.draining_waste == pytest.approx(3 * HOUR)
+
+
+def test_a_waiting_job_starts_when_cores_free_and_occupancy_counts_only_while_it_waits() -> None:
+    # A: 4 cores for 2 h, B: 4 cores for 2.5 h (the same task queue: 8 and 10 CPU-hours, both
+    # in the 12 h bucket). B waits 2 h with all 4 cores busy (occupancy 100% while work
+    # waits), then runs from 2 h to 4.5 h.
+    result = simulate(one_node(wall_limit_hours=24.0), AWARE, 1,
+                      workload=[(0.0, job(1, 4, 2)), (0.0, job(2, 4, 2.5))])
+    assert result.jobs_done == 2
+    assert result.occupancy == pytest.approx(1.0)
+    # One sample in each half hour: busy in the first nine (0 to 4.5 h), idle after.
+    assert [f for _, f in result.occupancy_series] == [1.0] * 9 + [0.0] * 11
+
+
+def test_time_aware_asks_leave_a_job_that_cannot_finish_and_blind_asks_get_it_killed() -> None:
+    # One core, pilot wall limit 45 min. A (30 min) runs first; at 30 min, 15 min are left and
+    # B asks for 30 min: the aware pilot does not take it, the blind one does and it is killed
+    # at 45 min, losing 1 core * 15 min.
+    scenario = one_node(cores_per_node=1, wall_limit_hours=0.75, days=1.0 / 24,
+                        sample_seconds=60.0)
+    work = [(0.0, job(1, 1, 0.5)), (0.0, job(2, 1, 0.5))]
+    aware = simulate(scenario, AWARE, 1, workload=work)
+    blind = simulate(scenario, BLIND, 1, workload=work)
+    assert (aware.jobs_done, aware.killed_at_wall_limit, aware.kill_waste) == (1, 0, 0.0)
+    assert (blind.jobs_done, blind.killed_at_wall_limit) == (1, 1)
+    assert blind.kill_waste == pytest.approx(0.25 * HOUR)
+    # At 30 min the aware pilot's free core is idle because too little time is left.
+    assert aware.idle["too little time left"] > 0
+    assert blind.idle["too little time left"] == 0
+
+
+def test_a_job_running_longer_than_it_asked_is_killed_at_the_wall_limit() -> None:
+    late = Job(1, 2, round(1 * HOUR * 2), 8 * HOUR)  # asks 1 h, needs 8 h; the wall is 7 h
+    result = simulate(one_node(wall_limit_hours=7.0, days=9 / 24), AWARE, 1,
+                      workload=[(0.0, late)])
+    assert result.killed_at_wall_limit == 1
+    assert result.jobs_done == 0
+    assert result.kill_waste == pytest.approx(2 * 7 * HOUR)
+
+
+def test_a_drain_past_its_deadline_kills_and_reschedules_what_still_runs() -> None:
+    # Freed at 1 h with a deadline 1.5 h later: A (1 core, 2 h) ends at 2 h; B (2 cores, 3 h)
+    # is killed at 2.5 h after 2.5 h of work on 2 cores. Idle: 1 core from 1 h to 2 h, 2 cores
+    # from 2 h to 2.5 h.
+    scenario = one_node(drain_deadline_hours=1.5, drain_out_hours=20.0)
+    result = simulate(scenario, AWARE, 1, workload=[(0.0, job(1, 1, 2)), (0.0, job(2, 2, 3))],
+                      drain_times=[1 * HOUR])
+    [drain] = result.drains
+    assert drain.kill_waste == pytest.approx(2 * 2.5 * HOUR)
+    assert drain.draining_waste == pytest.approx(2 * HOUR)
+    assert result.rescheduled == 1
+    assert result.jobs_done == 1
+
+
+def test_one_payload_pilots_each_run_a_single_job() -> None:
+    scenario = one_node(job_classes=(JobClass("one", 1.0, 1, 1.0, 1.0),))
+    single = Policy("single", multi_payload=False)
+    work = [(0.0, job(i, 1, 1)) for i in range(1, 9)]
+    result = simulate(scenario, single, 1, workload=work)
+    assert result.jobs_done == 8
+    assert result.jobs_started == 8
+
+
+# -- the wastes are those of the real $JOBSTATUS code -----------------------------------------
+
+
+#: When the site frees nodes: early enough that every payload ends before the run does.
+DRAINS = [14 * HOUR, 18 * HOUR, 22 * HOUR, 26 * HOUR]
+
+
+def exact_site(**changes: object) -> Scenario:
+    base = replace(PRESETS["small"].scenario, nodes=12, days=3.0, error_min=1.0,
+                   error_max=1.0, shutdowns_per_day=0.0, drain_nodes=3,
+                   drain_deadline_hours=60.0)
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("victim", ["drain", "kill", "random", "oldest"])
+def test_measured_draining_waste_equals_the_jobstatus_prediction(victim: str) -> None:
+    result = simulate(exact_site(), Policy("p", victim=victim), 7, drain_times=DRAINS)
+    free = [d for d in result.drains if d.kind == "free"]
+    assert len(free) == 4
+    assert any(d.draining_waste > 0 for d in free)
+    for d in free:
+        assert d.kill_waste == 0
+        assert d.draining_waste == pytest.approx(d.predicted_draining_waste, rel=1e-9,
+                                                 abs=1e-6)
+
+
+def test_measured_kill_waste_equals_the_jobstatus_prediction() -> None:
+    result = simulate(exact_site(drain_deadline_hours=0.0), Policy("p", victim="random"), 7,
+                      drain_times=DRAINS)
+    free = [d for d in result.drains if d.kind == "free"]
+    assert any(d.kill_waste > 0 for d in free)
+    for d in free:
+        assert d.draining_waste == 0
+        assert d.kill_waste == pytest.approx(d.predicted_kill_waste, rel=1e-9, abs=1e-6)
+
+
+def test_hand_values_of_the_real_formulas_match_the_first_case() -> None:
+    # The same events as the first hand-computed case, through pilot.jobstatus / pilot.waste.
+    values = compute_status(4, [RunningPayload(1, 0, 2 * HOUR, 10 * HOUR),
+                                RunningPayload(2, 0, 3 * HOUR, 10 * HOUR)],
+                            now=1 * HOUR, can_postpone=False, priority_factor=1.0)
+    assert draining_waste(values, 1 * HOUR) == pytest.approx(3 * HOUR)
+    assert kill_waste(values, 1 * HOUR) == pytest.approx(3 * HOUR)
+
+
+def test_drain_cost_choice_picks_nodes_the_formula_ranks_cheapest() -> None:
+    by_cost = simulate(exact_site(), Policy("d", victim="drain"), 3, drain_times=DRAINS)
+    at_random = simulate(exact_site(), Policy("r", victim="random"), 3, drain_times=DRAINS)
+    cheap = sum(d.predicted_draining_waste for d in by_cost.drains)
+    assert cheap <= sum(d.predicted_draining_waste for d in at_random.drains)
+
+
+# -- reproducibility --------------------------------------------------------------------------
+
+
+def test_the_same_seed_gives_the_same_figures_and_another_seed_others() -> None:
+    scenario = PRESETS["small"].scenario
+    policies = POLICIES[:2]
+    first = compare(scenario, policies, [1, 2]).as_dict()
+    again = compare(scenario, policies, [1, 2]).as_dict()
+    other = compare(scenario, policies, [3, 4]).as_dict()
+    for d in (first, again, other):
+        d.pop("run_seconds")
+    assert first == again
+    assert first["policies"] != other["policies"]
+
+
+def test_policies_see_the_same_jobs_on_the_same_seed() -> None:
+    scenario = PRESETS["small"].scenario
+    a = simulate(scenario, POLICIES[2], 5)
+    b = simulate(scenario, POLICIES[3], 5)
+    # Same drain times (the victim choice differs, the events do not).
+    assert [d.time for d in a.drains] == [d.time for d in b.drains]
+
+
+def test_confidence_interval_of_known_values() -> None:
+    e = Estimate.of([1.0, 2.0, 3.0])
+    assert e.mean == 2.0
+    assert e.ci95 == pytest.approx(4.303 * 1.0 / 3 ** 0.5)
+    assert Estimate.of([5.0]).ci95 == 0.0
+
+
+@pytest.mark.parametrize("changes", [{"nodes": 0}, {"error_min": 2.0, "error_max": 1.0},
+                                     {"days": 0}, {"drain_nodes": -1}])
+def test_impossible_scenarios_are_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        replace(Scenario(), **changes)  # type: ignore[arg-type]
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+def test_simulate_prints_json_with_named_figures_and_writes_plots(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli, [
+        "simulate", "--preset", "small", "--seeds", "1,2", "--policy",
+        "multi/aware/drain-cost", "--policy", "multi/aware/random", "--json", "--out",
+        str(out)])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert set(figures["policies"]) == {"multi/aware/drain-cost", "multi/aware/random"}
+    one = figures["policies"]["multi/aware/drain-cost"]
+    for key in ("occupancy", "draining_waste_core_hours", "kill_waste_core_hours",
+                "jobs_killed_at_wall_limit", "jobs_rescheduled"):
+        assert set(one[key]) == {"mean", "ci95", "per_seed"}
+        assert len(one[key]["per_seed"]) == 2
+    assert "drain_cost_vs_random_draining_waste_reduction" in figures["headline"]
+    assert figures["preset"] == "small"
+    for name in ("occupancy.png", "drain-waste.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "figures.json").read_text())["seeds"] == [1, 2]
+
+
+def test_simulate_prints_a_table() -> None:
+    result = CliRunner().invoke(cli, ["simulate", "--preset", "small", "--seeds", "1",
+                                      "--policy", "multi/aware/drain-cost"])
+    assert result.exit_code == 0, result.output
+    assert "occupancy %" in result.output
+    assert "multi/aware/drain-cost" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--preset", "nope"], "unknown preset 'nope'"),
+    (["--seeds", "1,x"], "comma-separated list of integers"),
+    (["--seeds", "1,1"], "different integers"),
+    (["--policy", "sometimes"], "unknown policy 'sometimes'"),
+    (["--nodes", "0"], "--nodes"),
+])
+def test_simulate_refuses_bad_options_clearly(args: list[str], message: str) -> None:
+    result = CliRunner().invoke(cli, ["simulate", *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_simulate_cannot_write_into_a_file(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    result = CliRunner().invoke(cli, ["simulate", "--preset", "small", "--seeds", "1",
+                                      "--policy", "multi/aware/drain-cost", "--out",
+                                      str(blocker / "sub")])
+    assert result.exit_code == 1
+    assert "cannot write into" in result.output
+
+
+def test_two_processes_give_the_same_figures_for_one_seed() -> None:
+    """Nothing depends on memory addresses or string hashing (sets walked in their order)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json; from simulator.config import PRESETS, POLICIES; "
+            "from simulator.report import compare; "
+            "d = compare(PRESETS['small'].scenario, POLICIES, [2]).as_dict(); "
+            "d.pop('run_seconds'); print(json.dumps(d, sort_keys=True))")
+    outputs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, timeout=300,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+               for seed in ("1", "2")]
+    assert outputs[0] and outputs[0] == outputs[1]
