@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from optimizers.expressions import ExpressionError, analyse
 from taskqueue.definitions import DEFAULT_JOB_TYPE
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
 from taskqueue.submitpools import canonical_requirements
@@ -188,6 +189,10 @@ def _requirements(raw: Raw) -> tuple[Mapping[str, Any] | None, str | None]:
         return None, None
     label, value = raw["Requirements"]
     if isinstance(value, Expression):
+        try:
+            analyse(value.text)
+        except ExpressionError as exc:
+            raise JobDescriptionError(f"{label} {exc}", label) from exc
         return None, value.text
     if isinstance(value, Mapping):
         if not value:

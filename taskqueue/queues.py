@@ -231,14 +231,25 @@ def _insert_if_absent(dialect: str, rows: list[dict[str, object]]
     return mysql.insert(task_queues_table).values(rows).prefix_with("IGNORE")
 
 
-def remove_jobs_from_queues(session: Session, job_ids: Sequence[int]) -> int:
+def remove_jobs_from_queues(session: Session, job_ids: Sequence[int], *,
+                            now: datetime | None = None) -> int:
     """Take jobs out of their task queues (kill, reschedule, delete); return how many were in
-    one. The queue rows stay; an emptied queue is found and dropped by the cleanup."""
+    one. With ``now``, a queue this empties is marked inactive at once (under its row lock, as
+    a claimer would), so that no match looks at it again; the cleanup drops it after its grace
+    period. A queue another transaction holds is left to the next claim or cleanup."""
     if not job_ids:
         return 0
+    dialect = session.get_bind().dialect.name
+    queues: list[int] = []
+    if now is not None:
+        queues = list(session.scalars(
+            select(tq_jobs_table.c.tq_id).where(in_ids(tq_jobs_table.c.job_id, job_ids, dialect))
+            .distinct()))
     result = session.connection().execute(
-        delete(tq_jobs_table).where(
-            in_ids(tq_jobs_table.c.job_id, job_ids, session.get_bind().dialect.name)))
+        delete(tq_jobs_table).where(in_ids(tq_jobs_table.c.job_id, job_ids, dialect)))
+    if queues and now is not None:
+        _mark_empty(session, select(TaskQueue.id).where(TaskQueue.id.in_(queues),
+                                                        TaskQueue.active == 1), now)
     return result.rowcount
 
 
