@@ -269,7 +269,8 @@ class Pilot(Base):
     __tablename__ = "pilots"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    reference: Mapped[str] = mapped_column(String(255), unique=True)
+    #: Unique within its VO: one VO's pilots cannot take or shadow another VO's references.
+    reference: Mapped[str] = mapped_column(String(255))
     vo: Mapped[str] = mapped_column(String(64))
     site: Mapped[str] = mapped_column(String(128))
     ce: Mapped[str] = mapped_column(String(255))
@@ -285,7 +286,8 @@ class Pilot(Base):
     reason: Mapped[str] = mapped_column(String(255), default="")
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
-    __table_args__ = (Index(None, "site", "ce", "queue", "status"),
+    __table_args__ = (UniqueConstraint("reference", "vo"),
+                      Index(None, "site", "ce", "queue", "status"),
                       Index(None, "status", "executor"))
 
 

@@ -18,4 +18,4 @@ def test_migrations_match_the_models(db: Database) -> None:
 
 
 def test_database_is_at_head(db: Database) -> None:
-    assert schema.current_revision(db.engine) == schema.head_revision(db.engine) == "0009"
+    assert schema.current_revision(db.engine) == schema.head_revision(db.engine) == "0010"
