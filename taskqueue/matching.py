@@ -86,15 +86,18 @@ _DROP_JOB = delete(tq_jobs_table).where(tqj.job_id == bindparam("job_id"))
 _LOCK_QUEUE = (select(tq.id).where(tq.id == bindparam("tq_id"))
                .with_for_update(skip_locked=True))
 _ANY_JOB_LEFT = select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id")).limit(1)
+#: Advancing a queue's clock records where it was drawn (MariaDB assigns left to right, so
+#: the clock comes first and reads the old key, as the other databases always do).
 _ADVANCE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
-            .values(draw_key=tq.draw_key + bindparam("step")))
+            .ordered_values((tq.draw_clock, tq.draw_key),
+                            (tq.draw_key, tq.draw_key + bindparam("step"))))
 _TAKEN = _TAKE_JOB.cte("taken")
 #: PostgreSQL: take the job, and if one was taken advance the queue's clock unless another
 #: transaction holds the queue's row, all in one statement.
 _TAKE_AND_ADVANCE = select(_TAKEN.c.job_id).add_cte(
     update(task_queues_table)
     .where(tq.id == _LOCK_QUEUE.scalar_subquery(), select(_TAKEN.c.job_id).exists())
-    .values(draw_key=tq.draw_key + bindparam("step"))
+    .ordered_values((tq.draw_clock, tq.draw_key), (tq.draw_key, tq.draw_key + bindparam("step")))
     .returning(tq.id)
     .cte("advanced")
 )
@@ -384,7 +387,9 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
               .with_for_update(skip_locked=True))
     advanced = (
         update(task_queues_table).where(tq.id == locked.scalar_subquery())
-        .values(draw_key=tq.draw_key + bindparam("e") / select(first.c.priority).scalar_subquery())
+        .ordered_values((tq.draw_clock, tq.draw_key),
+                        (tq.draw_key,
+                         tq.draw_key + bindparam("e") / select(first.c.priority).scalar_subquery()))
         .returning(tq.id)
         .cte("advanced")
     )

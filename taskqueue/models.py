@@ -213,6 +213,10 @@ class TaskQueue(Base):
     #: Key of the priority-weighted draw: the next event of an exponential clock of rate
     #: ``priority``; the smallest key among matching queues wins (see taskqueue.matching).
     draw_key: Mapped[float] = mapped_column(Float)
+    #: The draw's time the current key was drawn from: the key the queue had when it was last
+    #: drawn, or the VO's current time when it was created or came back. The largest among a
+    #: VO's active queues is the VO's current time, where new queues' clocks start.
+    draw_clock: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     emptied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -220,6 +224,7 @@ class TaskQueue(Base):
         # With the id, ORDER BY draw_key, id LIMIT n reads the index in order and stops at
         # the first matching queue; without it, every matching queue is read and sorted.
         Index(None, "active", "vo", "draw_key", "id"),
+        Index(None, "active", "vo", "draw_clock"),
         Index(None, "owner_group", "owner"),
     )
 

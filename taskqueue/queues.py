@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, delete, exists, func, select, update
+from sqlalchemy import Float, Select, Table, bindparam, delete, exists, func, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -139,15 +139,17 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
             if row.active:
                 n = row.jobs_inserted + b.count
                 mean = (row.mean_job_priority * row.jobs_inserted + b.priority_sum) / n
-                key = row.draw_key
+                key, clock = row.draw_key, None
             else:
                 # A queue coming back starts afresh: its clock from now, its statistics from
                 # the jobs it holds now.
                 if row.vo not in clocks:
                     clocks[row.vo] = virtual_time(session, row.vo)
                 n, mean = b.count, b.priority_sum / b.count
-                key = max(row.draw_key, clocks[row.vo]) + rng.expovariate(row.priority)
-            changes.append({"b_id": row.id, "b_mean": mean, "b_n": n, "b_key": key})
+                clock = clocks[row.vo]
+                key = max(row.draw_key, clock) + rng.expovariate(row.priority)
+            changes.append({"b_id": row.id, "b_mean": mean, "b_n": n, "b_key": key,
+                            "b_clock": clock})
             ids[row.digest] = row.id
         if changes:
             conn.execute(_REFILL, changes)
@@ -164,7 +166,9 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
 _REFILL = (
     update(task_queues_table).where(tq.id == bindparam("b_id"))
     .values(mean_job_priority=bindparam("b_mean"), jobs_inserted=bindparam("b_n"),
-            draw_key=bindparam("b_key"), active=1, emptied_at=None)
+            draw_key=bindparam("b_key"),
+            draw_clock=func.coalesce(bindparam("b_clock", type_=Float), tq.draw_clock),
+            active=1, emptied_at=None)
 )
 
 #: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).
@@ -187,7 +191,8 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
         clocks[vo] = virtual_time(session, vo)
     for start in range(0, len(batches), _CREATE_CHUNK):
         chunk = batches[start:start + _CREATE_CHUNK]
-        rows = [_queue_row(b, now, clocks[b.definition.vo] + rng.expovariate(INITIAL_PRIORITY))
+        rows = [_queue_row(b, now, clocks[b.definition.vo],
+                           clocks[b.definition.vo] + rng.expovariate(INITIAL_PRIORITY))
                 for b in chunk]
         # RETURNING yields the rows this statement inserted, and only those (row counts are
         # not reliable for this: PostgreSQL reports -1 for an INSERT with RETURNING).
@@ -208,7 +213,7 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
     return made
 
 
-def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
+def _queue_row(b: _Batch, now: datetime, clock: float, key: float) -> dict[str, object]:
     d = b.definition
     return {
         "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
@@ -216,7 +221,8 @@ def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
         "job_type": d.job_type, "submit_pool": d.submit_pool, "expression": d.expression,
         "priority": INITIAL_PRIORITY,
         "mean_job_priority": b.priority_sum / b.count, "jobs_inserted": b.count,
-        "active": 1, "draw_key": key, "created_at": now, "emptied_at": None,
+        "active": 1, "draw_key": key, "draw_clock": clock, "created_at": now,
+        "emptied_at": None,
     }
 
 

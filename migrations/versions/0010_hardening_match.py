@@ -1,5 +1,6 @@
 """Pilot references are unique per VO, not across VOs: one VO's pilot cannot register, shadow
-or end another VO's pilot by naming its reference.
+or end another VO's pilot by naming its reference. Task queues remember the draw time their
+key was drawn from (draw_clock), so that new queues start from the draw's current time.
 
 Revision ID: 0010
 Revises: 0009
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0010"
@@ -23,9 +25,17 @@ def upgrade() -> None:
         batch_op.drop_constraint(batch_op.f("uq_pilots_reference"), type_="unique")
         batch_op.create_unique_constraint(batch_op.f("uq_pilots_reference_vo"),
                                           ["reference", "vo"])
+    with op.batch_alter_table("task_queues", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("draw_clock", sa.Float(), server_default="0",
+                                      nullable=False))
+        batch_op.create_index(batch_op.f("ix_task_queues_active_vo_draw_clock"),
+                              ["active", "vo", "draw_clock"], unique=False)
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("task_queues", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_task_queues_active_vo_draw_clock"))
+        batch_op.drop_column("draw_clock")
     with op.batch_alter_table("pilots", schema=None) as batch_op:
         batch_op.drop_constraint(batch_op.f("uq_pilots_reference_vo"), type_="unique")
         batch_op.create_unique_constraint(batch_op.f("uq_pilots_reference"), ["reference"])
