@@ -25,7 +25,13 @@ from collections.abc import Callable
 from typing import Any
 
 from optimizers.description import JobDescriptionError
-from optimizers.expressions import Analysis, ExpressionError, analyse
+from optimizers.expressions import (
+    Analysis,
+    ExpressionError,
+    analyse,
+    attributes_read,
+    conjuncts,
+)
 from taskqueue.resources import Resource
 
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
@@ -143,6 +149,56 @@ def evaluates_true(text: str, target: classad2.ClassAd) -> bool:
         log.info("Requirements expression could not be evaluated: %s", text[:200])
         return False
     return result is True
+
+
+def never_holds(text: str, resource: Resource) -> bool:
+    """Whether the expression is definitely false for ``resource`` (not merely undefined,
+    which a real pilot's extra attributes could change)."""
+    if _accepted(text) is None:
+        return True
+    try:
+        result = _parsed(text).eval(scope=_EMPTY_JOB,
+                                    target=classad2.ClassAd(resource_attributes(resource)))
+    except (classad2.ClassAdException, ValueError, OverflowError):
+        return False
+    return result is False
+
+
+def why_not(text: str, resource: Resource) -> str:
+    """The first part of an expression that does not hold for ``resource``, with the values
+    the resource gives the attributes it names: ``other.MaxRAM >= 8000 is false (other.MaxRAM
+    = 4000)``."""
+    if _accepted(text) is None:
+        return f"{text[:80]} is not evaluated: its cost is not bounded"
+    target = classad2.ClassAd(resource_attributes(resource))
+    for part in conjuncts(text):
+        try:
+            result = classad2.ExprTree(part).eval(scope=_EMPTY_JOB, target=target)
+        except (classad2.ClassAdException, ValueError, OverflowError):
+            result = "an error"
+        if result is True:
+            continue
+        shown = ("false" if result is False else "undefined"
+                 if result is classad2.Value.Undefined else "an error"
+                 if result is classad2.Value.Error or result == "an error" else f"{result!r}")
+        values = []
+        for name in attributes_read(part):
+            value = target.get(name.split(".", 1)[1])
+            values.append(f"{name} = " + ("undefined" if value is None else _shown(value)))
+        return f"{part} is {shown}" + (f" ({'; '.join(values)})" if values else "")
+    return f"{text} holds"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, classad2.ExprTree):
+        return str(value)
+    if isinstance(value, str):
+        return '"' + value + '"'
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "{" + ", ".join(_shown(v) for v in value) + "}"
+    return str(value)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -76,6 +76,7 @@ class Analysis:
 class _Token:
     kind: str
     text: str
+    start: int = 0
 
 
 def analyse(text: str) -> Analysis:
@@ -146,9 +147,47 @@ def _tokens(text: str) -> list[_Token]:
         kind = match.lastgroup
         assert kind is not None
         if kind != "space":
-            out.append(_Token(kind, match.group()))
+            out.append(_Token(kind, match.group(), pos))
         pos = match.end()
     return out
+
+
+def conjuncts(text: str) -> list[str]:
+    """The parts of ``a && b && c`` joined at the top level (one part when the top level is
+    anything else: ``||``, ``? :``), as they are written."""
+    tokens = _tokens(text)
+    depth = 0
+    cuts: list[_Token] = []
+    for token in tokens:
+        if token.kind != "op":
+            continue
+        if token.text in ("(", "{"):
+            depth += 1
+        elif token.text in (")", "}"):
+            depth -= 1
+        elif depth == 0 and token.text in ("||", "?"):
+            return [text.strip()]
+        elif depth == 0 and token.text == "&&":
+            cuts.append(token)
+    parts, start = [], 0
+    for cut in cuts:
+        parts.append(text[start:cut.start].strip())
+        start = cut.start + 2
+    parts.append(text[start:].strip())
+    return parts
+
+
+def attributes_read(text: str) -> list[str]:
+    """The resource attributes an expression names, as written (other.X), in order."""
+    seen: list[str] = []
+    tokens = _tokens(text)
+    for i, token in enumerate(tokens):
+        following = tokens[i + 1] if i + 1 < len(tokens) else None
+        if token.kind == "name" and (following is None or following.text != "("):
+            name = re.sub(r"\s+", "", token.text)
+            if "." in name and name not in seen:
+                seen.append(name)
+    return seen
 
 
 def _attribute(name: str) -> str:
