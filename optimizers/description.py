@@ -136,10 +136,10 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         arguments=_arguments(raw),
         environment=_environment(raw),
         directory=_string(raw, "Directory"),
-        stdout=_string(raw, "StdOutput"),
-        stderr=_string(raw, "StdError"),
+        stdout=_job_file(raw, "StdOutput"),
+        stderr=_job_file(raw, "StdError"),
         input_sandbox=_strings(raw, "InputSandbox"),
-        output_sandbox=_strings(raw, "OutputSandbox"),
+        output_sandbox=_job_files(raw, "OutputSandbox"),
         job_name=_bounded(raw, "JobName", MAX_JOB_NAME),
         job_group=_bounded(raw, "JobGroup", MAX_JOB_GROUP),
         job_type=_label(raw, "JobType") or DEFAULT_JOB_TYPE,
@@ -299,6 +299,34 @@ def _string(raw: Raw, name: str, *, required: bool = False) -> str | None:
         raise JobDescriptionError(f"{label} must be a non-empty string, got {_show(value)}",
                                   label)
     return value
+
+
+def _job_file(raw: Raw, name: str) -> str | None:
+    """A file name inside the job's folder: relative, without a .. component."""
+    value = _string(raw, name)
+    if value is not None:
+        _inside_job_folder(raw[name][0], value)
+    return value
+
+
+def _job_files(raw: Raw, name: str) -> tuple[str, ...]:
+    values = _strings(raw, name)
+    for value in values:
+        _inside_job_folder(raw[name][0], value)
+    return values
+
+
+def _inside_job_folder(label: str, value: str) -> None:
+    if value.startswith(("/", "\\")):
+        raise JobDescriptionError(
+            f"{label} must name a file in the job's folder, not an absolute path: "
+            f"{_show(value)}", label)
+    if ".." in re.split(r"[/\\]", value):
+        raise JobDescriptionError(
+            f"{label} must name a file in the job's folder; {_show(value)} leads out of it "
+            "with ..", label)
+    if "\x00" in value:
+        raise JobDescriptionError(f"{label} must not contain a NUL character", label)
 
 
 def _bounded(raw: Raw, name: str, longest: int) -> str | None:
