@@ -329,3 +329,18 @@ def test_another_vos_pilot_cannot_disturb_a_pilot_of_the_same_reference(
     assert [j["job_id"] for j in seen["jobs"]] == [job_id]
     client.report(pilot_token, job_id, "Running", reference="pilot-cern-1")
     assert client.job(user_token, job_id)["status"] == "Running"
+
+
+def test_a_blank_pilot_reference_is_refused(client: Api, user_token: str,
+                                            pilot_token: str) -> None:
+    """A job matched to a blank reference could never be reported on."""
+    job_id = client.submit_jdl(user_token)[0]
+    for blank in ("", "   ", "\t"):
+        response = client.call("POST", "/api/v1/pilots/match", pilot_token,
+                               json_body={"resource": {"vo": VO, "pilot_reference": blank}})
+        assert_problem(response, 422, "pilot_reference")
+    assert client.job(user_token, job_id)["status"] == "Waiting"
+    padded = client.match(pilot_token, pilot_reference=" pilot-9 ")
+    assert [j["job_id"] for j in padded["jobs"]] == [job_id]
+    client.report(pilot_token, job_id, "Running", reference="pilot-9")
+    assert client.job(user_token, job_id)["status"] == "Running"
