@@ -30,6 +30,10 @@ MAX_EXPANDED_BYTES = 16 * 1024 * 1024
 #: Largest absolute value a numeric parameter may reach.
 MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
+#: Largest CPU time (s) and memory (MB) a job may ask for: 68 years, 1 PB (the memory bucket
+#: of the largest value still fits the 32-bit column).
+MAX_CPU_TIME = 2**31 - 1
+MAX_MEMORY_MB = 2**30
 #: Longest job name and job group (their database columns).
 MAX_JOB_NAME = 255
 MAX_JOB_GROUP = 128
@@ -145,13 +149,14 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         job_type=_label(raw, "JobType") or DEFAULT_JOB_TYPE,
         priority=_integer(raw, "Priority", DEFAULT_PRIORITY, low=0, high=10,
                           what="an integer from 0 to 10"),
-        cpu_time=_integer(raw, "CPUTime", DEFAULT_CPU_TIME, low=1,
+        cpu_time=_integer(raw, "CPUTime", DEFAULT_CPU_TIME, low=1, high=MAX_CPU_TIME,
                           what="a positive integer number of seconds"),
         sites=frozenset(_labels(raw, "Site")),
         banned_sites=frozenset(_labels(raw, "BannedSite")),
         platforms=frozenset(_labels(raw, "Platform")),
         tags=frozenset(_labels(raw, "Tags")),
-        memory=_integer(raw, "MaxRAM", 0, low=0, what="a non-negative integer number of MB"),
+        memory=_integer(raw, "MaxRAM", 0, low=0, high=MAX_MEMORY_MB,
+                        what="a non-negative integer number of MB"),
         processors=processors,
         max_processors=max_processors,
         requirements=requirements,
@@ -434,6 +439,9 @@ def _integer(raw: Raw, name: str, default: int, *, low: int, high: int | None = 
         return default
     label, value = raw[name]
     number = _as_integer(value)
+    if number is not None and high is not None and number > high and str(high) not in what:
+        raise JobDescriptionError(f"{label} must be {what} of at most {high}, got "
+                                  f"{_show(value)}", label)
     if number is None or number < low or (high is not None and number > high):
         raise JobDescriptionError(f"{label} must be {what}, got {_show(value)}", label)
     return number

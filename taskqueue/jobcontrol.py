@@ -46,7 +46,7 @@ def kill_job(session: Session, job_id: int, *, by: str, now: datetime,
     if current == S.WAITING:
         remove_jobs_from_queues(session, [job_id], now=now)
     apply_transition(session, [job_id], current, S.KILLED,
-                     minor_status=reason or f"Killed by {by}", source=by, now=now,
+                     minor_status=(reason or f"Killed by {by}")[:255], source=by, now=now,
                      values={"ended_at": now})
     return S.KILLED
 
