@@ -8,6 +8,7 @@ writes later can otherwise fail with "database is locked" whatever the busy time
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,17 +32,25 @@ _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
 
 
+def _redacted(url: str) -> str:
+    """A URL that may not parse, with the password of its user:password@ part hidden."""
+    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
 def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
     """An engine for ``url`` set up the way gridpilot's queries expect."""
     try:
         parsed = make_url(url)
-    except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
-        raise ConfigurationError(f"database URL {url!r} is not a valid SQLAlchemy URL") from exc
+    except Exception:  # sqlalchemy raises ArgumentError with a terse message
+        raise ConfigurationError(f"database URL {_redacted(url)!r} is not a valid SQLAlchemy "
+                                 "URL") from None
+    shown = parsed.render_as_string(hide_password=True)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, echo=echo, connect_args={"timeout": 60})
+        engine = create_engine(url, echo=echo, connect_args={"timeout": 60},
+                               hide_parameters=True)
         _set_up_sqlite(engine)
         return engine
     if backend in ("postgresql", "mysql", "mariadb"):
@@ -52,10 +61,13 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5) -> Engine:
         # connection the server dropped fails one transaction, which invalidates the pool.
         return create_engine(
             url, echo=echo, isolation_level="READ COMMITTED", pool_size=pool_size,
-            max_overflow=pool_size, pool_recycle=3600, **kwargs,
+            max_overflow=pool_size, pool_recycle=3600,
+            # A failed statement's error (and log line) names it, not its values: those are
+            # job descriptions, tokens' subjects, reasons.
+            hide_parameters=True, **kwargs,
         )
     raise ConfigurationError(
-        f"database URL {url!r}: backend {backend!r} is not supported; "
+        f"database URL {shown!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
     )
 

@@ -283,7 +283,7 @@ def test_an_operator_sees_only_their_vo(client: Api, grid: dict[str, Any],
                                         other_vo_operator_token: str) -> None:
     http = client.client
     sign_in(http, other_vo_operator_token)
-    assert "another VO" in page(http, f"/ui/jobs/{grid['failed']}", 403)
+    assert "does not exist" in page(http, f"/ui/jobs/{grid['failed']}", 404)
     assert 'data-job=' not in page(http, "/ui/jobs")
     page(http, "/ui/pilots/pilot-1", 404)
     assert "LCG.RAL.uk" not in page(http, "/ui/")

@@ -394,3 +394,10 @@ def test_a_pilot_cannot_be_named_like_an_endpoint(client: Api, pilot_token: str)
                            json_body={"site": SITE, "ce": "ce", "queue": "q",
                                       "status": "Running"})
     assert_problem(response, 422, "another endpoint")
+
+
+def test_the_largest_id_is_a_valid_after(client: Api, user_token: str) -> None:
+    answer = client.ok("GET", "/api/v1/jobs", user_token, query={"after": 2**63 - 1})
+    assert answer["jobs"] == []
+    assert_problem(client.call("GET", "/api/v1/jobs", user_token, query={"after": 2**63}),
+                   400, "after")
