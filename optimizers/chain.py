@@ -243,6 +243,7 @@ def _scheduling_step(identity: Identity, desc: JobDescription,
         job_type=desc.job_type, submit_pool=placement.submit_pool, expression=expression,
         sites=placement.sites if placement.sites is not None else desc.sites,
         banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
+        ces=desc.ces,
     )
 
 

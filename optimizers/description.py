@@ -74,6 +74,8 @@ class JobDescription:
     banned_sites: frozenset[str] = frozenset()
     platforms: frozenset[str] = frozenset()
     tags: frozenset[str] = frozenset()
+    #: Computing elements the job may run on (GridCE, GridCEs); empty: any.
+    ces: frozenset[str] = frozenset()
     processors: int = 1
     max_processors: int | None = None
     #: Memory in MB; 0 for no requirement.
@@ -95,11 +97,12 @@ KNOWN_FIELDS = (
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "Parameters", "ParameterStart",
-    "ParameterStep", "ParameterFactor",
+    "ParameterStep", "ParameterFactor", "GridCE",
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
 CANONICAL["bannedsites"] = "BannedSite"
 CANONICAL["tag"] = "Tags"
+CANONICAL["gridces"] = "GridCE"
 
 #: Fields in which a parametric job's ``%s`` (the parameter) and ``%n`` (its index) are replaced.
 _TEMPLATED = ("Executable", "Arguments", "JobName", "StdOutput", "StdError", "InputSandbox",
@@ -155,6 +158,7 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         banned_sites=frozenset(_labels(raw, "BannedSite")),
         platforms=frozenset(_labels(raw, "Platform")),
         tags=frozenset(_labels(raw, "Tags")),
+        ces=frozenset(_labels(raw, "GridCE")),
         memory=_integer(raw, "MaxRAM", 0, low=0, high=MAX_MEMORY_MB,
                         what="a non-negative integer number of MB"),
         processors=processors,

@@ -85,6 +85,7 @@ def _definition_of(session: Session, job: Job, settings: Settings
         vo=job.vo, owner=job.owner, owner_group=job.owner_group, cpu_time=desc.cpu_time,
         processors=desc.processors, memory=desc.memory, job_type=desc.job_type,
         submit_pool=pool, expression=desc.requirements_expression, sites=desc.sites,
-        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags)
+        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
+        ces=desc.ces)
     return TaskQueueDefinition.for_job(req, settings), desc
 

@@ -250,6 +250,12 @@ class TaskQueuePlatform(_TaskQueueValue, Base):
     __tablename__ = "tq_platforms"
 
 
+class TaskQueueCE(_TaskQueueValue, Base):
+    """The computing elements a queue's jobs may run on (JDL GridCE); none: any."""
+
+    __tablename__ = "tq_ces"
+
+
 class TaskQueueTag(_TaskQueueValue, Base):
     __tablename__ = "tq_tags"
     #: Finds the queues carrying a tag a resource requires, without walking all queues.
@@ -442,6 +448,7 @@ tq_sites_table = cast(Table, TaskQueueSite.__table__)
 tq_banned_sites_table = cast(Table, TaskQueueBannedSite.__table__)
 tq_platforms_table = cast(Table, TaskQueuePlatform.__table__)
 tq_tags_table = cast(Table, TaskQueueTag.__table__)
+tq_ces_table = cast(Table, TaskQueueCE.__table__)
 submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
 site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)

@@ -27,6 +27,7 @@ from taskqueue.models import (
     Job,
     TaskQueue,
     TaskQueueBannedSite,
+    TaskQueueCE,
     TaskQueueJob,
     TaskQueuePlatform,
     TaskQueueSite,
@@ -34,6 +35,7 @@ from taskqueue.models import (
     jobs_table,
     task_queues_table,
     tq_banned_sites_table,
+    tq_ces_table,
     tq_jobs_table,
     tq_platforms_table,
     tq_sites_table,
@@ -205,7 +207,8 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
         tq_id = made[b.definition.digest()]
         d = b.definition
         for table, vals in ((tq_sites_table, d.sites), (tq_banned_sites_table, d.banned_sites),
-                            (tq_platforms_table, d.platforms), (tq_tags_table, d.tags)):
+                            (tq_platforms_table, d.platforms), (tq_tags_table, d.tags),
+                            (tq_ces_table, d.ces)):
             values.setdefault(table, []).extend({"tq_id": tq_id, "value": v}
                                                 for v in sorted(vals))
     for table, value_rows in values.items():
@@ -317,7 +320,7 @@ def waiting_definition(session: Session, job_id: int) -> TaskQueueDefinition | N
         processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
         submit_pool=tq.submit_pool, expression=tq.expression,
         sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
-        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
+        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag), ces=values(TaskQueueCE))
 
 
 @dataclass(frozen=True)
@@ -350,7 +353,8 @@ def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100,
         .group_by(TaskQueueJob.tq_id)).all())
     values: dict[int, dict[str, list[str]]] = {i: {} for i in ids}
     for label, table in (("sites", TaskQueueSite), ("banned_sites", TaskQueueBannedSite),
-                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag)):
+                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag),
+                         ("ces", TaskQueueCE)):
         for tq_id, value in session.execute(
                 select(table.tq_id, table.value).where(table.tq_id.in_(ids))
                 .order_by(table.tq_id, table.value)):

@@ -23,7 +23,7 @@ from taskqueue.states import JobStatus
 def requirements(**kw: Any) -> JobRequirements:
     base: dict[str, Any] = {"vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user"}
     base.update(kw)
-    for key in ("sites", "banned_sites", "platforms", "tags"):
+    for key in ("sites", "banned_sites", "platforms", "tags", "ces"):
         if key in base:
             base[key] = frozenset(base[key])
     return JobRequirements(**base)

@@ -1,6 +1,7 @@
 """Pilot references are unique per VO, not across VOs: one VO's pilot cannot register, shadow
 or end another VO's pilot by naming its reference. Task queues remember the draw time their
 key was drawn from (draw_clock), so that new queues start from the draw's current time.
+The computing elements a queue's jobs may run on (GridCE) are kept in tq_ces.
 
 Revision ID: 0010
 Revises: 0009
@@ -32,7 +33,18 @@ def upgrade() -> None:
                               ["active", "vo", "draw_clock"], unique=False)
 
 
+    op.create_table(
+        "tq_ces",
+        sa.Column("tq_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("value", sa.String(length=128), nullable=False),
+        sa.ForeignKeyConstraint(["tq_id"], ["task_queues.id"],
+                                name=op.f("fk_tq_ces_tq_id_task_queues"), ondelete="CASCADE"),
+        sa.PrimaryKeyConstraint("tq_id", "value", name=op.f("pk_tq_ces")),
+    )
+
+
 def downgrade() -> None:
+    op.drop_table("tq_ces")
     with op.batch_alter_table("task_queues", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_task_queues_active_vo_draw_clock"))
         batch_op.drop_column("draw_clock")
