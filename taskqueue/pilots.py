@@ -72,10 +72,10 @@ def _may_move(current: str, new: str) -> bool:
 
 def set_pilot_status(session: Session, *, reference: str, status: str, now: datetime,
                      reason: str = "") -> bool:
-    """Move a pilot the site director submitted forward to ``status``; returns whether it
-    moved. (A pilot that registered itself, of any VO, is not one of the director's.)"""
-    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference,
-                                                Pilot.executor.is_not(None))
+    """Move a pilot forward to ``status``; returns whether it moved. Where two VOs hold the
+    reference, the site director's record (it has an executor) is the one meant."""
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
+                            .order_by(Pilot.executor.is_(None), Pilot.id)
                             .with_for_update()).first()
     if pilot is None or not _may_move(pilot.status, status):
         return False

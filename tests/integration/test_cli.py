@@ -30,17 +30,17 @@ def test_db_upgrade_then_current(tmp_path: Path) -> None:
     assert "(empty database) - behind" in first.stdout
     up = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
     assert up.returncode == 0, up.stderr
-    assert "revision (empty) -> 0009" in up.stdout
+    assert "revision (empty) -> 0010" in up.stdout
     again = run(["db", "upgrade"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert "revision 0009 -> 0009" in again.stdout
+    assert "revision 0010 -> 0010" in again.stdout
     current = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=url)
-    assert current.stdout.strip() == "0009 - up to date"
+    assert current.stdout.strip() == "0010 - up to date"
 
 
 def test_db_current_on_each_backend(database: Database, tmp_path: Path) -> None:
     out = run(["db", "current"], tmp_path, GRIDPILOT_DATABASE_URL=database.url)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "0009 - up to date"
+    assert out.stdout.strip() == "0010 - up to date"
 
 
 def test_bad_settings_give_one_clear_line(tmp_path: Path) -> None:
