@@ -21,6 +21,7 @@ from taskqueue.errors import GridpilotError
 from taskqueue.queues import delete_empty_queues
 from taskqueue.settings import Settings, load_settings
 from taskqueue.shares import recompute_priorities
+from taskqueue.states import JobStatus
 from taskqueue.submitpools import delete_unused_submit_pools
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -221,7 +222,8 @@ def submit_command(settings: Settings, files: tuple[Path, ...], as_json: bool,
 
 
 @cli.command("jobs")
-@click.option("--status", default=None, help="Only jobs in this status (e.g. Waiting).")
+@click.option("--status", default=None, help="Only jobs in this status (e.g. Waiting).",
+              type=click.Choice([s.value for s in JobStatus], case_sensitive=False))
 @click.option("--owner", default=None, help="Only this owner's jobs.")
 @click.option("--site", default=None, help="Only jobs matched to this site.")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True)

@@ -11,13 +11,11 @@ from taskqueue.models import Job
 
 
 def accessible_job(session: Session, principal: Principal, job_id: int) -> Job:
-    """The job, if ``principal`` may see and act on it; 404 or 403 otherwise."""
+    """The job, if ``principal`` may see and act on it; 404 or 403 otherwise. Another VO's
+    job is 404, like one that does not exist: a token learns nothing of other VOs' ids."""
     job = session.get(Job, job_id)
-    if job is None:
+    if job is None or job.vo != principal.vo:
         raise NotFoundError(f"job {job_id} does not exist")
-    if job.vo != principal.vo:
-        raise Problem(403, f"job {job_id} belongs to another VO than your token's "
-                      f"({principal.vo})")
     if principal.role == USER and job.owner != principal.subject:
         raise Problem(403, f"job {job_id} belongs to another user; a user token acts on its "
                       "own jobs only")

@@ -219,9 +219,12 @@ def _read_query(params: tuple[Param, ...], page_size: int) -> dict[str, Any]:
         value: Any = text
         _refuse_nul(text, f"query parameter {name}")
         if param.type == "integer":
-            if not re.fullmatch(r"-?\d{1,18}", text.strip()):
+            if not re.fullmatch(r"-?\d{1,19}", text.strip()):
                 raise Problem(400, f"query parameter {name} must be an integer, got {text!r}")
             value = int(text)
+            if not -(2**63) <= value < 2**63:
+                raise Problem(400, f"query parameter {name} must be at most {2**63 - 1}, "
+                              f"got {text!r}")
         try:
             validate(value, param.schema(), f"query parameter {name}")
         except SchemaError as exc:

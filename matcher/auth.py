@@ -125,6 +125,8 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
         value = claims.get(name)
         if isinstance(value, str) and len(value) > limit:
             raise Problem(401, f"the token's claim {name!r} is longer than {limit} characters")
+        if isinstance(value, str) and any(ord(c) < 32 or ord(c) == 127 for c in value):
+            raise Problem(401, f"the token's claim {name!r} holds a control character")
     if fields["role"] not in ROLES:
         raise Problem(401, f"the token's role {fields['role']!r} is not one of "
                       f"{', '.join(ROLES)}")

@@ -3,6 +3,7 @@ lives in the database, so every matcher process honours a change at once."""
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from flask import Blueprint
@@ -10,6 +11,7 @@ from flask import Blueprint
 from matcher import schemas
 from matcher.api import JSON, Call, endpoint
 from matcher.auth import OPERATOR
+from matcher.problems import Problem
 from matcher.views import iso
 from taskqueue.database import Session
 from taskqueue.limits import (
@@ -46,6 +48,12 @@ def get_mask(call: Call) -> dict[str, Any]:
           body={JSON: schemas.REASON}, body_required=False,
           responses={200: ("The ban", schemas.SITE_BAN)})
 def ban(call: Call, site: str) -> dict[str, Any]:
+    known = call.runtime.resources().sites
+    if known and site.strip() not in known:  # a typo would ban nothing and say nothing
+        near = difflib.get_close_matches(site.strip(), list(known), n=3, cutoff=0.5)
+        raise Problem(422, f"site {site!r} is not in the resources file, so no pilot runs there"
+                      + (f"; did you mean {', '.join(near)}?" if near else
+                         f"; its sites are {', '.join(sorted(known)[:20])}"))
     reason = (call.body or {}).get("reason") or "banned by an operator"
     return call.runtime.transaction(lambda s: _ban(ban_site(
         s, call.principal.vo, site, reason=reason, by=call.principal.name, now=call.now)))

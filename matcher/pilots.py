@@ -254,10 +254,10 @@ def get_pilot(call: Call, reference: str) -> dict[str, Any]:
         pilot = pilot_of_vo(session, call.principal.vo, reference)
         if call.principal.site is not None and pilot.site != call.principal.site:
             raise Problem(403, f"this pilot token is for site {call.principal.site} only")
-        report = last_pilot_report(session, reference)
+        report = last_pilot_report(session, call.principal.vo, reference)
         return {**pilot_summary(pilot),
                 "jobs": [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
-                         for j in jobs_of_pilot(session, reference)],
+                         for j in jobs_of_pilot(session, call.principal.vo, reference)],
                 "last_report": None if report is None else {
                     "job_id": report.job_id, "at": iso(report.at), "status": report.status,
                     "minor_status": report.minor_status}}

@@ -173,6 +173,7 @@ TASK_QUEUE = obj({
     "submit_pool": nullable(STRING), "expression": nullable(STRING), "priority": NUMBER,
     "active": {"type": "boolean"}, "waiting": COUNT, "sites": STRINGS,
     "banned_sites": STRINGS, "platforms": STRINGS, "tags": STRINGS,
+    "ces": STRINGS,
 })
 TASK_QUEUE_LIST = obj({"task_queues": {"type": "array", "items": TASK_QUEUE},
                        "next_after": nullable(INTEGER)}, ("task_queues", "next_after"))

@@ -42,7 +42,7 @@ def list_queues(call: Call) -> dict[str, Any]:
             "job_type": q.job_type, "submit_pool": q.submit_pool, "expression": q.expression,
             "priority": q.priority, "active": bool(q.active), "waiting": info.waiting,
             **{label: info.values.get(label, [])
-               for label in ("sites", "banned_sites", "platforms", "tags")}})
+               for label in ("sites", "banned_sites", "platforms", "tags", "ces")}})
     return {"task_queues": queues,
             "next_after": queues[-1]["tq_id"] if len(queues) == limit else None}
 

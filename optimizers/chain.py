@@ -25,16 +25,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from optimizers.classads import canonical_expression
+from optimizers.classads import canonical_expression, never_holds, why_not
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
-from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason
+from optimizers.queueresources import resource_for_queue
+from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason, serves_vo
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
 from taskqueue.queues import WAITING_MINOR_STATUS, QueueEntry, enqueue_jobs
+from taskqueue.resources import Resource
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
 from taskqueue.submitpools import canonical_text, set_pool_queues, store_submit_pool
@@ -243,10 +245,16 @@ def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, Job
     """SubmitPools for the jobs with RFC 7 requirements; a reason for those no queue can run."""
     out: dict[int, _Placement | str] = {}
     by_requirements: dict[tuple[str, str], list[tuple[int, JobDescription]]] = defaultdict(list)
+    described: dict[str, list[tuple[str, Resource]]] = {}
     for job_id, identity, desc in jobs:
         if desc.requirements:
             by_requirements[(identity.vo, canonical_text(desc.requirements))].append(
                 (job_id, desc))
+        elif desc.requirements_expression:
+            if identity.vo not in described:
+                described[identity.vo] = _configured_resources(ctx.resources, identity.vo)
+            reason = _unsatisfiable(desc.requirements_expression, described[identity.vo])
+            out[job_id] = _Placement(None, None) if reason is None else reason
         else:
             out[job_id] = _Placement(None, None)
     for (vo, _text), members in sorted(by_requirements.items()):
@@ -277,6 +285,26 @@ def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, Job
     return out
 
 
+def _configured_resources(config: ResourcesConfig, vo: str) -> list[tuple[str, Resource]]:
+    """Each configured queue that serves ``vo``, named SITE/CE/QUEUE, with the resource its
+    pilots present."""
+    serves = serves_vo(vo)
+    return [(f"{q.site}/{q.ce}/{q.name}", resource_for_queue(config, q.site, q.ce, q.name, vo))
+            for q in config.queues() if serves(q)]
+
+
+def _unsatisfiable(expression: str, queues: list[tuple[str, Resource]]) -> str | None:
+    """Why no configured queue can satisfy a Requirements expression, or None if one might.
+
+    Only a definite false counts: an attribute the configuration does not give (undefined)
+    may come from the pilot itself, so such a queue might still match."""
+    if not queues or not all(never_holds(expression, resource) for _, resource in queues):
+        return None
+    name, resource = queues[0]
+    return (f"Requirements: no configured queue satisfies the expression (at {name}: "
+            f"{why_not(expression, resource)})")[:1000]
+
+
 def _scheduling_step(identity: Identity, desc: JobDescription,
                      placement: _Placement | None) -> JobRequirements:
     placement = placement or _Placement(None, None)
@@ -288,6 +316,7 @@ def _scheduling_step(identity: Identity, desc: JobDescription,
         job_type=desc.job_type, submit_pool=placement.submit_pool, expression=expression,
         sites=placement.sites if placement.sites is not None else desc.sites,
         banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
+        ces=desc.ces,
     )
 
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from optimizers.expressions import ExpressionError, analyse
 from taskqueue.definitions import DEFAULT_JOB_TYPE
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
 from taskqueue.submitpools import canonical_requirements
@@ -30,6 +31,10 @@ MAX_EXPANDED_BYTES = 16 * 1024 * 1024
 #: Largest absolute value a numeric parameter may reach.
 MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
+#: Largest CPU time (s) and memory (MB) a job may ask for: 68 years, 1 PB (the memory bucket
+#: of the largest value still fits the 32-bit column).
+MAX_CPU_TIME = 2**31 - 1
+MAX_MEMORY_MB = 2**30
 #: Longest job name and job group (their database columns).
 MAX_JOB_NAME = 255
 MAX_JOB_GROUP = 128
@@ -70,6 +75,8 @@ class JobDescription:
     banned_sites: frozenset[str] = frozenset()
     platforms: frozenset[str] = frozenset()
     tags: frozenset[str] = frozenset()
+    #: Computing elements the job may run on (GridCE, GridCEs); empty: any.
+    ces: frozenset[str] = frozenset()
     processors: int = 1
     max_processors: int | None = None
     #: Memory in MB; 0 for no requirement.
@@ -91,11 +98,12 @@ KNOWN_FIELDS = (
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "Parameters", "ParameterStart",
-    "ParameterStep", "ParameterFactor",
+    "ParameterStep", "ParameterFactor", "GridCE",
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
 CANONICAL["bannedsites"] = "BannedSite"
 CANONICAL["tag"] = "Tags"
+CANONICAL["gridces"] = "GridCE"
 
 #: Fields in which a parametric job's ``%s`` (the parameter) and ``%n`` (its index) are replaced.
 _TEMPLATED = ("Executable", "Arguments", "JobName", "StdOutput", "StdError", "InputSandbox",
@@ -153,22 +161,24 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         arguments=_arguments(raw),
         environment=_environment(raw),
         directory=_string(raw, "Directory"),
-        stdout=_string(raw, "StdOutput"),
-        stderr=_string(raw, "StdError"),
+        stdout=_job_file(raw, "StdOutput"),
+        stderr=_job_file(raw, "StdError"),
         input_sandbox=_strings(raw, "InputSandbox"),
-        output_sandbox=_strings(raw, "OutputSandbox"),
+        output_sandbox=_job_files(raw, "OutputSandbox"),
         job_name=_bounded(raw, "JobName", MAX_JOB_NAME),
         job_group=_bounded(raw, "JobGroup", MAX_JOB_GROUP),
         job_type=_label(raw, "JobType") or DEFAULT_JOB_TYPE,
         priority=_integer(raw, "Priority", DEFAULT_PRIORITY, low=0, high=10,
                           what="an integer from 0 to 10"),
-        cpu_time=_integer(raw, "CPUTime", DEFAULT_CPU_TIME, low=1,
+        cpu_time=_integer(raw, "CPUTime", DEFAULT_CPU_TIME, low=1, high=MAX_CPU_TIME,
                           what="a positive integer number of seconds"),
         sites=frozenset(_labels(raw, "Site")),
         banned_sites=frozenset(_labels(raw, "BannedSite")),
         platforms=frozenset(_labels(raw, "Platform")),
         tags=frozenset(_labels(raw, "Tags")),
-        memory=_integer(raw, "MaxRAM", 0, low=0, what="a non-negative integer number of MB"),
+        ces=frozenset(_labels(raw, "GridCE")),
+        memory=_integer(raw, "MaxRAM", 0, low=0, high=MAX_MEMORY_MB,
+                        what="a non-negative integer number of MB"),
         processors=processors,
         max_processors=max_processors,
         requirements=requirements,
@@ -206,6 +216,10 @@ def _requirements(raw: Raw) -> tuple[Mapping[str, Any] | None, str | None]:
         return None, None
     label, value = raw["Requirements"]
     if isinstance(value, Expression):
+        try:
+            analyse(value.text)
+        except ExpressionError as exc:
+            raise JobDescriptionError(f"{label} {exc}", label) from exc
         return None, value.text
     if isinstance(value, Mapping):
         if not value:
@@ -314,6 +328,34 @@ def _string(raw: Raw, name: str, *, required: bool = False) -> str | None:
     return value
 
 
+def _job_file(raw: Raw, name: str) -> str | None:
+    """A file name inside the job's folder: relative, without a .. component."""
+    value = _string(raw, name)
+    if value is not None:
+        _inside_job_folder(raw[name][0], value)
+    return value
+
+
+def _job_files(raw: Raw, name: str) -> tuple[str, ...]:
+    values = _strings(raw, name)
+    for value in values:
+        _inside_job_folder(raw[name][0], value)
+    return values
+
+
+def _inside_job_folder(label: str, value: str) -> None:
+    if value.startswith(("/", "\\")):
+        raise JobDescriptionError(
+            f"{label} must name a file in the job's folder, not an absolute path: "
+            f"{_show(value)}", label)
+    if ".." in re.split(r"[/\\]", value):
+        raise JobDescriptionError(
+            f"{label} must name a file in the job's folder; {_show(value)} leads out of it "
+            "with ..", label)
+    if "\x00" in value:
+        raise JobDescriptionError(f"{label} must not contain a NUL character", label)
+
+
 def _bounded(raw: Raw, name: str, longest: int) -> str | None:
     """A one-line string of at most ``longest`` characters (a name stored in a column)."""
     value = _string(raw, name)
@@ -419,6 +461,9 @@ def _integer(raw: Raw, name: str, default: int, *, low: int, high: int | None = 
         return default
     label, value = raw[name]
     number = _as_integer(value)
+    if number is not None and high is not None and number > high and str(high) not in what:
+        raise JobDescriptionError(f"{label} must be {what} of at most {high}, got "
+                                  f"{_show(value)}", label)
     if number is None or number < low or (high is not None and number > high):
         raise JobDescriptionError(f"{label} must be {what}, got {_show(value)}", label)
     return number

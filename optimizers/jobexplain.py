@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from optimizers.chain import stored_description
-from optimizers.classads import expression_check
+from optimizers.classads import expression_check, why_not
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, explain_requirements
@@ -47,10 +47,18 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
                     in explain_requirements(resources, desc.requirements, site, ce, name,
                                             vo=job.vo)]
     assert resource is not None
-    results = explain_match(definition, resource, expression_check(resource))
+    results = [_named(r, definition.expression, resource)
+               for r in explain_match(definition, resource, expression_check(resource))]
     if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
         results = [r for r in results if r.rule != "SubmitPool"]
     return Explanation(results + rfc7)
+
+
+def _named(result: RuleResult, expression: str | None, resource: Resource) -> RuleResult:
+    """A failing Requirements expression's rule names the part that fails, with values."""
+    if result.holds or result.rule != "Requirements expression" or expression is None:
+        return result
+    return RuleResult(result.rule, False, why_not(expression, resource))
 
 
 def parse_queue_path(path: str) -> tuple[str, str, str]:
@@ -76,6 +84,7 @@ def _definition_of(session: Session, job: Job, settings: Settings
         vo=job.vo, owner=job.owner, owner_group=job.owner_group, cpu_time=desc.cpu_time,
         processors=desc.processors, memory=desc.memory, job_type=desc.job_type,
         submit_pool=pool, expression=desc.requirements_expression, sites=desc.sites,
-        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags)
+        banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
+        ces=desc.ces)
     return TaskQueueDefinition.for_job(req, settings), desc
 

@@ -9,6 +9,7 @@ writes later can otherwise fail with "database is locked" whatever the busy time
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +38,11 @@ _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
 
 
+def _redacted(url: str) -> str:
+    """A URL that may not parse, with the password of its user:password@ part hidden."""
+    return re.sub(r"(//[^/:@]*:)[^@/]*@", r"\1***@", url)
+
+
 #: Defaults of the timeouts, in seconds (``[database]`` settings override them).
 CONNECT_TIMEOUT = DatabaseSettings.connect_timeout
 POOL_TIMEOUT = DatabaseSettings.pool_timeout
@@ -56,13 +62,16 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
     connection each time (health checks)."""
     try:
         parsed = make_url(url)
-    except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
-        raise ConfigurationError(f"database URL {url!r} is not a valid SQLAlchemy URL") from exc
+    except Exception:  # sqlalchemy raises ArgumentError with a terse message
+        raise ConfigurationError(f"database URL {_redacted(url)!r} is not a valid SQLAlchemy "
+                                 "URL") from None
+    shown = parsed.render_as_string(hide_password=True)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, echo=echo, connect_args={"timeout": 60},
+                               hide_parameters=True,
                                **({} if pooled else {"poolclass": NullPool}))
         _set_up_sqlite(engine)
         return engine
@@ -73,10 +82,12 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
              "pool_timeout": pool_timeout} if pooled else {"poolclass": NullPool})
         # No pre-ping: it costs a round trip on every checkout, i.e. on every claim. A
         # connection the server dropped fails one transaction, which invalidates the pool.
+        # A failed statement's error (and log line) names it, not its values: those are job
+        # descriptions, tokens' subjects, reasons.
         return create_engine(url, echo=echo, isolation_level="READ COMMITTED",
-                             connect_args=connect_args, **pooling)
+                             hide_parameters=True, connect_args=connect_args, **pooling)
     raise ConfigurationError(
-        f"database URL {url!r}: backend {backend!r} is not supported; "
+        f"database URL {shown!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
     )
 

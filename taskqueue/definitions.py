@@ -36,6 +36,8 @@ class JobRequirements:
     banned_sites: frozenset[str] = field(default_factory=frozenset)
     platforms: frozenset[str] = field(default_factory=frozenset)
     tags: frozenset[str] = field(default_factory=frozenset)
+    #: Computing elements the job may run on (JDL GridCE); empty: any.
+    ces: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         for name in ("vo", "owner", "owner_group", "job_type"):
@@ -63,6 +65,7 @@ class TaskQueueDefinition:
     banned_sites: frozenset[str]
     platforms: frozenset[str]
     tags: frozenset[str]
+    ces: frozenset[str] = frozenset()
 
     @classmethod
     def for_job(cls, req: JobRequirements, settings: Settings) -> TaskQueueDefinition:
@@ -81,6 +84,7 @@ class TaskQueueDefinition:
             banned_sites=req.banned_sites,
             platforms=req.platforms,
             tags=req.tags,
+            ces=req.ces,
         )
 
     def digest(self) -> str:
@@ -99,5 +103,7 @@ class TaskQueueDefinition:
             "platforms": sorted(self.platforms),
             "tags": sorted(self.tags),
         }
+        if self.ces:  # only when given: the digests of queues without CEs stay as they were
+            canonical["ces"] = sorted(self.ces)
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(text.encode("ascii")).hexdigest()

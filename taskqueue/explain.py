@@ -65,6 +65,8 @@ def explain_match(d: TaskQueueDefinition, r: Resource,
         rule("site", bool(allowed),
              f"resource's site {_names(r.site)}; job allows {_names(d.sites) if d.sites else 'any'}"
              f", bans {_names(d.banned_sites)}")
+    if r.ce is not None and d.ces:
+        rule("CE", r.ce in d.ces, f"job runs on CEs {_names(d.ces)}; resource's CE is {r.ce}")
     if r.platform is not None:
         rule("platform", not d.platforms or bool(d.platforms & r.platform),
              f"job runs on {_names(d.platforms) if d.platforms else 'any'}; resource is "

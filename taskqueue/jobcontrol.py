@@ -44,9 +44,9 @@ def kill_job(session: Session, job_id: int, *, by: str, now: datetime,
     if current in FINAL_STATES:
         raise IllegalTransitionError(f"job {job_id} is already {current}; nothing to kill")
     if current == S.WAITING:
-        remove_jobs_from_queues(session, [job_id])
+        remove_jobs_from_queues(session, [job_id], now=now)
     apply_transition(session, [job_id], current, S.KILLED,
-                     minor_status=reason or f"Killed by {by}", source=by, now=now,
+                     minor_status=(reason or f"Killed by {by}")[:255], source=by, now=now,
                      values={"ended_at": now})
     return S.KILLED
 
@@ -61,7 +61,7 @@ def delete_job(session: Session, job_id: int, *, by: str, now: datetime) -> JobS
         kill_job(session, job_id, by=by, now=now, reason=f"Deleted by {by}")
         current = S.KILLED
     elif current == S.WAITING:
-        remove_jobs_from_queues(session, [job_id])
+        remove_jobs_from_queues(session, [job_id], now=now)
     apply_transition(session, [job_id], current, S.DELETED, minor_status=f"Deleted by {by}",
                      source=by, now=now, values={} if job.ended_at else {"ended_at": now})
     return S.DELETED
@@ -93,13 +93,13 @@ def reschedule_job(session: Session, job_id: int, *, by: str, now: datetime, rea
         if current in FINAL_STATES:
             return current
         if current == S.WAITING:
-            remove_jobs_from_queues(session, [job_id])
+            remove_jobs_from_queues(session, [job_id], now=now)
         apply_transition(session, [job_id], current, S.FAILED,
                          minor_status=f"{reason}; maximum of {max_reschedules} reschedules "
                          "reached"[:255], source=by, now=now, values={"ended_at": now})
         return S.FAILED
     if current == S.WAITING:
-        remove_jobs_from_queues(session, [job_id])
+        remove_jobs_from_queues(session, [job_id], now=now)
     apply_transition(session, [job_id], current, S.RESCHEDULED, minor_status=reason[:255],
                      source=by, now=now)
     apply_transition(session, [job_id], S.RESCHEDULED, S.RECEIVED,

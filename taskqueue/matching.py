@@ -59,6 +59,7 @@ from taskqueue.models import (
     jobs_table,
     task_queues_table,
     tq_banned_sites_table,
+    tq_ces_table,
     tq_jobs_table,
     tq_platforms_table,
     tq_sites_table,
@@ -86,15 +87,18 @@ _DROP_JOB = delete(tq_jobs_table).where(tqj.job_id == bindparam("job_id"))
 _LOCK_QUEUE = (select(tq.id).where(tq.id == bindparam("tq_id"))
                .with_for_update(skip_locked=True))
 _ANY_JOB_LEFT = select(tqj.job_id).where(tqj.tq_id == bindparam("tq_id")).limit(1)
+#: Advancing a queue's clock records where it was drawn (MariaDB assigns left to right, so
+#: the clock comes first and reads the old key, as the other databases always do).
 _ADVANCE = (update(task_queues_table).where(tq.id == bindparam("tq_id"))
-            .values(draw_key=tq.draw_key + bindparam("step")))
+            .ordered_values((tq.draw_clock, tq.draw_key),
+                            (tq.draw_key, tq.draw_key + bindparam("step"))))
 _TAKEN = _TAKE_JOB.cte("taken")
 #: PostgreSQL: take the job, and if one was taken advance the queue's clock unless another
 #: transaction holds the queue's row, all in one statement.
 _TAKE_AND_ADVANCE = select(_TAKEN.c.job_id).add_cte(
     update(task_queues_table)
     .where(tq.id == _LOCK_QUEUE.scalar_subquery(), select(_TAKEN.c.job_id).exists())
-    .values(draw_key=tq.draw_key + bindparam("step"))
+    .ordered_values((tq.draw_clock, tq.draw_key), (tq.draw_key, tq.draw_key + bindparam("step")))
     .returning(tq.id)
     .cte("advanced")
 )
@@ -154,6 +158,8 @@ def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSI
                          ("r_tags", resource.tags)):
         if values:
             params[name] = sorted(values)
+    if resource.ce is not None:
+        params["r_ce"] = resource.ce
     for i, site in enumerate(sorted(resource.site or ())):
         params[f"r_site_{i}"] = site
     for i, tag in enumerate(sorted(resource.required_tags)):
@@ -164,7 +170,8 @@ def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSI
 #: What the SQL of a resource's conditions depends on: which fields it sets, and how many
 #: sites and required tags it names, and which attributes limits exclude. Statements are built
 #: and compiled once per shape. The number of required tags comes last (see _drawable).
-_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, bool, bool, int]
+_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, bool, bool, bool,
+               int]
 
 
 def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCLUSIONS
@@ -174,13 +181,14 @@ def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCL
             r.cpu_time is not None, r.processors is not None, r.memory is not None,
             r.job_type is not None, r.submit_pools is not None,
             -1 if r.site is None else len(r.site), r.platform is not None, tags,
-            bool(exclusions.job_types), bool(exclusions.owner_groups), len(r.required_tags))
+            bool(exclusions.job_types), bool(exclusions.owner_groups), r.ce is not None,
+            len(r.required_tags))
 
 
 @functools.lru_cache(maxsize=256)
 def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
     (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
-     excluded_types, excluded_groups, required) = shape
+     excluded_types, excluded_groups, ce, required) = shape
     conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
     if excluded_types:
         conds.append(tq.job_type.not_in(bindparam("x_types", expanding=True)))
@@ -210,6 +218,10 @@ def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
     if platforms:
         conds.append(_value_allows(tq_platforms_table,
                                    bindparam("r_platforms", expanding=True)))
+    if ce:  # the queue names no CE (GridCE) or names the resource's
+        ces = tq_ces_table.c
+        conds.append(or_(~exists().where(ces.tq_id == tq.id),
+                         exists().where(ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
     if tags != "any":
         unmet = exists().where(tq_tags_table.c.tq_id == tq.id)
         if tags == "some":
@@ -384,7 +396,9 @@ def _first_candidate_claim(candidates: Select[int, float, float, str | None]
               .with_for_update(skip_locked=True))
     advanced = (
         update(task_queues_table).where(tq.id == locked.scalar_subquery())
-        .values(draw_key=tq.draw_key + bindparam("e") / select(first.c.priority).scalar_subquery())
+        .ordered_values((tq.draw_clock, tq.draw_key),
+                        (tq.draw_key,
+                         tq.draw_key + bindparam("e") / select(first.c.priority).scalar_subquery()))
         .returning(tq.id)
         .cte("advanced")
     )

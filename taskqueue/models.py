@@ -213,6 +213,10 @@ class TaskQueue(Base):
     #: Key of the priority-weighted draw: the next event of an exponential clock of rate
     #: ``priority``; the smallest key among matching queues wins (see taskqueue.matching).
     draw_key: Mapped[float] = mapped_column(Float)
+    #: The draw's time the current key was drawn from: the key the queue had when it was last
+    #: drawn, or the VO's current time when it was created or came back. The largest among a
+    #: VO's active queues is the VO's current time, where new queues' clocks start.
+    draw_clock: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     emptied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -220,6 +224,7 @@ class TaskQueue(Base):
         # With the id, ORDER BY draw_key, id LIMIT n reads the index in order and stops at
         # the first matching queue; without it, every matching queue is read and sorted.
         Index(None, "active", "vo", "draw_key", "id"),
+        Index(None, "active", "vo", "draw_clock"),
         Index(None, "owner_group", "owner"),
     )
 
@@ -243,6 +248,12 @@ class TaskQueueBannedSite(_TaskQueueValue, Base):
 
 class TaskQueuePlatform(_TaskQueueValue, Base):
     __tablename__ = "tq_platforms"
+
+
+class TaskQueueCE(_TaskQueueValue, Base):
+    """The computing elements a queue's jobs may run on (JDL GridCE); none: any."""
+
+    __tablename__ = "tq_ces"
 
 
 class TaskQueueTag(_TaskQueueValue, Base):
@@ -269,7 +280,8 @@ class Pilot(Base):
     __tablename__ = "pilots"
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
-    reference: Mapped[str] = mapped_column(String(255), unique=True)
+    #: Unique within its VO: one VO's pilots cannot take or shadow another VO's references.
+    reference: Mapped[str] = mapped_column(String(255))
     vo: Mapped[str] = mapped_column(String(64))
     site: Mapped[str] = mapped_column(String(128))
     ce: Mapped[str] = mapped_column(String(255))
@@ -285,7 +297,8 @@ class Pilot(Base):
     reason: Mapped[str] = mapped_column(String(255), default="")
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
-    __table_args__ = (Index(None, "site", "ce", "queue", "status"),
+    __table_args__ = (UniqueConstraint("reference", "vo"),
+                      Index(None, "site", "ce", "queue", "status"),
                       Index(None, "status", "executor"))
 
 
@@ -437,6 +450,7 @@ tq_sites_table = cast(Table, TaskQueueSite.__table__)
 tq_banned_sites_table = cast(Table, TaskQueueBannedSite.__table__)
 tq_platforms_table = cast(Table, TaskQueuePlatform.__table__)
 tq_tags_table = cast(Table, TaskQueueTag.__table__)
+tq_ces_table = cast(Table, TaskQueueCE.__table__)
 submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
 site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)

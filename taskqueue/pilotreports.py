@@ -16,7 +16,7 @@ from datetime import datetime
 from sqlalchemy import Float, String, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
-from taskqueue.errors import ForbiddenError, IllegalTransitionError
+from taskqueue.errors import ForbiddenError, IllegalTransitionError, NotFoundError
 from taskqueue.jobcontrol import lock_job, reschedule_job
 from taskqueue.jobs import apply_transition
 from taskqueue.models import Job, Pilot, jobs_table
@@ -63,7 +63,7 @@ def heartbeat(session: Session, *, vo: str, pilot_reference: str, beats: Sequenc
     pilot_reference = pilot_reference.strip()
     commands: dict[int, str] = {}
     if not beats:
-        _touch_pilot(session, pilot_reference, now)
+        _touch_pilot(session, vo, pilot_reference, now)
         return commands
     ids = sorted({b.job_id for b in beats})
     rows = {row.id: row for row in session.execute(
@@ -87,7 +87,7 @@ def heartbeat(session: Session, *, vo: str, pilot_reference: str, beats: Sequenc
         session.connection().execute(_BEAT, [
             {"b_id": b.job_id, "b_at": now, "b_cpu": b.cpu_used,
              "b_progress": (b.progress or None) and b.progress[:255]} for b in live])
-    _touch_pilot(session, pilot_reference, now)
+    _touch_pilot(session, vo, pilot_reference, now)
     return commands
 
 
@@ -115,7 +115,9 @@ def report_status(session: Session, job_id: int, report: StatusReport, *, vo: st
         raise IllegalTransitionError(
             f"a pilot may report {', '.join(sorted(REPORTABLE))}, not {report.status}")
     job = lock_job(session, job_id)
-    if job.vo != vo or job.pilot_reference != pilot_reference.strip():
+    if job.vo != vo:  # another VO's job: as if it did not exist
+        raise NotFoundError(f"job {job_id} does not exist")
+    if job.pilot_reference != pilot_reference.strip():
         raise ForbiddenError(f"job {job_id} was not given to pilot {pilot_reference!r}")
     current = JobStatus(job.status)
     ended = report.status in (S.DONE, S.FAILED)
@@ -166,6 +168,6 @@ def _tail(text: str) -> str:
     return data[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="ignore")
 
 
-def _touch_pilot(session: Session, reference: str, now: datetime) -> None:
-    session.execute(update(Pilot).where(Pilot.reference == reference)
+def _touch_pilot(session: Session, vo: str, reference: str, now: datetime) -> None:
+    session.execute(update(Pilot).where(Pilot.reference == reference, Pilot.vo == vo)
                     .values(last_seen_at=now))

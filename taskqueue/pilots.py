@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from taskqueue.errors import ForbiddenError, InvalidInputError, NotFoundError
+from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import DirectorQueue, Job, JobStatusHistory, Pilot
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
@@ -33,13 +33,16 @@ class PilotInfo:
 
 
 def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime) -> Pilot:
-    """Create the pilot's record, or bring it up to date (same reference, same VO)."""
+    """Create the pilot's record, or bring it up to date (same reference, same VO).
+
+    References are unique per VO: another VO's pilot of the same reference is another pilot,
+    which this neither sees nor changes."""
     if not info.reference.strip():
         raise InvalidInputError("a pilot reference must not be empty")
     if info.status not in PILOT_STATES:
         raise InvalidInputError(
             f"pilot status must be one of {', '.join(PILOT_STATES)}, got {info.status!r}")
-    pilot = _locked(session, info.reference)
+    pilot = _locked(session, vo, info.reference)
     if pilot is None:
         try:
             with session.begin_nested():
@@ -49,10 +52,8 @@ def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime)
                 session.add(pilot)
             return pilot
         except IntegrityError:  # registered by a concurrent call: update that record
-            pilot = _locked(session, info.reference)
+            pilot = _locked(session, vo, info.reference)
             assert pilot is not None
-    if pilot.vo != vo:
-        raise ForbiddenError(f"pilot {info.reference} belongs to another VO")
     pilot.site, pilot.ce, pilot.queue = info.site, info.ce, info.queue
     if _may_move(pilot.status, info.status):
         pilot.status, pilot.updated_at = info.status, now
@@ -71,8 +72,10 @@ def _may_move(current: str, new: str) -> bool:
 
 def set_pilot_status(session: Session, *, reference: str, status: str, now: datetime,
                      reason: str = "") -> bool:
-    """Move a pilot forward to ``status``; returns whether it moved."""
+    """Move a pilot forward to ``status``; returns whether it moved. Where two VOs hold the
+    reference, the site director's record (it has an executor) is the one meant."""
     pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
+                            .order_by(Pilot.executor.is_(None), Pilot.id)
                             .with_for_update()).first()
     if pilot is None or not _may_move(pilot.status, status):
         return False
@@ -121,7 +124,8 @@ def record_new_pilots(session: Session, vo: str, site: str, ce: str, queue: str,
 def record_submission(session: Session, reference: str, native_id: str, *,
                       now: datetime) -> None:
     """The batch system took the pilot: note its id; the queue's failure count starts over."""
-    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference,
+                                                Pilot.executor.is_not(None))
                             .with_for_update()).one()
     pilot.native_id = native_id
     if pilot.status == "Submitting":
@@ -140,7 +144,8 @@ def record_submission_failure(session: Session, site: str, ce: str, queue: str,
     """The batch system refused: the pilots are Failed with the reason, and the queue is
     skipped for ``base_backoff`` seconds, doubling per failure in a row (at most 16 times);
     returns the failures in a row."""
-    for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references))
+    for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references),
+                                                     Pilot.executor.is_not(None))
                                  .with_for_update()):
         pilot.status, pilot.reason, pilot.updated_at = "Failed", reason[:255], now
     state = lock_director_queue(session, site, ce, queue, now=now)
@@ -159,8 +164,8 @@ def pilots_to_poll(session: Session, executor: str) -> list[tuple[str, str]]:
             Pilot.status.in_(ALIVE_STATES)).order_by(Pilot.id))]
 
 
-def _locked(session: Session, reference: str) -> Pilot | None:
-    return session.scalars(select(Pilot).where(Pilot.reference == reference)
+def _locked(session: Session, vo: str, reference: str) -> Pilot | None:
+    return session.scalars(select(Pilot).where(Pilot.reference == reference, Pilot.vo == vo)
                            .with_for_update()).one_or_none()
 
 
@@ -241,22 +246,26 @@ def find_pilots(session: Session, which: PilotFilter, *, before: int | None = No
 
 def pilot_of_vo(session: Session, vo: str, reference: str) -> Pilot:
     """The VO's pilot with that reference; NotFoundError otherwise."""
-    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)).one_or_none()
-    if pilot is None or pilot.vo != vo:
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference,
+                                                Pilot.vo == vo)).one_or_none()
+    if pilot is None:
         raise NotFoundError(f"pilot {reference} does not exist in VO {vo}")
     return pilot
 
 
-def jobs_of_pilot(session: Session, reference: str, *, limit: int = 200) -> list[Job]:
-    """The jobs a pilot holds or held (their latest attempt), newest first."""
-    return list(session.scalars(select(Job).where(Job.pilot_reference == reference)
+def jobs_of_pilot(session: Session, vo: str, reference: str, *, limit: int = 200
+                  ) -> list[Job]:
+    """The jobs the VO's pilot holds or held (their latest attempt), newest first."""
+    return list(session.scalars(select(Job).where(Job.pilot_reference == reference,
+                                                  Job.vo == vo)
                                 .order_by(Job.id.desc()).limit(limit)))
 
 
-def last_pilot_report(session: Session, reference: str) -> JobStatusHistory | None:
-    """The last thing the pilot reported on one of its jobs (a status change it made), or
-    None."""
+def last_pilot_report(session: Session, vo: str, reference: str) -> JobStatusHistory | None:
+    """The last thing the VO's pilot reported on one of its jobs (a status change it made),
+    or None."""
     return session.scalars(
         select(JobStatusHistory).join(Job, Job.id == JobStatusHistory.job_id)
-        .where(Job.pilot_reference == reference, JobStatusHistory.source == "pilot")
+        .where(Job.pilot_reference == reference, Job.vo == vo,
+               JobStatusHistory.source == "pilot")
         .order_by(JobStatusHistory.id.desc()).limit(1)).first()

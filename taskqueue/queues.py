@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Select, Table, bindparam, delete, exists, func, select, update
+from sqlalchemy import Float, Select, Table, bindparam, delete, exists, func, select, update
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -27,6 +27,7 @@ from taskqueue.models import (
     Job,
     TaskQueue,
     TaskQueueBannedSite,
+    TaskQueueCE,
     TaskQueueJob,
     TaskQueuePlatform,
     TaskQueueSite,
@@ -34,6 +35,7 @@ from taskqueue.models import (
     jobs_table,
     task_queues_table,
     tq_banned_sites_table,
+    tq_ces_table,
     tq_jobs_table,
     tq_platforms_table,
     tq_sites_table,
@@ -143,15 +145,17 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
             if row.active:
                 n = row.jobs_inserted + b.count
                 mean = (row.mean_job_priority * row.jobs_inserted + b.priority_sum) / n
-                key = row.draw_key
+                key, clock = row.draw_key, None
             else:
                 # A queue coming back starts afresh: its clock from now, its statistics from
                 # the jobs it holds now.
                 if row.vo not in clocks:
                     clocks[row.vo] = virtual_time(session, row.vo)
                 n, mean = b.count, b.priority_sum / b.count
-                key = max(row.draw_key, clocks[row.vo]) + rng.expovariate(row.priority)
-            changes.append({"b_id": row.id, "b_mean": mean, "b_n": n, "b_key": key})
+                clock = clocks[row.vo]
+                key = max(row.draw_key, clock) + rng.expovariate(row.priority)
+            changes.append({"b_id": row.id, "b_mean": mean, "b_n": n, "b_key": key,
+                            "b_clock": clock})
             ids[row.digest] = row.id
         if changes:
             conn.execute(_REFILL, changes)
@@ -168,7 +172,9 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
 _REFILL = (
     update(task_queues_table).where(tq.id == bindparam("b_id"))
     .values(mean_job_priority=bindparam("b_mean"), jobs_inserted=bindparam("b_n"),
-            draw_key=bindparam("b_key"), active=1, emptied_at=None)
+            draw_key=bindparam("b_key"),
+            draw_clock=func.coalesce(bindparam("b_clock", type_=Float), tq.draw_clock),
+            active=1, emptied_at=None)
 )
 
 #: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).
@@ -191,7 +197,8 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
         clocks[vo] = virtual_time(session, vo)
     for start in range(0, len(batches), _CREATE_CHUNK):
         chunk = batches[start:start + _CREATE_CHUNK]
-        rows = [_queue_row(b, now, clocks[b.definition.vo] + rng.expovariate(INITIAL_PRIORITY))
+        rows = [_queue_row(b, now, clocks[b.definition.vo],
+                           clocks[b.definition.vo] + rng.expovariate(INITIAL_PRIORITY))
                 for b in chunk]
         # RETURNING yields the rows this statement inserted, and only those (row counts are
         # not reliable for this: PostgreSQL reports -1 for an INSERT with RETURNING).
@@ -204,7 +211,8 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
         tq_id = made[b.definition.digest()]
         d = b.definition
         for table, vals in ((tq_sites_table, d.sites), (tq_banned_sites_table, d.banned_sites),
-                            (tq_platforms_table, d.platforms), (tq_tags_table, d.tags)):
+                            (tq_platforms_table, d.platforms), (tq_tags_table, d.tags),
+                            (tq_ces_table, d.ces)):
             values.setdefault(table, []).extend({"tq_id": tq_id, "value": v}
                                                 for v in sorted(vals))
     for table, value_rows in values.items():
@@ -212,7 +220,7 @@ def _create_queues(session: Session, batches: list[_Batch], now: datetime,
     return made
 
 
-def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
+def _queue_row(b: _Batch, now: datetime, clock: float, key: float) -> dict[str, object]:
     d = b.definition
     return {
         "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
@@ -220,7 +228,8 @@ def _queue_row(b: _Batch, now: datetime, key: float) -> dict[str, object]:
         "job_type": d.job_type, "submit_pool": d.submit_pool, "expression": d.expression,
         "priority": INITIAL_PRIORITY,
         "mean_job_priority": b.priority_sum / b.count, "jobs_inserted": b.count,
-        "active": 1, "draw_key": key, "created_at": now, "emptied_at": None,
+        "active": 1, "draw_key": key, "draw_clock": clock, "created_at": now,
+        "emptied_at": None,
     }
 
 
@@ -235,14 +244,25 @@ def _insert_if_absent(dialect: str, rows: list[dict[str, object]]
     return mysql.insert(task_queues_table).values(rows).prefix_with("IGNORE")
 
 
-def remove_jobs_from_queues(session: Session, job_ids: Sequence[int]) -> int:
+def remove_jobs_from_queues(session: Session, job_ids: Sequence[int], *,
+                            now: datetime | None = None) -> int:
     """Take jobs out of their task queues (kill, reschedule, delete); return how many were in
-    one. The queue rows stay; an emptied queue is found and dropped by the cleanup."""
+    one. With ``now``, a queue this empties is marked inactive at once (under its row lock, as
+    a claimer would), so that no match looks at it again; the cleanup drops it after its grace
+    period. A queue another transaction holds is left to the next claim or cleanup."""
     if not job_ids:
         return 0
+    dialect = session.get_bind().dialect.name
+    queues: list[int] = []
+    if now is not None:
+        queues = list(session.scalars(
+            select(tq_jobs_table.c.tq_id).where(in_ids(tq_jobs_table.c.job_id, job_ids, dialect))
+            .distinct()))
     result = session.connection().execute(
-        delete(tq_jobs_table).where(
-            in_ids(tq_jobs_table.c.job_id, job_ids, session.get_bind().dialect.name)))
+        delete(tq_jobs_table).where(in_ids(tq_jobs_table.c.job_id, job_ids, dialect)))
+    if queues and now is not None:
+        _mark_empty(session, select(TaskQueue.id).where(TaskQueue.id.in_(queues),
+                                                        TaskQueue.active == 1), now)
     return result.rowcount
 
 
@@ -304,7 +324,7 @@ def waiting_definition(session: Session, job_id: int) -> TaskQueueDefinition | N
         processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
         submit_pool=tq.submit_pool, expression=tq.expression,
         sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
-        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag))
+        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag), ces=values(TaskQueueCE))
 
 
 @dataclass(frozen=True)
@@ -337,7 +357,8 @@ def queue_page(session: Session, vo: str, *, after: int = 0, limit: int = 100,
         .group_by(TaskQueueJob.tq_id)).all())
     values: dict[int, dict[str, list[str]]] = {i: {} for i in ids}
     for label, table in (("sites", TaskQueueSite), ("banned_sites", TaskQueueBannedSite),
-                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag)):
+                         ("platforms", TaskQueuePlatform), ("tags", TaskQueueTag),
+                         ("ces", TaskQueueCE)):
         for tq_id, value in session.execute(
                 select(table.tq_id, table.value).where(table.tq_id.in_(ids))
                 .order_by(table.tq_id, table.value)):

@@ -3,7 +3,8 @@
 Field rules (ARCHITECTURE.md): a single string equals a one-element list; an absent field or an
 empty list sets no condition, except ``tags`` (a resource naming no tags gets only untagged
 queues); ``ANY`` in any letter case, alone or in a list, switches the field's check off.
-Required tags must be among the resource's own tags.
+An empty (or blank) string, alone or in a list, is not a value: ``tags: ""`` is no tags, as
+DIRAC pilots send it. Required tags must be among the resource's own tags.
 """
 
 from __future__ import annotations
@@ -74,7 +75,8 @@ def parse_resource(data: Mapping[str, Any]) -> Resource:
             if len(value) > _MAX_LENGTH[name]:
                 raise InvalidResourceError(
                     f"resource field '{name}' must be at most {_MAX_LENGTH[name]} characters")
-            kwargs[name] = value
+            # a reference is compared stripped (reports strip theirs): store it so
+            kwargs[name] = value.strip() if name == "pilot_reference" else value
     if not kwargs.get("vo"):
         raise InvalidResourceError("resource field 'vo' is required and must not be empty")
     for name in _INT_FIELDS:
@@ -112,12 +114,13 @@ def _labels(name: str, value: Any) -> frozenset[str] | None:
         raise InvalidResourceError(
             f"resource field '{name}' must be a string or a list of strings, got {value!r}")
     for i, item in enumerate(items):
-        if not isinstance(item, str) or not item.strip():
+        if not isinstance(item, str):
             raise InvalidResourceError(
-                f"resource field '{name}' item {i} must be a non-empty string, got {item!r}")
+                f"resource field '{name}' item {i} must be a string, got {item!r}")
         if len(item) > _MAX_LABEL:
             raise InvalidResourceError(
                 f"resource field '{name}' item {i} must be at most {_MAX_LABEL} characters")
+    items = [item for item in items if item.strip()]  # "": not given
     if any(item.strip().lower() == ANY for item in items):
         return None
     return frozenset(item.strip() for item in items)

@@ -174,8 +174,12 @@ def rescaled_key(key: float, now: float, old_rate: float, new_rate: float) -> fl
 
 
 def virtual_time(session: Session, vo: str) -> float:
-    """The draw's current time for a VO: the smallest key among its active queues."""
+    """The draw's current time for a VO: the time of its last draw, the largest clock among
+    its active queues (each holds the key it had when last drawn, or the time it started).
+
+    Not the smallest key: that is the next draw's time, and a queue whose clock started there
+    would come after every queue already waiting, each time."""
     value = session.execute(
-        select(func.min(TaskQueue.draw_key)).where(TaskQueue.active == 1, TaskQueue.vo == vo)
+        select(func.max(TaskQueue.draw_clock)).where(TaskQueue.active == 1, TaskQueue.vo == vo)
     ).scalar_one_or_none()
     return float(value or 0.0)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from sqlalchemy import case, delete, func, select
+from sqlalchemy import and_, case, delete, func, select
 from sqlalchemy.orm import Session
 
 from taskqueue.bulk import insert_rows
@@ -79,7 +79,8 @@ def running_by_queue(session: Session) -> dict[VoQueueKey, int]:
     j, p = Job.__table__.c, Pilot.__table__.c
     return {(vo, site, ce, queue): int(n) for vo, site, ce, queue, n in session.execute(
         select(j.vo, p.site, p.ce, p.queue, func.count())
-        .join_from(Job.__table__, Pilot.__table__, p.reference == j.pilot_reference)
+        .join_from(Job.__table__, Pilot.__table__,
+                   and_(p.reference == j.pilot_reference, p.vo == j.vo))
         .where(j.status.in_(RUNNING_STATES))
         .group_by(j.vo, p.site, p.ce, p.queue))}
 

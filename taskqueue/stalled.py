@@ -93,19 +93,20 @@ def lock_jobs_of_dead_pilots(session: Session, *, limit: int, after: int = 0
     """Up to ``limit`` Matched, Running or Stalled jobs whose pilot's record says it is dead
     (Done, Failed, Aborted, Lost), of ids above ``after``, by id, locked for this transaction
     (the pilot rows are read, not locked); jobs another transaction holds are skipped."""
-    dead = exists().where(Pilot.reference == Job.pilot_reference,
+    dead = exists().where(Pilot.reference == Job.pilot_reference, Pilot.vo == Job.vo,
                           Pilot.status.in_(DEAD_PILOT_STATES))
     rows = session.execute(
-        select(*_columns())
+        select(*_columns(), Job.vo)
         .where(Job.status.in_([s.value for s in HELD_STATES]), Job.id > after,
                Job.pilot_reference.is_not(None), dead)
         .order_by(Job.id).limit(limit).with_for_update(skip_locked=True)).all()
     if not rows:
         return []
     refs = sorted({r.pilot_reference for r in rows})
-    status_of: dict[str, str] = {ref: status for ref, status in session.execute(
-        select(Pilot.reference, Pilot.status).where(Pilot.reference.in_(refs)))}
-    return [_silent_job(r, status_of.get(r.pilot_reference)) for r in rows]
+    status_of: dict[tuple[str, str], str] = {(vo, ref): status for vo, ref, status in
+                                             session.execute(
+        select(Pilot.vo, Pilot.reference, Pilot.status).where(Pilot.reference.in_(refs)))}
+    return [_silent_job(r, status_of.get((r.vo, r.pilot_reference))) for r in rows]
 
 
 def describe_silence(silence: timedelta) -> str:

@@ -25,7 +25,7 @@ from taskqueue.states import JobStatus
 def requirements(**kw: Any) -> JobRequirements:
     base: dict[str, Any] = {"vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user"}
     base.update(kw)
-    for key in ("sites", "banned_sites", "platforms", "tags"):
+    for key in ("sites", "banned_sites", "platforms", "tags", "ces"):
         if key in base:
             base[key] = frozenset(base[key])
     return JobRequirements(**base)
@@ -65,7 +65,7 @@ def refusal(parse: Callable[[str], object], text: str) -> JobDescriptionError:
 
 
 #: The schema revision the migrations end at (tests that name it read it here).
-HEAD_REVISION = "0012"
+HEAD_REVISION = "0013"
 
 
 def write_token_file(path: Path, token: str) -> Path:

@@ -67,8 +67,8 @@ def pilot(p: Page, reference: str) -> Response:
 
     def work(session: Session) -> dict[str, Any]:
         found = pilot_of_vo(session, p.vo, reference)
-        return {"pilot": found, "jobs": jobs_of_pilot(session, reference),
-                "report": last_pilot_report(session, reference),
+        return {"pilot": found, "jobs": jobs_of_pilot(session, p.vo, reference),
+                "report": last_pilot_report(session, p.vo, reference),
                 "director": session.get(DirectorQueue, (found.site, found.ce, found.queue))}
 
     data = p.runtime.transaction(work)

@@ -262,7 +262,12 @@ def test_an_operator_of_another_vo_cannot_touch_a_job(client: Api, user_token: s
     job_id = client.submit_jdl(user_token)[0]
     response = client.call(method, path.format(id=job_id), other_vo_operator_token,
                            json_body=body)
-    assert_problem(response, 403, "VO")
+    # 404, as for a job that does not exist: another VO's ids are not revealed
+    body_404 = assert_problem(response, 404, f"job {job_id} does not exist")
+    unknown = client.call(method, path.format(id=job_id + 1000), other_vo_operator_token,
+                          json_body=body)
+    assert assert_problem(unknown, 404)["detail"] == body_404["detail"].replace(
+        str(job_id), str(job_id + 1000))
     assert client.job(user_token, job_id)["status"] == "Waiting"
 
 
@@ -270,11 +275,11 @@ def test_explain_of_another_users_job_is_403(client: Api, user_token: str,
                                              other_user_token: str,
                                              other_vo_operator_token: str) -> None:
     job_id = client.submit_jdl(user_token)[0]
-    for token in (other_user_token, other_vo_operator_token):
+    for token, status in ((other_user_token, 403), (other_vo_operator_token, 404)):
         response = client.call("POST", "/api/v1/taskqueues/explain", token,
                                json_body={"job_id": job_id,
                                           "queue": "LCG.CERN.cern/ce503.cern.ch/condor"})
-        assert_problem(response, 403)
+        assert_problem(response, status)
 
 
 def test_listings_hide_other_users_and_vos(client: Api, user_token: str,
@@ -289,7 +294,7 @@ def test_same_user_name_in_another_vo_cannot_touch_the_job(client: Api, user_tok
                                                           token: TokenMaker) -> None:
     job_id = client.submit_jdl(user_token)[0]
     twin = token("alice", "user", vo=OTHER_VO, group="belle_user")
-    assert_problem(client.call("GET", f"/api/v1/jobs/{job_id}", twin), 403, "VO")
+    assert_problem(client.call("GET", f"/api/v1/jobs/{job_id}", twin), 404, "does not exist")
 
 
 def test_an_operator_of_another_vo_cannot_change_this_vos_shares(
@@ -323,9 +328,10 @@ def test_an_operator_of_another_vo_cannot_update_this_vos_pilot(
         client: Api, pilot_token: str, other_vo_operator_token: str) -> None:
     client.ok("PUT", "/api/v1/pilots/pilot-9", pilot_token,
               json_body={**CERN_CONDOR, "status": "Running"})
-    response = client.call("PUT", "/api/v1/pilots/pilot-9", other_vo_operator_token,
-                           json_body={**CERN_CONDOR, "status": "Aborted"})
-    assert_problem(response, 403, "pilot-9")
+    theirs = client.ok("PUT", "/api/v1/pilots/pilot-9", other_vo_operator_token,
+                       json_body={**CERN_CONDOR, "status": "Aborted"})
+    assert theirs["vo"] == OTHER_VO  # their own pilot-9: references are unique per VO
+    assert client.ok("GET", "/api/v1/pilots/pilot-9", pilot_token)["status"] == "Running"
 
 
 # -- a pilot's own site and reference --------------------------------------------------------
@@ -378,7 +384,7 @@ def test_a_pilot_of_another_vo_cannot_match_or_report(client: Api, user_token: s
     assert_problem(response, 403, OTHER_VO)
     assert client.match(belle, pilot_reference=PILOT_REF, vo=OTHER_VO)["jobs"] == []
     client.match(pilot_token, pilot_reference=PILOT_REF)
-    assert_problem(client.report(belle, job_id, "Done", exit_code=0), 403)
+    assert_problem(client.report(belle, job_id, "Done", exit_code=0), 404)
     assert client.job(user_token, job_id)["status"] == "Matched"
 
 

@@ -394,3 +394,19 @@ def test_a_pilot_cannot_be_named_like_an_endpoint(client: Api, pilot_token: str)
                            json_body={"site": SITE, "ce": "ce", "queue": "q",
                                       "status": "Running"})
     assert_problem(response, 422, "another endpoint")
+
+
+def test_the_largest_id_is_a_valid_after(client: Api, user_token: str) -> None:
+    answer = client.ok("GET", "/api/v1/jobs", user_token, query={"after": 2**63 - 1})
+    assert answer["jobs"] == []
+    assert_problem(client.call("GET", "/api/v1/jobs", user_token, query={"after": 2**63}),
+                   400, "after")
+
+
+def test_banning_a_site_the_resources_file_does_not_know_is_refused(
+        client: Api, operator_token: str) -> None:
+    assert_problem(client.call("PUT", "/api/v1/sitemask/LCG.NOPE.xx", operator_token,
+                               json_body={}), 422, "LCG.NOPE.xx", "not in the resources file")
+    assert_problem(client.call("PUT", "/api/v1/sitemask/LCG.CERN.ch", operator_token,
+                               json_body={}), 422, "did you mean LCG.CERN.cern")
+    assert client.ok("GET", "/api/v1/sitemask", operator_token)["banned"] == []

@@ -180,7 +180,8 @@ def test_list_filters(client: Api, user_token: str, other_user_token: str,
     scripted = client.submit_jdl(user_token, 'Executable = "x"; JobType = "MCSimulation";')
     bobs = client.submit_jdl(other_user_token)
     client.ok("POST", f"/api/v1/jobs/{mine[2]}/kill", user_token, json_body={})
-    matched = client.match(site_pilot_token, pilot_reference=PILOT_REF)["jobs"][0]["job_id"]
+    matched = client.match(site_pilot_token, pilot_reference=PILOT_REF, owner="alice",
+                           job_type=["User"])["jobs"][0]["job_id"]
     assert matched == mine[0]
 
     def listed(token: str, **query: str) -> list[int]:

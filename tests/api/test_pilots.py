@@ -9,8 +9,10 @@ from dataclasses import replace
 from flask import Flask
 
 from taskqueue.settings import Settings
-from tests.api.conftest import SECRET
-from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api, assert_problem
+from taskqueue.stalled import lock_jobs_of_dead_pilots
+from tests.api.conftest import SECRET, TokenMaker
+from tests.api.helpers import OTHER_SITE, OTHER_VO, PILOT_REF, SITE, VO, Api, assert_problem
+from tests.conftest import Database
 
 CERN_CONDOR = {"site": SITE, "ce": "ce503.cern.ch", "queue": "condor"}
 CNAF_HTC = {"site": OTHER_SITE, "ce": "ce01-htc.cr.cnaf.infn.it", "queue": "htc"}
@@ -297,3 +299,48 @@ def test_pilot_registration_is_validated(client: Api, pilot_token: str) -> None:
     response = client.call("PUT", "/api/v1/pilots/pilot-7", pilot_token,
                            json_body={"site": SITE, "status": "Running"})
     assert_problem(response, 422, "body.ce")
+
+
+def test_another_vos_pilot_cannot_disturb_a_pilot_of_the_same_reference(
+        client: Api, db: Database, token: TokenMaker, user_token: str, pilot_token: str,
+        operator_token: str) -> None:
+    """Pilot references are unique per VO: a belle pilot token naming lhcb's pilot-cern-1
+    registers belle's own pilot-cern-1; it cannot end lhcb's pilot (whose job the watchdog
+    would then reschedule), report on lhcb's job, or keep lhcb's pilot from registering."""
+    job_id = client.submit_jdl(user_token)[0]
+    assert [j["job_id"] for j in client.match(pilot_token, pilot_reference="pilot-cern-1")[
+        "jobs"]] == [job_id]
+    belle = token("belle-factory", "pilot", vo=OTHER_VO, group="belle_pilot")
+    theirs = client.ok("PUT", "/api/v1/pilots/pilot-cern-1", belle,
+                       json_body={**CERN_CONDOR, "status": "Done"})
+    assert (theirs["vo"], theirs["status"]) == (OTHER_VO, "Done")
+    with db.factory.begin() as s:
+        assert lock_jobs_of_dead_pilots(s, limit=10) == []
+    assert_problem(client.report(belle, job_id, "Failed", reference="pilot-cern-1",
+                                 exit_code=1), 404, str(job_id))
+    assert client.ok("POST", "/api/v1/pilots/heartbeat", belle, json_body={
+        "pilot_reference": "pilot-cern-1", "jobs": [{"job_id": job_id}]})["commands"] == [
+        {"job_id": job_id, "command": "kill"}]  # for belle's pilot: not its job
+    ours = client.ok("PUT", "/api/v1/pilots/pilot-cern-1", pilot_token,
+                     json_body={**CERN_CONDOR, "status": "Running"})
+    assert (ours["vo"], ours["status"]) == (VO, "Running")
+    seen = client.ok("GET", "/api/v1/pilots/pilot-cern-1", operator_token)
+    assert (seen["vo"], seen["status"]) == (VO, "Running")
+    assert [j["job_id"] for j in seen["jobs"]] == [job_id]
+    client.report(pilot_token, job_id, "Running", reference="pilot-cern-1")
+    assert client.job(user_token, job_id)["status"] == "Running"
+
+
+def test_a_blank_pilot_reference_is_refused(client: Api, user_token: str,
+                                            pilot_token: str) -> None:
+    """A job matched to a blank reference could never be reported on."""
+    job_id = client.submit_jdl(user_token)[0]
+    for blank in ("", "   ", "\t"):
+        response = client.call("POST", "/api/v1/pilots/match", pilot_token,
+                               json_body={"resource": {"vo": VO, "pilot_reference": blank}})
+        assert_problem(response, 422, "pilot_reference")
+    assert client.job(user_token, job_id)["status"] == "Waiting"
+    padded = client.match(pilot_token, pilot_reference=" pilot-9 ")
+    assert [j["job_id"] for j in padded["jobs"]] == [job_id]
+    client.report(pilot_token, job_id, "Running", reference="pilot-9")
+    assert client.job(user_token, job_id)["status"] == "Running"

@@ -232,6 +232,25 @@ EDGES = [pytest.param(who, method, path, body, id=name) for name, who, method, p
      {"pilot_reference": PILOT_REF, "status": "Running", "minor_status": NUL}),
     ("output tail with NUL", "pilot", "POST", f"/api/v1/pilots/jobs/{HELD}/status",
      {"pilot_reference": PILOT_REF, "status": "Done", "exit_code": 0, "output_tail": NUL}),
+    ("duration of 1e19", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "attributes": {"duration": 1e19}}),
+    ("CPUTime of 2^63-1", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "attributes": {"custom_attributes": {"CPUTime": BEYOND_BIGINT - 1}}}),
+    ("MaxRAM of 2^31-1", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "attributes": {"custom_attributes": {"MaxRAM": BEYOND_INT - 1}}}),
+    ("MaxRAM of 2^31", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "attributes": {"custom_attributes": {"MaxRAM": BEYOND_INT}}}),
+    ("MaxRAM of 2^63-1", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "attributes": {"custom_attributes": {"MaxRAM": BEYOND_BIGINT - 1}}}),
+    ("memory of 2^51 bytes", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "resources": {"memory": 2**51}}),
+    ("memory of 2^63 bytes", "user", "POST", "/api/v1/jobs",
+     {"executable": "x", "resources": {"memory": BEYOND_BIGINT}}),
+    ("kill reason of 240", "user", "POST", f"/api/v1/jobs/{HELD}/kill", {"reason": "r" * 240}),
+    ("match attribute of 10^30", "pilot", "POST", "/api/v1/pilots/match",
+     {"resource": {"vo": VO, "pilot_reference": "p", "Disk": 10**30}}),
+    ("match blank reference", "pilot", "POST", "/api/v1/pilots/match",
+     {"resource": {"vo": VO, "pilot_reference": "  "}}),
 ]]
 
 
@@ -259,3 +278,54 @@ def test_edges_are_not_server_errors(seeded_app: Flask, who: str, method: str, p
     assert response.status_code < 500, (
         f"{method} {path} {text[:200]} -> {response.status_code} "
         f"{response.get_data(as_text=True)[:300]}")
+
+
+#: JDL texts with values beyond what the columns hold: each is refused with a 4xx.
+JDL_EDGES = [
+    'Executable = "x"; CPUTime = 1e19;',
+    'Executable = "x"; CPUTime = 9223372036854775807;',
+    'Executable = "x"; MaxRAM = 2147483647;',
+    'Executable = "x"; MaxRAM = 2147483648;',
+    'Executable = "x"; MaxRAM = 9223372036854775807;',
+]
+
+
+@pytest.mark.parametrize("jdl", JDL_EDGES)
+def test_jdl_values_beyond_the_columns_are_refused(seeded_app: Flask, jdl: str) -> None:
+    response = seeded_app.test_client().post("/api/v1/jobs", data=jdl,
+                                             content_type="text/plain", headers=bearer("user"))
+    assert response.status_code == 422, response.get_data(as_text=True)
+    assert "at most" in response.get_json()["detail"]
+
+
+def test_a_token_with_a_control_character_in_a_claim_is_refused(seeded_app: Flask) -> None:
+    forged = issue_token(SECRET, subject="al\u0000ice", role="user", vo=VO, group="lhcb_user",
+                         lifetime=3600)
+    response = seeded_app.test_client().get("/api/v1/jobs",
+                                            headers={"Authorization": f"Bearer {forged}"})
+    assert response.status_code == 401, response.get_data(as_text=True)
+
+
+def test_a_huge_pilot_attribute_meets_an_expression_queue(seeded_app: Flask) -> None:
+    """Once a queue with an expression is drawn, a pilot attribute beyond 64 bits is
+    undefined for the expression, not a 500 on every match."""
+    client = seeded_app.test_client()
+    response = client.post("/api/v1/jobs", headers=bearer("user"), content_type="text/plain",
+                           data='[Executable = "x"; Priority = 10; '
+                                'Requirements = other.Disk > 3;]')
+    assert response.status_code == 201, response.get_data(as_text=True)
+    for _ in range(SEEDED_JOBS + 1):  # until only the expression's queue is left
+        answer = client.post("/api/v1/pilots/match", headers=bearer("pilot"), json={
+            "resource": {"vo": VO, "pilot_reference": "p", "Disk": 10**30}})
+        assert answer.status_code == 200, answer.get_data(as_text=True)
+    assert answer.get_json()["jobs"] == []
+
+
+def test_a_long_kill_reason_still_kills(seeded_app: Flask) -> None:
+    client = seeded_app.test_client()
+    job = held_job(seeded_app)
+    response = client.post(f"/api/v1/jobs/{job}/kill", headers=bearer("user"),
+                           json={"reason": "r" * 240})
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert client.get(f"/api/v1/jobs/{job}", headers=bearer("user")).get_json()[
+        "status"] == "Killed"

@@ -154,3 +154,37 @@ def test_explain_of_an_unknown_job_is_404(client: Api, user_token: str) -> None:
     response = client.call("POST", "/api/v1/taskqueues/explain", user_token,
                            json_body={"job_id": 987654, "queue": CERN_CONDOR})
     assert_problem(response, 404, "987654")
+
+
+def test_expressions_that_can_never_match_are_refused(client: Api, user_token: str) -> None:
+    """Not a boolean over the resource's attributes, too many terms: 422; an expression no
+    configured queue satisfies: the job fails at once, saying which part fails where."""
+    assert_problem(client.call("POST", "/api/v1/jobs", user_token,
+                               text='[Executable = "x"; Requirements = foo;]'),
+                   422, "Requirements refers to foo", "other.foo")
+    many = "||".join(["other.A==1"] * 600)
+    assert_problem(client.call("POST", "/api/v1/jobs", user_token, json_body={
+        "executable": "x", "attributes": {"custom_attributes": {"Requirements": many}}}),
+        422, "599 && and || operators")
+    answer = client.ok("POST", "/api/v1/jobs", user_token, status=201, text=(
+        '[Executable = "x"; Requirements = other.MaxRAM >= 1000000 && other.CPUTime > 1;]'))
+    (job,) = answer["jobs"]
+    assert job["status"] == "Failed"
+    assert "no configured queue satisfies the expression" in job["minor_status"]
+    assert "other.MaxRAM >= 1000000 is false (other.MaxRAM = " in job["minor_status"]
+    # one the configuration cannot decide (an attribute only the pilot gives) waits
+    waits = client.ok("POST", "/api/v1/jobs", user_token, status=201, text=(
+        '[Executable = "x"; Requirements = other.CPUModel == "EPYC";]'))
+    assert waits["jobs"][0]["status"] == "Waiting"
+
+
+def test_explain_names_the_failing_part_of_an_expression(client: Api, user_token: str) -> None:
+    jdl = ('[Executable = "x"; Requirements = other.NumberOfProcessors >= 1 && '
+           'other.MaxRAM >= 4000;]')
+    job_id = client.submit_jdl(user_token, jdl)[0]
+    cern = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                     json_body={"job_id": job_id, "queue": CERN_CONDOR})
+    assert cern["can_run"] is False
+    (failing,) = [r for r in cern["rules"] if not r["holds"]]
+    assert failing["rule"] == "Requirements expression"
+    assert failing["detail"] == "other.MaxRAM >= 4000 is false (other.MaxRAM = 2048)"

@@ -12,7 +12,7 @@ from taskqueue.definitions import JobRequirements
 from taskqueue.errors import IllegalTransitionError, NotFoundError
 from taskqueue.jobcontrol import delete_job, kill_job, reschedule_job
 from taskqueue.jobs import JobFilter, apply_transition, find_jobs, job_history, jobs_by_id
-from taskqueue.models import Job, TaskQueueJob
+from taskqueue.models import Job, TaskQueue, TaskQueueJob
 from taskqueue.queues import QueueEntry, enqueue_jobs
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
@@ -314,3 +314,27 @@ def test_find_jobs_and_jobs_by_id(db: Database, settings: Settings, now: datetim
         assert jobs_by_id(s, []) == []
         total = s.scalar(select(func.count()).select_from(Job))
     assert total == 6
+
+
+@pytest.mark.parametrize("action", ["kill", "delete", "reschedule"])
+def test_a_queue_emptied_by_an_action_stops_being_a_candidate_at_once(
+        db: Database, settings: Settings, now: datetime, action: str) -> None:
+    with db.factory.begin() as s:
+        (gone,) = submit(s, settings, now, [requirements(owner="a")])
+        (kept,) = submit(s, settings, now, [requirements(owner="b")])
+        queues = dict(s.execute(select(TaskQueueJob.job_id, TaskQueueJob.tq_id)).all())
+    later = now + timedelta(minutes=1)
+    with db.factory.begin() as s:
+        if action == "kill":
+            kill_job(s, gone, by="alice", now=later)
+        elif action == "delete":
+            delete_job(s, gone, by="alice", now=later)
+        else:
+            reschedule_job(s, gone, by="alice", now=later, reason="again",
+                           max_reschedules=5, fail_when_exhausted=False)
+    with db.factory() as s:
+        emptied = s.get(TaskQueue, queues[gone])
+        full = s.get(TaskQueue, queues[kept])
+        assert emptied is not None and full is not None
+        assert (emptied.active, emptied.emptied_at) == (0, later)
+        assert (full.active, full.emptied_at) == (1, None)

@@ -227,7 +227,7 @@ def test_report_by_another_pilot_is_forbidden(db: Database, settings: Settings,
     (job_id,) = matched_jobs(db, settings, now)
     with pytest.raises(ForbiddenError):
         report(db, job_id, S.DONE, now, pilot="pilot-2", exit_code=0, output_tail="mine")
-    with pytest.raises(ForbiddenError):
+    with pytest.raises(NotFoundError):  # another VO's job: as if it did not exist
         report(db, job_id, S.RUNNING, now, vo="belle")
     job = stored(db, job_id)
     assert (job.status, job.exit_code, job.output_tail) == ("Matched", None, None)

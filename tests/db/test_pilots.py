@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from taskqueue.errors import ForbiddenError, InvalidInputError
+from taskqueue.errors import InvalidInputError
 from taskqueue.models import Pilot
 from taskqueue.pilots import PILOT_STATES, PilotInfo, register_pilot
 from tests.conftest import Database
@@ -49,16 +49,21 @@ def test_second_registration_updates_the_record(db: Database, now: datetime) -> 
         assert s.scalar(select(func.count()).select_from(Pilot)) == 2
 
 
-def test_same_reference_for_another_vo_is_forbidden(db: Database, now: datetime) -> None:
+def test_same_reference_in_another_vo_is_another_pilot(db: Database, now: datetime) -> None:
     with db.factory.begin() as s:
         register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "Running"),
                        now=now)
-    with db.factory.begin() as s, pytest.raises(ForbiddenError):
-        register_pilot(s, "belle", PilotInfo("p-1", "LCG.Beta.org", "ce2", "q", "Done"),
-                       now=now + timedelta(minutes=1))
-    (stored,) = pilots(db)
-    assert (stored.vo, stored.site, stored.status, stored.last_seen_at) == (
-        "lhcb", "LCG.Alpha.org", "Running", now)
+    with db.factory.begin() as s:
+        theirs = register_pilot(s, "belle", PilotInfo("p-1", "LCG.Beta.org", "ce2", "q",
+                                                      "Done"), now=now + timedelta(minutes=1))
+        assert (theirs.vo, theirs.status) == ("belle", "Done")
+    with db.factory.begin() as s:  # each VO's record moves on its own
+        register_pilot(s, "lhcb", PilotInfo("p-1", "LCG.Alpha.org", "ce1", "long", "Running"),
+                       now=now + timedelta(minutes=2))
+    by_vo = {p.vo: p for p in pilots(db)}
+    assert (by_vo["lhcb"].site, by_vo["lhcb"].status, by_vo["lhcb"].last_seen_at) == (
+        "LCG.Alpha.org", "Running", now + timedelta(minutes=2))
+    assert (by_vo["belle"].site, by_vo["belle"].status) == ("LCG.Beta.org", "Done")
 
 
 @pytest.mark.parametrize("info", [

@@ -280,3 +280,43 @@ def test_queues_with_an_expression_need_an_evaluator(db: Database, settings: Set
     with db.factory.begin() as s:
         got = claim(s, now, count=5, expression_check=lambda text: text == expr)
     assert [c.job_id for c in got] == [with_expr]
+
+
+def test_first_claims_between_two_equal_queues_created_one_after_another_are_unbiased(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """A new queue's clock starts at the draw's current time, not at the next draw's: of two
+    equal queues created one after the other, each wins about half of the first claims."""
+    trials = 120
+    first_wins = 0
+    for i in range(trials):
+        vo = f"vo{i}"
+        rng = random.Random(i)
+        with db.factory.begin() as s:
+            (older,) = submit(s, settings, now, [requirements(vo=vo, owner="a")], rng=rng)
+        with db.factory.begin() as s:
+            submit(s, settings, now, [requirements(vo=vo, owner="b")], rng=rng)
+            recompute_priorities(s, settings)  # the shares agent: both get half the group's
+        with db.factory.begin() as s:
+            (c,) = claim(s, now, rng=rng, vo=vo)
+        first_wins += c.job_id == older
+    assert 40 <= first_wins <= 80, first_wins  # 60 expected; 40 out of 40 before
+
+
+def test_a_queue_created_after_draws_starts_at_the_last_draw(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """After some draws, a new queue competes from the time of the last draw on."""
+    rng = random.Random(5)
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(owner="a")] * 30, rng=rng)
+    with db.factory.begin() as s:
+        claim(s, now, count=10, rng=rng)
+    with db.factory() as s:
+        (clock, key) = s.execute(select(TaskQueue.draw_clock, TaskQueue.draw_key)).one()
+    assert 0 < clock < key
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(owner="b")], rng=rng)
+    with db.factory() as s:
+        new = s.execute(select(TaskQueue.draw_clock, TaskQueue.draw_key)
+                        .where(TaskQueue.owner == "b")).one()
+    assert new.draw_clock == pytest.approx(clock)
+    assert new.draw_key > clock

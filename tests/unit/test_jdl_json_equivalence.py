@@ -299,9 +299,13 @@ def test_no_gpu_cores_add_no_tag_and_exclusive_node_use_is_kept() -> None:
     assert job.extra == {"exclusive_node_use": True}
 
 
-def test_huge_memory_is_rounded_without_overflow() -> None:
-    (job,) = parse_json_text('{"executable": "a", "resources": {"memory": 1' + "0" * 400 + "}}")
-    assert job.memory == -(-(10**400) // MB)
+def test_huge_memory_is_refused_without_overflow() -> None:
+    """Rounded to MB without a float overflow, then refused: no column holds it."""
+    error = refusal('{"executable": "a", "resources": {"memory": 1' + "0" * 400 + "}}")
+    assert "resources.memory must be a non-negative integer number of MB of at most" in str(
+        error)
+    (job,) = parse_json_text('{"executable": "a", "resources": {"memory": 1073741824}}')
+    assert job.memory == 1024
 
 
 def test_a_list_of_jobs_may_hold_at_most_the_parametric_limit() -> None:

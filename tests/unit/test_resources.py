@@ -18,11 +18,7 @@ def test_absent_or_empty_sets_no_condition(value: Any) -> None:
     data: dict[str, Any] = {"vo": "lhcb"}
     if value is not None:
         data["platform"] = value
-    if value == "":
-        with pytest.raises(InvalidResourceError, match="'platform' item 0"):
-            parse_resource(data)
-        return
-    assert parse_resource(data).platform is None
+    assert parse_resource(data).platform is None  # "" too: an empty string is not given
 
 
 def test_no_tags_means_only_untagged_queues() -> None:
@@ -53,7 +49,7 @@ def test_required_tags_must_be_offered() -> None:
     ({"vo": "x", "memory": "4GB"}, "'memory' must be an integer from 0 to [0-9]+, got '4GB'"),
     ({"vo": "x", "cpu_time": True}, "'cpu_time' must be an integer from 0 to [0-9]+, got True"),
     ({"vo": "x", "site": 5}, "'site' must be a string or a list of strings, got 5"),
-    ({"vo": "x", "tags": ["a", 1]}, "'tags' item 1 must be a non-empty string, got 1"),
+    ({"vo": "x", "tags": ["a", 1]}, "'tags' item 1 must be a string, got 1"),
     ({"vo": "x", "required_tags": "ANY"}, "'required_tags' cannot be ANY"),
 ])
 def test_bad_descriptions_say_what_is_wrong(data: dict[str, Any], message: str) -> None:
@@ -71,3 +67,13 @@ def test_unknown_fields_are_kept_for_classad_requirements() -> None:
     assert res.extra == {"CPUModel": "EPYC"}
     assert res.site_for_job == "A"
     assert parse_resource({"vo": "lhcb", "site": ["A", "B"]}).site_for_job is None
+
+
+@pytest.mark.parametrize("empty", ["", "  ", [""], ["", " "]])
+def test_an_empty_string_in_a_list_field_is_not_given(empty: object) -> None:
+    """DIRAC pilots send ``Tag: ""`` for no tags: they get the untagged queues."""
+    r = parse_resource({"vo": "x", "tags": empty, "site": empty, "platform": empty,
+                        "required_tags": empty})
+    assert r.tags == frozenset() and r.required_tags == frozenset()
+    assert r.site is None and r.platform is None
+    assert parse_resource({"vo": "x", "tags": ["", "GPU"]}).tags == frozenset({"GPU"})

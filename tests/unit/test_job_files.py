@@ -1,0 +1,39 @@
+"""StdOutput, StdError and OutputSandbox name files in the job's folder: absolute paths and
+names that lead out of it with .. are refused at submission (JDL and JSON)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from optimizers.jdl import parse_jdl
+from optimizers.jobjson import parse_json_text
+from tests.helpers import refusal
+
+
+@pytest.mark.parametrize("field", ["StdOutput", "StdError", "OutputSandbox"])
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("../../x", "leads out of it"), ("/etc/passwd", "absolute path"),
+    ("out/../../x", "leads out of it"), ("..", "leads out of it"),
+    ("\\\\server\\share", "absolute path"),
+])
+def test_names_outside_the_job_folder_are_refused(field: str, name: str, fragment: str) -> None:
+    value = json.dumps(name)
+    error = refusal(parse_jdl, f'[Executable = "x"; {field} = {value};]')
+    assert fragment in str(error) and error.field == field
+    body = {"executable": "x", "attributes": {"custom_attributes": {field: name}}}
+    error = refusal(parse_json_text, json.dumps(body))
+    assert fragment in str(error)
+
+
+def test_parametric_names_are_checked_after_substitution() -> None:
+    error = refusal(parse_jdl, '[Executable = "x"; Parameters = {"ok", ".."}; '
+                               'StdOutput = "%s/std.out";]')
+    assert "leads out of it" in str(error)
+
+
+@pytest.mark.parametrize("name", ["std.out", "out/std.out", "a..b", ".hidden", "x/./y"])
+def test_names_inside_the_job_folder_are_accepted(name: str) -> None:
+    (job,) = parse_jdl(f'[Executable = "x"; StdOutput = "{name}"; OutputSandbox = {{"{name}"}};]')
+    assert job.stdout == name and job.output_sandbox == (name,)
