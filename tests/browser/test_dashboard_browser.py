@@ -238,6 +238,10 @@ def test_every_page_in_a_browser(db: Database, matcher: str, browser: WebDriver,
     assert first.get_attribute("data-job") == str(newest)
     browser.find_element(By.NAME, "status").send_keys("Failed")
     browser.find_element(By.CSS_SELECTOR, "#job-search button").click()
+    # The filtered page replaces this one: wait for it (under load it takes a while).
+    WebDriverWait(browser, 60).until(lambda d: "status=Failed" in d.current_url)
+    WebDriverWait(browser, 60).until(lambda d: d.execute_script(
+        "return document.readyState") == "complete")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")) == \
         by_status["Failed"]
 

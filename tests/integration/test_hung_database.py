@@ -18,8 +18,10 @@ from pathlib import Path
 import pytest
 import requests
 
+from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
+from taskqueue.database import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hung-database-test-secret-0123456789"
@@ -86,6 +88,9 @@ def test_healthz_answers_while_the_database_hangs(private_postgres: tuple[str, P
     work.mkdir()
     token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
                         lifetime=600)
+    engine = make_engine(url)  # the matcher serves only a database with the schema
+    schema.upgrade(engine)
+    engine.dispose()
     with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
         assert requests.get(f"{base}/healthz", timeout=10).status_code == 200
