@@ -111,7 +111,8 @@ def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
                 principal = principal_from_header(request.headers.get("Authorization"),
                                                   runtime.secret, runtime.providers)
                 require_role(principal, roles)
-                require_scope(principal, scope_for(method, f"{bp.url_prefix or ''}{rule}"))
+                require_scope(principal, scope_for(method, f"{bp.url_prefix or ''}{rule}",
+                                                     principal.role))
             _check_path(path)
             call = Call(principal, runtime, datetime.now(UTC))
             if body is not None and (body_required or request.content_length

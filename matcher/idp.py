@@ -213,12 +213,21 @@ def identity(issuer: IssuerSettings, claims: Mapping[str, Any]
     return subject, role, mapped[0], scopes
 
 
-def scope_for(method: str, rule: str) -> str:
-    """The WLCG compute scope an operation needs: reading, submitting, cancelling (kill,
-    delete) or changing anything else."""
-    if method in ("GET", "HEAD"):
+#: Operations sent as POST that only read: they answer a question and change nothing.
+READ_ONLY_POSTS = frozenset({"/api/v1/taskqueues/explain", "/api/v1/taskqueues/matching"})
+SANDBOXES = "/api/v1/sandboxes"
+
+
+def scope_for(method: str, rule: str, role: str = "user") -> str:
+    """The WLCG compute scope an operation needs: reading (explaining included), submitting
+    (a user's or operator's upload of the input sandboxes a job takes in included),
+    cancelling (kill, delete) or changing anything else (a pilot's upload of its job's
+    output included)."""
+    if method in ("GET", "HEAD") or (method == "POST" and rule in READ_ONLY_POSTS):
         return READ
     if method == "POST" and rule == "/api/v1/jobs":
+        return CREATE
+    if (rule == SANDBOXES or rule.startswith(SANDBOXES + "/")) and role != "pilot":
         return CREATE
     if (method == "DELETE" and rule.startswith("/api/v1/jobs")) or rule.endswith(
             ("/kill", "/delete")):

@@ -24,7 +24,6 @@ from taskqueue.jobs import (
     count_jobs_by_status,
     find_jobs,
     job_history,
-    jobs_by_id,
 )
 from taskqueue.queues import WAITING_MINOR_STATUS
 from taskqueue.sandboxes import INPUT, OUTPUT, job_sandboxes
@@ -50,9 +49,7 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
     def work(session: Session) -> list[dict[str, Any]]:
         check_inputs(session, inputs, identity)
         result = submit(session, submissions, identity, ctx)
-        if inputs:
-            link_inputs(session, jobs_by_id(session, sorted(result.waiting + list(result.failed))),
-                        inputs)
+        link_inputs(session, result.stored, inputs)
         # The chain's outcome is each job's status: no need to read the jobs back.
         outcome = {job_id: (JobStatus.WAITING.value, WAITING_MINOR_STATUS)
                    for job_id in result.waiting}

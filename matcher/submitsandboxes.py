@@ -8,7 +8,6 @@ uploads the local files a description lists, and submits the sandbox id in their
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from matcher.problems import Problem
 from optimizers.chain import Identity, Submission
@@ -17,13 +16,14 @@ from taskqueue.database import Session
 from taskqueue.sandboxes import INPUT, reference, unusable_inputs
 
 #: For each job of a submission (by its place in the bulk, None for a single job), the
-#: sandbox ids its InputSandbox lists.
-Inputs = dict[int | None, list[str]]
+#: The sandbox ids each submission's InputSandbox lists, in the order of the submissions (not
+#: by bulk index: a parametric object in a JSON list numbers its jobs from 0 again).
+Inputs = list[list[str]]
 
 
 def input_sandboxes(submissions: Sequence[Submission]) -> Inputs:
     """The sandbox ids each job lists; 422 naming the first local file or malformed id."""
-    out: Inputs = {}
+    out: Inputs = []
     for s in submissions:
         ids: list[str] = []
         for entry in s.description.input_sandbox:
@@ -40,13 +40,13 @@ def input_sandboxes(submissions: Sequence[Submission]) -> Inputs:
                               "was not uploaded: upload it first (gridpilot-client submit "
                               "does, or POST /api/v1/sandboxes) and list the sandbox id "
                               "instead", file=entry)
-        out[s.bulk_index] = ids
+        out.append(ids)
     return out
 
 
 def check_inputs(session: Session, inputs: Inputs, identity: Identity) -> None:
     """422 unless every sandbox listed exists and is the submitter's."""
-    wanted = {sid for ids in inputs.values() for sid in ids}
+    wanted = {sid for ids in inputs for sid in ids}
     bad = unusable_inputs(session, wanted, identity.vo, identity.owner)
     if bad:
         raise Problem(422, f"InputSandbox names sandbox {bad[0]}, which does not exist or "
@@ -54,8 +54,10 @@ def check_inputs(session: Session, inputs: Inputs, identity: Identity) -> None:
                       sandboxes=bad)
 
 
-def link_inputs(session: Session, jobs: Sequence[Any], inputs: Inputs) -> None:
-    """Record that each stored job references the sandboxes it lists (the jobs of a
-    parametric bulk share them)."""
-    links = [(job.id, sid) for job in jobs for sid in inputs.get(job.bulk_index, [])]
-    reference(session, links, INPUT)
+def link_inputs(session: Session, job_ids: Sequence[int], inputs: Inputs) -> None:
+    """Record that each stored job (``job_ids``, in the order of the submissions) references
+    the sandboxes it lists (the jobs of a parametric bulk share them)."""
+    links = [(job_id, sid) for job_id, ids in zip(job_ids, inputs, strict=True)
+             for sid in ids]
+    if links:
+        reference(session, links, INPUT)

@@ -75,6 +75,8 @@ class Submission:
 class ChainResult:
     waiting: list[int] = field(default_factory=list)
     failed: dict[int, str] = field(default_factory=dict)
+    #: :func:`submit`: the ids of the jobs stored, in the order of the submissions.
+    stored: list[int] = field(default_factory=list)
 
 
 def parse_description(text: str, fmt: str) -> list[JobDescription]:
@@ -149,7 +151,7 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
                   s.description.priority, s.format, s.bulk_index, s.description.job_name,
                   s.description.job_group) for s in submissions]
     ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes)
-    result = ChainResult()
+    result = ChainResult(stored=list(ids))
     entries: list[QueueEntry] = []
     for i, job_id in enumerate(ids):
         outcome = decided[i]

@@ -26,6 +26,7 @@ from optimizers.description import (
     build_descriptions,
     canonical_name,
 )
+from optimizers.expressions import ExpressionError, attributes_read
 
 # The bindings read an HTCondor configuration at import; gridpilot needs none.
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
@@ -224,6 +225,11 @@ def _evaluate(ad: classad2.ClassAd, key: str, label: str) -> Any:
 def _field_value(ad: classad2.ClassAd, key: str, name: str) -> Any:
     if name == "Requirements":
         value = _evaluate(ad, key, key)
+        if isinstance(value, bool) and _reads_resource(str(ad.lookup(key))):
+            # Evaluated here with no resource, other.Name is undefined: "other.A == 1 ||
+            # other.B is undefined" comes out true and "... && other.B isnt undefined"
+            # false. What reads the resource is decided at match time, not now.
+            return Expression(str(ad.lookup(key)))
         if isinstance(value, classad2.ClassAd):
             return {k: _data(value, k, f"{key}.{k}", 1) for k in value}
         if value is True:
@@ -238,6 +244,15 @@ def _field_value(ad: classad2.ClassAd, key: str, name: str) -> Any:
             f"expression such as other.MaxRAM >= 2000 (not in quotes), got {ad.lookup(key)}",
             key)
     return _data(ad, key, key, 0)
+
+
+def _reads_resource(expression: str) -> bool:
+    """Whether ``expression`` names an attribute of the resource (other.X or target.X)."""
+    try:
+        names = attributes_read(expression)
+    except ExpressionError:
+        return False  # not an expression the matcher could evaluate: refused as before
+    return any(n.split(".", 1)[0].lower() in ("other", "target") for n in names)
 
 
 def _data(ad: classad2.ClassAd, key: str, label: str, depth: int) -> Any:

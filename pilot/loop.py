@@ -24,6 +24,7 @@ from types import FrameType
 from typing import Any
 
 from pilot import protocol
+from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
@@ -49,6 +50,8 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_UNSENT = 4
 EXIT_UNREACHABLE = 5
+#: The minor status of a job whose pilot is fetching its input sandboxes.
+INPUT_DOWNLOAD = "Input sandbox download"
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,9 @@ class Pilot:
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
         assert self.client is not None
+        if any(is_sandbox_id(entry) for entry in job.input_sandbox) \
+                and not self._confirm(job.job_id):
+            return
         try:
             fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
                          self.node.reference)
@@ -292,6 +298,22 @@ class Pilot:
         log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
         self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
         self._write_jobstatus(now)
+
+    def _confirm(self, job_id: int) -> bool:
+        """Say Running before a download that may take a while: a Matched job its pilot has
+        not confirmed goes back to its task queue after the matcher's short lease. False
+        when the matcher says the job is no longer this pilot's."""
+        assert self.client is not None
+        body = {"status": protocol.RUNNING, "minor_status": INPUT_DOWNLOAD}
+        try:
+            self.client.report(job_id, {"pilot_reference": self.node.reference, **body})
+        except TransientError as exc:
+            log.warning("job %d: Running not delivered yet: %s", job_id, exc)
+            self.outbox.append(_Report(job_id, body))
+        except RefusedError as exc:
+            log.error("job %d is not this pilot's to run any more: %s", job_id, exc)
+            return False
+        return True
 
     # -- running payloads --------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, IllegalTransitionError, NotFoundError
 from taskqueue.jobcontrol import lock_job, reschedule_job
-from taskqueue.jobs import apply_transition
+from taskqueue.jobs import apply_transition, record_minor_status
 from taskqueue.models import Job, Pilot, jobs_table
 from taskqueue.states import FINAL_STATES, JobStatus
 
@@ -133,6 +133,14 @@ def report_status(session: Session, job_id: int, report: StatusReport, *, vo: st
         # keep what the pilot says about its output, but the status stands.
         for key, value in values.items():
             setattr(job, key, value)
+        minor = (report.minor_status or _default_minor(report))[:255]
+        if current == report.status == S.RUNNING and job.minor_status != minor:
+            # Running again once the payload starts, after Running while the pilot fetched
+            # the input sandboxes: the new step is recorded.
+            job.minor_status = minor
+            job.heartbeat_at = now
+            session.flush()
+            record_minor_status(session, job_id, current, minor, source=source, now=now)
         session.flush()
         return current
     if current not in ACTIVE_STATES:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -181,7 +181,7 @@ def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
     back-off) all ended without a job, else 0: a sign that the pilots see the queue otherwise
     than the director does, and that submitting more only burns batch slots."""
     state = session.get(DirectorQueue, (site, ce, queue))
-    stmt = (select(Pilot.reference).where(Pilot.site == site, Pilot.ce == ce,
+    stmt = (select(Pilot.vo, Pilot.reference).where(Pilot.site == site, Pilot.ce == ce,
                                           Pilot.queue == queue,
                                           Pilot.status.in_(FINAL_PILOT_STATES),
                                           # pilots that ran: the batch system took them and
@@ -191,11 +191,12 @@ def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
             .order_by(Pilot.updated_at.desc(), Pilot.id.desc()).limit(length))
     if state is not None and state.skip_until is not None:
         stmt = stmt.where(Pilot.updated_at > state.skip_until)
-    ended = list(session.scalars(stmt))
+    ended = list(session.execute(stmt))
     if len(ended) < length:
         return 0
+    # A reference is unique per VO only: another VO's pilot may hold the same one.
     worked = session.scalar(select(func.count()).select_from(Job).where(
-        Job.pilot_reference.in_(ended)))
+        or_(*(and_(Job.vo == vo, Job.pilot_reference == ref) for vo, ref in ended))))
     return length if not worked else 0
 
 

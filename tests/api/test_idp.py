@@ -423,3 +423,34 @@ def test_bad_issuer_settings_are_refused(tmp_path: Path, table: str, fragment: s
     with pytest.raises(ConfigurationError, match=None) as caught:
         load_settings(path, {})
     assert fragment in str(caught.value)
+
+
+def test_a_submitter_uploads_its_input_sandbox_and_a_reader_asks_why(provider: Provider
+                                                                     ) -> None:
+    # Uploading the files a job takes in is part of submitting it (compute.create), not a
+    # change of anything stored (compute.modify); explain only reads (compute.read).
+    submitter = provider.token(scope="compute.create compute.read")
+    data = b"input sandbox bytes"
+    checksum = hashlib.sha256(data).hexdigest()
+    start = provider.call("POST", "/api/v1/sandboxes", submitter,
+                          json={"checksum": checksum, "size": len(data)})
+    assert start.status_code == 200, start.get_data(as_text=True)
+    put = provider.call("PUT", f"/api/v1/sandboxes/sb:sha256:{checksum}", submitter,
+                        data=data, content_type="application/gzip")
+    assert put.status_code == 201, put.get_data(as_text=True)
+    job_id = provider.call("POST", "/api/v1/jobs", submitter, data=HELLO_JDL,
+                           content_type="text/plain").get_json()["job_ids"][0]
+    reader = provider.token(scope="compute.read")
+    explained = provider.call("POST", "/api/v1/taskqueues/explain", reader,
+                              json={"job_id": job_id,
+                                    "queue": "LCG.CERN.cern/ce503.cern.ch/condor"})
+    assert explained.status_code == 200, explained.get_data(as_text=True)
+    # A read-only token still stores nothing.
+    other = hashlib.sha256(b"other").hexdigest()
+    assert_problem(provider.call("POST", "/api/v1/sandboxes", reader,
+                                 json={"checksum": other, "size": 5}), 403, "compute.create")
+    # A pilot's output upload stays a change of the job it holds (compute.modify).
+    pilot = provider.token(groups=["/lhcb/pilots"], scope="compute.create compute.read")
+    assert_problem(provider.call("POST", "/api/v1/sandboxes", pilot,
+                                 json={"checksum": other, "size": 5, "job_id": job_id,
+                                       "pilot_reference": "p-1"}), 403, "compute.modify")

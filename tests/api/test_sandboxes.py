@@ -241,3 +241,23 @@ def test_object_storage_moves_the_bytes_through_presigned_urls(
     assert_problem(client.call("PUT", f"/api/v1/sandboxes/{sandbox_id(other)}", bob, data=other,
                                content_type=ARCHIVE), 409, "object storage")
     assert_problem(download(client, token("carol", "user"), SID), 404)
+
+
+def test_a_json_bulk_with_a_parametric_object_links_each_job_to_its_own_sandboxes(
+        client: Api, user_token: str) -> None:
+    # In a JSON list, a parametric object's jobs are numbered within it (0, 1, ...), like the
+    # list's own objects: the sandboxes each job takes in must not be looked up by that
+    # number, or the first job of the list got the parametric jobs' sandbox instead of its own.
+    other = pack([Member("other.txt", b"other\n")])
+    plain_sid, param_sid = upload(client, user_token), upload(client, user_token, other)
+    ids = client.submit_json(user_token, [
+        {"executable": "/bin/cat", "arguments": ["data.txt"], "input_sandbox": [plain_sid]},
+        {"executable": "/bin/cat", "arguments": ["%s"], "input_sandbox": [param_sid],
+         "attributes": {"custom_attributes": {"Parameters": ["a", "b"]}}},
+        {"executable": "/bin/true"},
+    ])
+    assert len(ids) == 4
+    wanted = [[plain_sid], [param_sid], [param_sid], []]
+    for job_id, sids in zip(ids, wanted, strict=True):
+        out = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
+        assert out["input_sandboxes"] == sids, (job_id, out)

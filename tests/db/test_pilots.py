@@ -10,9 +10,18 @@ import pytest
 from sqlalchemy import func, select
 
 from taskqueue.errors import InvalidInputError
-from taskqueue.models import Pilot
-from taskqueue.pilots import PILOT_STATES, PilotInfo, register_pilot
+from taskqueue.models import DirectorQueue, Job, Pilot
+from taskqueue.pilots import (
+    PILOT_STATES,
+    PilotInfo,
+    idle_pilot_streak,
+    record_new_pilots,
+    record_submission,
+    register_pilot,
+)
+from taskqueue.settings import Settings
 from tests.conftest import Database
+from tests.helpers import requirements, submit
 
 
 def pilots(db: Database) -> list[Pilot]:
@@ -118,3 +127,25 @@ def test_concurrent_first_registrations_make_one_record(db: Database, now: datet
     assert errors == []
     (stored,) = pilots(db)
     assert (stored.status, stored.submitted_at, stored.last_seen_at) == ("Running", now, later)
+
+
+def test_another_vos_jobs_do_not_count_as_work_of_the_directors_idle_pilots(
+        db: Database, now: datetime) -> None:
+    refs = ["gp-1", "gp-2"]
+    with db.factory.begin() as s:
+        s.add(DirectorQueue(site="LCG.Alpha.org", ce="ce1", queue="long", failures=0,
+                            last_error=""))
+        record_new_pilots(s, "lhcb", "LCG.Alpha.org", "ce1", "long", "local", refs, now=now)
+        for i, ref in enumerate(refs):
+            record_submission(s, ref, f"native-{i}", now=now)
+        for pilot in s.scalars(select(Pilot)):
+            pilot.status, pilot.last_seen_at = "Done", now
+    with db.factory.begin() as s:
+        # A pilot of another VO, under the reference of one of lhcb's, ran a belle job.
+        (job_id,) = submit(s, Settings(), now, [requirements(vo="belle",
+                                                             owner_group="belle_user")])
+        job = s.get(Job, job_id)
+        assert job is not None
+        job.pilot_reference = "gp-1"
+    with db.factory() as s:
+        assert idle_pilot_streak(s, "LCG.Alpha.org", "ce1", "long", length=2) == 2

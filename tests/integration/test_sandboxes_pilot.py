@@ -157,6 +157,36 @@ def test_input_and_output_sandboxes_round_trip_through_a_real_pilot(any_store_se
     assert bob.status_code == 404
 
 
+def test_the_pilot_confirms_a_job_before_it_downloads_the_input_sandbox(
+        server: str, tmp_path: Path) -> None:
+    # A Matched job its pilot has not confirmed goes back to its task queue after
+    # [agents] matched_lease (120 s): a pilot fetching a large input sandbox first would lose
+    # the job it is preparing. It says Running before the download, then again once the
+    # payload starts.
+    alice = User(server)
+    sid = alice.upload(pack([Member("data.txt", b"hello grid\n")]))
+    job_id = alice.submit(f'[Executable = "/bin/cat"; Arguments = "data.txt"; '
+                          f'InputSandbox = {{"{sid}"}}]')
+    out = finish(run_pilot(server, tmp_path))
+    job = alice.get(f"/jobs/{job_id}")
+    assert job["status"] == "Done", out
+    steps = [(h["status"], h["minor_status"]) for h in job["history"]]
+    matched = steps.index(next(s for s in steps if s[0] == "Matched"))
+    assert steps[matched + 1:matched + 3] == [("Running", "Input sandbox download"),
+                                              ("Running", "Application started")], steps
+
+
+def test_a_job_without_input_sandbox_is_confirmed_when_it_starts(server: str,
+                                                                 tmp_path: Path) -> None:
+    alice = User(server)
+    job_id = alice.submit('[Executable = "/bin/true"]')
+    out = finish(run_pilot(server, tmp_path))
+    job = alice.get(f"/jobs/{job_id}")
+    assert job["status"] == "Done", out
+    assert [h["minor_status"] for h in job["history"] if h["status"] == "Running"] == [
+        "Application started"]
+
+
 def _hostile() -> bytes:
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:

@@ -11,6 +11,7 @@ gives. A new bug is shown by a ``test_bug_*`` test marked ``xfail(strict=True)``
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -314,3 +315,21 @@ def test_a_list_of_jobs_may_hold_at_most_the_parametric_limit() -> None:
     assert str(refusal(f"[{job}, {job}, {{\"executable\": \"b\"}}]")) == (
         "the JSON description holds more than 10000 jobs (counting each parameter of a "
         "parametric job); at most 10000 jobs can be submitted at once")
+
+
+@pytest.mark.parametrize("expression", [
+    'other.Site == "X" || other.Foo is undefined',
+    'other.Site == "X" || isUndefined(other.Foo)',
+    'other.Site =?= undefined',
+    'other.Foo isnt undefined && other.Site == "X"',
+    'TARGET.Site is undefined',
+])
+def test_requirements_reading_the_resource_are_kept_not_folded(expression: str) -> None:
+    # Evaluated with no resource, other.* is undefined: these used to fold to true (stored
+    # as no requirement at all) or false (refused as never matching).
+    (job,) = parse_jdl(f'Executable = "a"; Requirements = {expression};')
+    assert job.requirements is None
+    assert job.requirements_expression is not None
+    assert "Site" in job.requirements_expression or "Foo" in job.requirements_expression
+    (from_json,) = parse_json_text(with_requirements(json.dumps(expression)))
+    assert from_json.requirements_expression == job.requirements_expression
