@@ -40,7 +40,6 @@ from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
-    Exists,
     Select,
     Table,
     and_,
@@ -139,7 +138,7 @@ def queue_conditions(resource: Resource, *, with_expressions: bool = False,
     """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``, but for
     the queue's ClassAd expression (queues with one are left out unless ``with_expressions``).
     The values are bound parameters: pass :func:`condition_parameters` when executing."""
-    return list(_conditions(_shape(resource, with_expressions, exclusions), False))
+    return list(_conditions(_shape(resource, with_expressions, exclusions), ""))
 
 
 def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSIONS
@@ -187,11 +186,11 @@ def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCL
 
 
 @functools.lru_cache(maxsize=256)
-def _conditions(shape: _Shape, fenced: bool) -> tuple[ColumnElement[bool], ...]:
-    """The conditions of a resource shape. ``fenced`` (PostgreSQL's draw): each check of a
-    queue's value tables is a correlated subquery run for that queue alone (see
-    :func:`_exists`), so that a walk in draw order that stops after a few queues costs a few
-    index probes per queue, however many queues there are."""
+def _conditions(shape: _Shape, fence: str) -> tuple[ColumnElement[bool], ...]:
+    """The conditions of a resource shape. With a ``fence`` (the draw on PostgreSQL and
+    MariaDB), each check of a queue's value tables is a correlated subquery run for that queue
+    alone (see :func:`_exists`), so that a walk in draw order that stops after a few queues
+    costs a few index probes per queue, however many queues there are."""
     (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
      excluded_types, excluded_groups, ce, required) = shape
     conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
@@ -219,58 +218,66 @@ def _conditions(shape: _Shape, fenced: bool) -> tuple[ColumnElement[bool], ...]:
     else:
         conds.append(tq.submit_pool.is_(None))
     if sites >= 0:
-        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}"), fenced)
+        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}"), fence)
                            for i in range(sites))))
     if platforms:
         conds.append(_value_allows(tq_platforms_table,
-                                   bindparam("r_platforms", expanding=True), fenced))
+                                   bindparam("r_platforms", expanding=True), fence))
     if ce:  # the queue names no CE (GridCE) or names the resource's
         ces = tq_ces_table.c
-        conds.append(or_(~_exists(fenced, ces.tq_id == tq.id),
-                         _exists(fenced, ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
+        conds.append(or_(~_exists(fence, ces.tq_id == tq.id),
+                         _exists(fence, ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
     if tags != "any":
         held = [tq_tags_table.c.tq_id == tq.id]
         if tags == "some":
             held.append(tq_tags_table.c.value.not_in(bindparam("r_tags", expanding=True)))
-        conds.append(~_exists(fenced, *held))
+        conds.append(~_exists(fence, *held))
     for i in range(required):
-        conds.append(_exists(fenced, tq_tags_table.c.tq_id == tq.id,
+        conds.append(_exists(fence, tq_tags_table.c.tq_id == tq.id,
                              tq_tags_table.c.value == bindparam(f"r_req_{i}")))
     return tuple(conds)
 
 
-def _exists(fenced: bool, *where: ColumnElement[bool]) -> Exists:
-    """EXISTS over a value table, correlated to the queue.
+def _exists(fence: str, *where: ColumnElement[bool]) -> ColumnElement[bool]:
+    """A row of a value table holds ``where`` (correlated to the queue).
 
-    ``fenced``, for PostgreSQL's draw: with OFFSET 0 the planner neither turns the subquery into
-    a join nor into a hashed subplan (which reads the whole value table, every claim, to answer
-    for a walk that stops after a few queues); it stays a probe of the (tq_id, value) key for
-    each queue the walk reaches.
+    For the draw, the check must stay a probe of the (tq_id, value) key for each queue the walk
+    reaches: planners otherwise answer it for all queues at once, reading the whole value table
+    every claim for a walk that stops after a few queues. ``fence`` says how to keep them from
+    it: "offset" (PostgreSQL: with OFFSET 0 the planner neither makes the EXISTS a join nor a
+    hashed subplan), "scalar" (MariaDB turns EXISTS into IN and materialises it; a scalar
+    subquery stays a dependent one), or "" (plain EXISTS: SQLite, and listings).
     """
     query: Select[Any] = select(literal_column("1")).where(*where)
-    if fenced:
+    if fence == "scalar":
+        return query.limit(1).scalar_subquery().is_not(None)
+    if fence == "offset":
         query = query.offset(literal_column("0"))
     return query.exists()
 
 
-def _site_allows(site: BindParameter[Any], fenced: bool) -> ColumnElement[bool]:
+def _site_allows(site: BindParameter[Any], fence: str) -> ColumnElement[bool]:
     """The queue names no site or names ``site``, and does not ban it."""
     sites = tq_sites_table.c
     banned = tq_banned_sites_table.c
     return and_(
-        or_(~_exists(fenced, sites.tq_id == tq.id),
-            _exists(fenced, sites.tq_id == tq.id, sites.value == site)),
-        ~_exists(fenced, banned.tq_id == tq.id, banned.value == site),
+        or_(~_exists(fence, sites.tq_id == tq.id),
+            _exists(fence, sites.tq_id == tq.id, sites.value == site)),
+        ~_exists(fence, banned.tq_id == tq.id, banned.value == site),
     )
 
 
-def _value_allows(table: Table, offered: BindParameter[Any], fenced: bool
+def _value_allows(table: Table, offered: BindParameter[Any], fence: str
                   ) -> ColumnElement[bool]:
     """The queue lists no value in ``table``, or lists one of ``offered``."""
     return or_(
-        ~_exists(fenced, table.c.tq_id == tq.id),
-        _exists(fenced, table.c.tq_id == tq.id, table.c.value.in_(offered)),
+        ~_exists(fence, table.c.tq_id == tq.id),
+        _exists(fence, table.c.tq_id == tq.id, table.c.value.in_(offered)),
     )
+
+
+#: How each database's draw keeps the checks of value tables per queue (see :func:`_exists`).
+_FENCES = {"postgresql": "offset", "mysql": "scalar"}
 
 
 @dataclass(frozen=True)
@@ -286,7 +293,7 @@ class _Statements:
 @functools.lru_cache(maxsize=256)
 def _statements(shape: _Shape, dialect: str) -> _Statements:
     candidates = (select(tq.id, tq.priority, tq.draw_key, tq.expression)
-                  .where(tq.active == 1, *_conditions(shape, dialect == "postgresql")))
+                  .where(tq.active == 1, *_conditions(shape, _FENCES.get(dialect, ""))))
     columns = candidates.selected_columns
     key: BindParameter[float] = bindparam("after_key")
     last_id: BindParameter[int] = bindparam("after_id")
