@@ -68,7 +68,10 @@ from taskqueue.models import (
 from taskqueue.resources import Resource
 from taskqueue.states import JobStatus
 
-#: Candidate queues read per query while looking for one with a claimable job.
+#: Candidate queues read by the first query of a walk: the first one nearly always yields a job,
+#: and each candidate read costs its checks (a walk past queues the resource cannot serve).
+FIRST_BATCH = 2
+#: Candidate queues read per query after that, while looking for one with a claimable job.
 CANDIDATE_BATCH = 16
 #: The minor status of a job handed to a pilot.
 MATCHED_MINOR = "Assigned to pilot"
@@ -298,7 +301,7 @@ def _statements(shape: _Shape, dialect: str) -> _Statements:
     key: BindParameter[float] = bindparam("after_key")
     last_id: BindParameter[int] = bindparam("after_id")
     return _Statements(
-        first_page=candidates.order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
+        first_page=candidates.order_by(columns.draw_key, columns.id).limit(FIRST_BATCH),
         next_page=candidates.where(or_(columns.draw_key > key,
                                      and_(columns.draw_key == key, columns.id > last_id)))
         .order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
@@ -469,11 +472,13 @@ def _in_draw_order(conn: Connection, statements: _Statements, params: dict[str, 
                    ) -> Iterator[tuple[int, float, str | None]]:
     """Matching active queues in draw order, read in batches as long as the caller wants."""
     rows = conn.execute(statements.first_page, params).all()
+    batch = FIRST_BATCH
     while True:
         for row in rows:
             yield row.id, row.priority, row.expression
-        if len(rows) < CANDIDATE_BATCH:
+        if len(rows) < batch:
             return
+        batch = CANDIDATE_BATCH
         rows = conn.execute(statements.next_page, {
             **params, "after_key": rows[-1].draw_key, "after_id": rows[-1].id}).all()
 
