@@ -45,8 +45,8 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    exists,
     func,
+    literal_column,
     or_,
     select,
     update,
@@ -68,7 +68,10 @@ from taskqueue.models import (
 from taskqueue.resources import Resource
 from taskqueue.states import JobStatus
 
-#: Candidate queues read per query while looking for one with a claimable job.
+#: Candidate queues read by the first query of a walk: the first one nearly always yields a job,
+#: and each candidate read costs its checks (a walk past queues the resource cannot serve).
+FIRST_BATCH = 2
+#: Candidate queues read per query after that, while looking for one with a claimable job.
 CANDIDATE_BATCH = 16
 #: The minor status of a job handed to a pilot.
 MATCHED_MINOR = "Assigned to pilot"
@@ -138,7 +141,7 @@ def queue_conditions(resource: Resource, *, with_expressions: bool = False,
     """SQL conditions on ``task_queues`` that hold when a queue matches ``resource``, but for
     the queue's ClassAd expression (queues with one are left out unless ``with_expressions``).
     The values are bound parameters: pass :func:`condition_parameters` when executing."""
-    return list(_conditions(_shape(resource, with_expressions, exclusions)))
+    return list(_conditions(_shape(resource, with_expressions, exclusions), ""))
 
 
 def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSIONS
@@ -169,7 +172,7 @@ def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSI
 
 #: What the SQL of a resource's conditions depends on: which fields it sets, and how many
 #: sites and required tags it names, and which attributes limits exclude. Statements are built
-#: and compiled once per shape. The number of required tags comes last (see _drawable).
+#: and compiled once per shape.
 _Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, bool, bool, bool,
                int]
 
@@ -186,7 +189,11 @@ def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCL
 
 
 @functools.lru_cache(maxsize=256)
-def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
+def _conditions(shape: _Shape, fence: str) -> tuple[ColumnElement[bool], ...]:
+    """The conditions of a resource shape. With a ``fence`` (the draw on PostgreSQL and
+    MariaDB), each check of a queue's value tables is a correlated subquery run for that queue
+    alone (see :func:`_exists`), so that a walk in draw order that stops after a few queues
+    costs a few index probes per queue, however many queues there are."""
     (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
      excluded_types, excluded_groups, ce, required) = shape
     conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
@@ -214,43 +221,66 @@ def _conditions(shape: _Shape) -> tuple[ColumnElement[bool], ...]:
     else:
         conds.append(tq.submit_pool.is_(None))
     if sites >= 0:
-        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}")) for i in range(sites))))
+        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}"), fence)
+                           for i in range(sites))))
     if platforms:
         conds.append(_value_allows(tq_platforms_table,
-                                   bindparam("r_platforms", expanding=True)))
+                                   bindparam("r_platforms", expanding=True), fence))
     if ce:  # the queue names no CE (GridCE) or names the resource's
         ces = tq_ces_table.c
-        conds.append(or_(~exists().where(ces.tq_id == tq.id),
-                         exists().where(ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
+        conds.append(or_(~_exists(fence, ces.tq_id == tq.id),
+                         _exists(fence, ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
     if tags != "any":
-        unmet = exists().where(tq_tags_table.c.tq_id == tq.id)
+        held = [tq_tags_table.c.tq_id == tq.id]
         if tags == "some":
-            unmet = unmet.where(tq_tags_table.c.value.not_in(
-                bindparam("r_tags", expanding=True)))
-        conds.append(~unmet)
+            held.append(tq_tags_table.c.value.not_in(bindparam("r_tags", expanding=True)))
+        conds.append(~_exists(fence, *held))
     for i in range(required):
-        conds.append(exists().where(tq_tags_table.c.tq_id == tq.id,
-                                    tq_tags_table.c.value == bindparam(f"r_req_{i}")))
+        conds.append(_exists(fence, tq_tags_table.c.tq_id == tq.id,
+                             tq_tags_table.c.value == bindparam(f"r_req_{i}")))
     return tuple(conds)
 
 
-def _site_allows(site: BindParameter[Any]) -> ColumnElement[bool]:
+def _exists(fence: str, *where: ColumnElement[bool]) -> ColumnElement[bool]:
+    """A row of a value table holds ``where`` (correlated to the queue).
+
+    For the draw, the check must stay a probe of the (tq_id, value) key for each queue the walk
+    reaches: planners otherwise answer it for all queues at once, reading the whole value table
+    every claim for a walk that stops after a few queues. ``fence`` says how to keep them from
+    it: "offset" (PostgreSQL: with OFFSET 0 the planner neither makes the EXISTS a join nor a
+    hashed subplan), "scalar" (MariaDB turns EXISTS into IN and materialises it; a scalar
+    subquery stays a dependent one), or "" (plain EXISTS: SQLite, and listings).
+    """
+    query: Select[Any] = select(literal_column("1")).where(*where)
+    if fence == "scalar":
+        return query.limit(1).scalar_subquery().is_not(None)
+    if fence == "offset":
+        query = query.offset(literal_column("0"))
+    return query.exists()
+
+
+def _site_allows(site: BindParameter[Any], fence: str) -> ColumnElement[bool]:
     """The queue names no site or names ``site``, and does not ban it."""
     sites = tq_sites_table.c
     banned = tq_banned_sites_table.c
     return and_(
-        or_(~exists().where(sites.tq_id == tq.id),
-            exists().where(sites.tq_id == tq.id, sites.value == site)),
-        ~exists().where(banned.tq_id == tq.id, banned.value == site),
+        or_(~_exists(fence, sites.tq_id == tq.id),
+            _exists(fence, sites.tq_id == tq.id, sites.value == site)),
+        ~_exists(fence, banned.tq_id == tq.id, banned.value == site),
     )
 
 
-def _value_allows(table: Table, offered: BindParameter[Any]) -> ColumnElement[bool]:
+def _value_allows(table: Table, offered: BindParameter[Any], fence: str
+                  ) -> ColumnElement[bool]:
     """The queue lists no value in ``table``, or lists one of ``offered``."""
     return or_(
-        ~exists().where(table.c.tq_id == tq.id),
-        exists().where(table.c.tq_id == tq.id, table.c.value.in_(offered)),
+        ~_exists(fence, table.c.tq_id == tq.id),
+        _exists(fence, table.c.tq_id == tq.id, table.c.value.in_(offered)),
     )
+
+
+#: How each database's draw keeps the checks of value tables per queue (see :func:`_exists`).
+_FENCES = {"postgresql": "offset", "mysql": "scalar"}
 
 
 @dataclass(frozen=True)
@@ -266,40 +296,17 @@ class _Statements:
 @functools.lru_cache(maxsize=256)
 def _statements(shape: _Shape, dialect: str) -> _Statements:
     candidates = (select(tq.id, tq.priority, tq.draw_key, tq.expression)
-                  .where(tq.active == 1, *_conditions(shape)))
-    drawable = _drawable(shape, candidates) if dialect == "postgresql" else candidates
-    columns = drawable.selected_columns
+                  .where(tq.active == 1, *_conditions(shape, _FENCES.get(dialect, ""))))
+    columns = candidates.selected_columns
     key: BindParameter[float] = bindparam("after_key")
     last_id: BindParameter[int] = bindparam("after_id")
     return _Statements(
-        first_page=drawable.order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
-        next_page=drawable.where(or_(columns.draw_key > key,
+        first_page=candidates.order_by(columns.draw_key, columns.id).limit(FIRST_BATCH),
+        next_page=candidates.where(or_(columns.draw_key > key,
                                      and_(columns.draw_key == key, columns.id > last_id)))
         .order_by(columns.draw_key, columns.id).limit(CANDIDATE_BATCH),
-        first_try=_first_candidate_claim(drawable),
+        first_try=_first_candidate_claim(candidates),
     )
-
-
-def _drawable(shape: _Shape, candidates: Select[int, float, float, str | None]
-              ) -> Select[int, float, float, str | None]:
-    """What the one-statement claim draws from.
-
-    A resource that requires a tag matches few queues, and those it serves run ahead of the
-    others in draw order, so an index walk in draw order would pass over nearly all queues
-    before finding one. Instead the queues carrying the tag are found first (index on
-    tq_tags.value), materialised, and only they are ordered. (PostgreSQL only: MariaDB has no
-    MATERIALIZED hint; its optimizer is left to choose.)
-    """
-    if shape[-1] == 0:
-        return candidates
-    required = tq_tags_table.alias("required")
-    eligible = (
-        candidates.join_from(task_queues_table, required, required.c.tq_id == tq.id)
-        .where(required.c.value == bindparam("r_req_0"))
-        .cte("eligible").prefix_with("MATERIALIZED")
-    )
-    return select(eligible.c.id, eligible.c.priority, eligible.c.draw_key,
-                  eligible.c.expression)
 
 
 #: Says whether a resource satisfies a ClassAd Requirements expression (given as its text).
@@ -465,11 +472,13 @@ def _in_draw_order(conn: Connection, statements: _Statements, params: dict[str, 
                    ) -> Iterator[tuple[int, float, str | None]]:
     """Matching active queues in draw order, read in batches as long as the caller wants."""
     rows = conn.execute(statements.first_page, params).all()
+    batch = FIRST_BATCH
     while True:
         for row in rows:
             yield row.id, row.priority, row.expression
-        if len(rows) < CANDIDATE_BATCH:
+        if len(rows) < batch:
             return
+        batch = CANDIDATE_BATCH
         rows = conn.execute(statements.next_page, {
             **params, "after_key": rows[-1].draw_key, "after_id": rows[-1].id}).all()
 
