@@ -359,6 +359,9 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
                                     values=values)
     claims: list[Claim] = []  # moved to Matched already (the one-statement path)
     taken: list[Claim] = []  # still to be moved
+    if resource.required_tags and not conn.execute(
+            _tags_carried(len(resource.required_tags)), params).scalar():
+        return []  # no active queue of the VO carries every required tag: nothing to walk
     while len(claims) + len(taken) < count:
         if fast:
             row = conn.execute(statements.first_try,
@@ -379,6 +382,23 @@ def claim_jobs(session: Session, resource: Resource, *, now: datetime, count: in
                          JobStatus.MATCHED, minor_status=MATCHED_MINOR, source="matcher",
                          now=now, values=values)
     return claims + taken
+
+
+@functools.lru_cache(maxsize=16)
+def _tags_carried(required: int) -> Select[tuple[bool]]:
+    """Whether, for each of ``required`` tags, some active queue of the VO carries it.
+
+    The draw walks queues in draw order and checks a queue's required tags as it reaches it:
+    cheap when a queue that fits comes early, but a pilot requiring a tag no queue carries
+    would walk every active queue of its VO for an empty answer. This probe of the tag index
+    answers that case first (a queue that fits must carry every required tag)."""
+    tags = tq_tags_table.c
+    return select(and_(*(
+        select(literal_column("1")).select_from(tq_tags_table.join(
+            task_queues_table, tq.id == tags.tq_id))
+        .where(tags.value == bindparam(f"r_req_{i}"), tq.vo == bindparam("r_vo"),
+               tq.active == 1).exists()
+        for i in range(required))))
 
 
 def _first_candidate_claim(candidates: Select[int, float, float, str | None]

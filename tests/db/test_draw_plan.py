@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from taskqueue.matching import _shape, _statements, condition_parameters
+from taskqueue.matching import _shape, _statements, claim_jobs, condition_parameters
 from taskqueue.resources import Resource, parse_resource
 from taskqueue.settings import Settings
 from tests.conftest import Database
@@ -65,3 +65,42 @@ def test_the_checks_of_a_queue_are_probes_of_that_queue(db: Database, settings: 
     else:
         kinds = {line.split(" | ")[1] for line in plan}
         assert kinds <= {"PRIMARY", "DEPENDENT SUBQUERY"}, plan
+
+
+def _claim_counting(db: Database, now: datetime, resource: dict[str, Any]
+                    ) -> tuple[list[Any], list[str]]:
+    """Claim for ``resource``; return the claims and the statements the claim ran."""
+    ran: list[str] = []
+
+    def count(conn: Any, cursor: Any, sql: str, parameters: Any, context: Any,
+              executemany: bool) -> None:
+        ran.append(sql)
+
+    with db.factory.begin() as session:
+        conn = session.connection()
+        event.listen(conn, "before_cursor_execute", count)
+        try:
+            claims = claim_jobs(session, parse_resource(resource), now=now)
+        finally:
+            event.remove(conn, "before_cursor_execute", count)
+    return claims, ran
+
+
+def test_a_required_tag_no_queue_carries_answers_without_walking_the_queues(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """A pilot requiring a tag that no active queue of its VO carries gets its empty answer
+    from the tag index alone: the walk in draw order (which would read every queue of the VO
+    for nothing) never runs. A queue of another VO carrying the tag does not count."""
+    with db.factory.begin() as session:
+        submit(session, settings, now, [requirements(tags=tags, cpu_time=3600 * hours)
+                                        for tags in ([], ["SSD"]) for hours in (1, 24)]
+               + [requirements(vo="atlas", owner_group="atlas_user", tags=["GPU"])])
+    claims, ran = _claim_counting(db, now, {"vo": "lhcb", "tags": ["GPU", "SSD"],
+                                            "required_tags": ["GPU"]})
+    assert claims == []
+    # The probe of the tag index, and nothing else: no statement walks in draw order.
+    assert len(ran) == 1 and "draw_key" not in ran[0], ran
+    claims, ran = _claim_counting(db, now, {"vo": "lhcb", "tags": ["SSD"],
+                                            "required_tags": ["SSD"]})
+    assert len(claims) == 1  # a carried tag walks on and matches
+    assert len(ran) > 1
