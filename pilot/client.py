@@ -105,9 +105,9 @@ class MatcherClient:
             raise TransientError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code == 429:
             raise TransientError(f"{method} {path}: {response.status_code} "
-                                 f"{_detail(response)}")
+                                 f"{problem_detail(response)}")
         if response.status_code >= 400:
-            raise RefusedError(response.status_code, _detail(response))
+            raise RefusedError(response.status_code, problem_detail(response))
         try:
             data = response.json()
         except ValueError as exc:
@@ -117,7 +117,8 @@ class MatcherClient:
         return data
 
 
-def _detail(response: requests.Response) -> str:
+def problem_detail(response: requests.Response) -> str:
+    """What an error answer says: its problem ``detail``, else the start of its text."""
     try:
         data = response.json()
     except ValueError:

@@ -31,7 +31,7 @@ from pilot.archive import (
     sandbox_id,
     unpack,
 )
-from pilot.client import MatcherClient, RefusedError, TransientError
+from pilot.client import MatcherClient, RefusedError, TransientError, problem_detail
 
 log = logging.getLogger("pilot")
 
@@ -96,7 +96,7 @@ def download(client: MatcherClient, sandbox: str, reference: str) -> bytes:
                            f"{response.status_code}", transient=True)
     if response.status_code >= 400:
         raise SandboxError(f"input sandbox {sandbox} refused ({response.status_code}): "
-                           f"{_detail(response)}", transient=False)
+                           f"{problem_detail(response)}", transient=False)
     data = response.content
     if hashlib.sha256(data).hexdigest() != checksum_of(sandbox):
         raise SandboxError(f"input sandbox {sandbox} arrived damaged (its sha256 differs)",
@@ -197,7 +197,7 @@ def upload(client: MatcherClient, outputs: Outputs, reference: str) -> str:
         raise (TransientError if ours else StoreUnavailableError)(
             f"output upload of job {outputs.job_id}: {response.status_code}")
     if response.status_code >= 400:
-        raise RefusedError(response.status_code, _detail(response))
+        raise RefusedError(response.status_code, problem_detail(response))
     if not ours:  # the store has the bytes: the matcher records them
         answer = client._call("POST", SANDBOXES_PATH, body)
         if not answer.get("uploaded"):
@@ -229,12 +229,3 @@ def attach_output(client: MatcherClient, outputs: Outputs, reference: str,
                             else why)[:255]
     return True
 
-
-def _detail(response: requests.Response) -> str:
-    try:
-        data = response.json()
-    except ValueError:
-        return response.text[:200]
-    if isinstance(data, dict) and "detail" in data:
-        return str(data["detail"])
-    return response.text[:200]
