@@ -605,7 +605,7 @@ class ClaimerResult:
     loop_cpu_seconds: float = 0.0
     statements: int = 0
     commits: int = 0
-    backend_pid: int | None = None
+    backend_pids: list[int] = field(default_factory=list)
     #: CPU seconds of this claimer's PostgreSQL backend in the window (read from /proc).
     backend_cpu: float | None = None
     profile: dict[str, Any] | None = None
@@ -703,10 +703,14 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
 
     from taskqueue.database import make_engine, make_session_factory, run_in_transaction
     from taskqueue.errors import ConflictError
+    from taskqueue.pilotmatch import SERVER_CLAIMS, MatchDatabase
     from taskqueue.resources import parse_resource
 
     engine = make_engine(spec.url, pool_size=1)
     factory = make_session_factory(engine)
+    autocommit = (make_engine(spec.url, pool_size=1, autocommit=True)
+                  if engine.dialect.name in SERVER_CLAIMS else None)
+    match_db = MatchDatabase(factory, autocommit)
     counter = {"statements": 0, "commits": 0}
     first_claim: list[str] | None = None  # the statements of the first claim, once
 
@@ -722,14 +726,26 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
         if first_claim is not None:
             first_claim.append("COMMIT")
 
+    if autocommit is not None:
+        # One call of the claim function per checkout: one statement, committed.
+        @event.listens_for(autocommit, "checkout")
+        def _call(*_args: Any) -> None:
+            counter["statements"] += 1
+            counter["commits"] += 1
+            if first_claim is not None:
+                first_claim.append("SELECT ... FROM gridpilot_claim(...) (autocommit)")
+
+        with autocommit.connect() as conn:
+            result.backend_pids.append(
+                int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
     with engine.connect() as conn:  # the pooled connection, open before the clock starts
         if engine.dialect.name == "postgresql":
-            result.backend_pid = int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            result.backend_pids.append(
+                int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
         else:
             conn.execute(text("SELECT 1"))
     stream = Stream(spec, shared)
     claim_rng = random.Random(f"claim-{spec.seed}-{spec.index}")
-    work = _match_as_the_matcher if spec.path == "matcher" else _claim_jobs_only
     profiler: Any = None
     cpu_profiler: Any = None
     if spec.profile and spec.profile.endswith(".cpu"):
@@ -744,7 +760,7 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     counter["statements"] = counter["commits"] = 0
     result.loop_cpu_seconds = time.process_time()
     first_claim = [] if spec.index == 0 else None
-    backend_cpu0 = proc_cpu(result.backend_pid) if result.backend_pid else None
+    backend_cpu0 = _cpu_of(result.backend_pids)
     deadline = time.monotonic() + spec.seconds
     perf, cpu = time.perf_counter, time.process_time
     if profiler is not None:
@@ -761,9 +777,14 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             t0, c0 = perf(), cpu()
             try:
                 resource = parse_resource(data)
-                job_ids = run_in_transaction(factory, functools.partial(
-                    work, resource=resource, now=datetime.now(UTC), count=spec.count,
-                    rng=claim_rng))
+                if spec.path == "matcher":
+                    job_ids = _match_as_the_matcher(match_db, resource=resource,
+                                                    now=datetime.now(UTC), count=spec.count,
+                                                    rng=claim_rng)
+                else:
+                    job_ids = run_in_transaction(factory, functools.partial(
+                        _claim_jobs_only, resource=resource, now=datetime.now(UTC),
+                        count=spec.count, rng=claim_rng))
             except ConflictError as exc:
                 result.errors += 1
                 if len(result.error_samples) < 3:
@@ -782,22 +803,31 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             cpu_profiler.disable()
             result.cpu_profile = cpu_profile_summary(cpu_profiler, spec.profile or "")
     result.statements, result.commits = counter["statements"], counter["commits"]
-    if result.backend_pid and backend_cpu0 is not None:
-        end = proc_cpu(result.backend_pid)
+    if backend_cpu0 is not None:
+        end = _cpu_of(result.backend_pids)
         result.backend_cpu = None if end is None else end - backend_cpu0
     engine.dispose()
+    if autocommit is not None:
+        autocommit.dispose()
 
 
-def _match_as_the_matcher(session: Any, *, resource: Any, now: datetime, count: int,
+def _cpu_of(pids: list[int]) -> float | None:
+    """The summed CPU seconds of the claimer's database backends (None: one is unknown)."""
+    readings = [proc_cpu(pid) for pid in pids]
+    if not readings or None in readings:
+        return None
+    return sum(r for r in readings if r is not None)
+
+
+def _match_as_the_matcher(db: Any, *, resource: Any, now: datetime, count: int,
                           rng: random.Random) -> list[int]:
-    """What the matcher's match endpoint runs in its transaction (matcher/pilots.py)."""
+    """What the matcher's match endpoint runs (matcher/pilots.py): taskqueue.pilotmatch."""
     from optimizers.classads import expression_check
-    from taskqueue.jobs import jobs_for_pilot
-    from taskqueue.limits import claim_for_pilot
+    from taskqueue.pilotmatch import match_for_pilot
 
-    outcome = claim_for_pilot(session, resource, now=now, count=count, rng=rng,
-                              expression_check=expression_check(resource))
-    return [r.id for r in jobs_for_pilot(session, [c.job_id for c in outcome.claims])]
+    answer = match_for_pilot(db, resource, now=now, count=count, rng=rng,
+                             expression_check=expression_check(resource))
+    return [job.id for job in answer.jobs]
 
 
 def _claim_jobs_only(session: Any, *, resource: Any, now: datetime, count: int,
@@ -992,7 +1022,7 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     client_cpu = sum(r.cpu_seconds for r in outcome)
     # The claimers' own backends end with their connections before the last sample: their
     # CPU is the claimers' reading, added to that of the server's other processes.
-    own_pids = {r.backend_pid for r in outcome if r.backend_pid}
+    own_pids = {pid for r in outcome for pid in r.backend_pids}
     server_all = sum(cpu - a.server.get(pid, 0.0) for pid, cpu in b.server.items()
                      if pid not in own_pids)
     own = [r.backend_cpu for r in outcome]

@@ -21,9 +21,8 @@ from optimizers.description import JobDescriptionError
 from pilot import protocol
 from pilot.protocol import JobPayload
 from taskqueue.database import Session
-from taskqueue.jobs import jobs_for_pilot
-from taskqueue.limits import claim_for_pilot
 from taskqueue.models import Job
+from taskqueue.pilotmatch import match_for_pilot
 from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
 from taskqueue.pilots import (
     PILOT_STATES,
@@ -84,15 +83,9 @@ def match(call: Call) -> dict[str, Any]:
     most = call.runtime.settings.matcher.max_jobs_per_match
     if count > most:
         raise Problem(422, f"body.count must be at most {most}, got {count}")
-    check = expression_check(resource)
-
-    def work(session: Session) -> tuple[list[Any], str | None, str]:
-        outcome = claim_for_pilot(session, resource, now=call.now, count=count, rng=_rng,
-                                  expression_check=check)
-        return (jobs_for_pilot(session, [c.job_id for c in outcome.claims]), outcome.reason,
-                outcome.detail)
-
-    jobs, reason, detail = call.runtime.transaction(work)
+    answer = match_for_pilot(call.runtime.match_database(), resource, now=call.now,
+                             count=count, rng=_rng, expression_check=expression_check(resource))
+    jobs, reason, detail = answer.jobs, answer.reason, answer.detail
     metrics = call.runtime.metrics
     if not jobs:
         metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})

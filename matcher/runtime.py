@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from flask import Flask
+from sqlalchemy.engine import make_url
 
 from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
@@ -27,6 +28,7 @@ from taskqueue.database import (
     run_in_transaction,
 )
 from taskqueue.health import HealthProbe
+from taskqueue.pilotmatch import SERVER_CLAIMS, MatchDatabase
 from taskqueue.sandboxstore import SandboxStore, open_store
 from taskqueue.settings import Settings
 
@@ -43,6 +45,7 @@ class Runtime:
     providers: IdentityProviders = field(default_factory=lambda: IdentityProviders(()))
     _pid: int = -1
     _factory: SessionFactory | None = None
+    _match_db: tuple[int, MatchDatabase] | None = None
     _resources: tuple[float, ResourcesConfig] | None = None
     _health: tuple[int, HealthProbe] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -64,6 +67,20 @@ class Runtime:
                     self._pid = os.getpid()
         return self._factory
 
+    def match_database(self) -> MatchDatabase:
+        """Where this process's matches run (taskqueue.pilotmatch): its sessions, and on a
+        database with a claim function an engine in autocommit for it."""
+        cached = self._match_db
+        if cached is None or cached[0] != os.getpid():
+            sessions = self.session_factory()
+            with self._lock:
+                autocommit = None
+                if make_url(self.settings.database.url).get_backend_name() in SERVER_CLAIMS:
+                    autocommit = engine_for(self.settings.database, autocommit=True)
+                cached = (os.getpid(), MatchDatabase(sessions, autocommit))
+                self._match_db = cached
+        return cached[1]
+
     def health(self) -> HealthProbe:
         """The process's database health check (taskqueue.health)."""
         with self._lock:
@@ -78,6 +95,10 @@ class Runtime:
             if bind is not None:
                 bind.dispose()
             self._factory = None
+        if self._match_db is not None:
+            if self._match_db[1].autocommit is not None:
+                self._match_db[1].autocommit.dispose()
+            self._match_db = None
         if self._health is not None:
             self._health[1].dispose()
             self._health = None

@@ -31,8 +31,9 @@ T = TypeVar("T")
 #: What makes sessions (and transactions, with ``.begin()``) on one engine.
 SessionFactory = sessionmaker[Session]
 
-_UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
-                "seconds")
+#: What a caller is told when the database cannot be reached or did not answer in time.
+UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
+               "seconds")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
@@ -51,7 +52,8 @@ STATEMENT_TIMEOUT = DatabaseSettings.statement_timeout
 
 def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
                 connect_timeout: float = CONNECT_TIMEOUT, pool_timeout: float = POOL_TIMEOUT,
-                statement_timeout: float = STATEMENT_TIMEOUT, pooled: bool = True) -> Engine:
+                statement_timeout: float = STATEMENT_TIMEOUT, pooled: bool = True,
+                autocommit: bool = False) -> Engine:
     """An engine for ``url`` set up the way gridpilot's queries expect.
 
     A hung or unreachable server fails a transaction instead of holding it forever: a new
@@ -59,7 +61,9 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
     ``pool_timeout``, and the server cancels a statement after ``statement_timeout`` seconds
     (PostgreSQL ``statement_timeout``, MariaDB ``max_statement_time``; 0: no limit). MariaDB's
     client also stops waiting for an answer a little after that. ``pooled`` false: a fresh
-    connection each time (health checks)."""
+    connection each time (health checks). ``autocommit`` (servers only): each statement is its
+    own transaction, and a connection goes back to the pool without a reset (the claim
+    function's calls, taskqueue.pilotmatch, leave nothing open)."""
     try:
         parsed = make_url(url)
     except Exception:  # sqlalchemy raises ArgumentError with a terse message
@@ -84,7 +88,10 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         # connection the server dropped fails one transaction, which invalidates the pool.
         # A failed statement's error (and log line) names it, not its values: those are job
         # descriptions, tokens' subjects, reasons.
-        return create_engine(url, echo=echo, isolation_level="READ COMMITTED",
+        if autocommit:
+            pooling["pool_reset_on_return"] = None
+        return create_engine(url, echo=echo,
+                             isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
                              hide_parameters=True, connect_args=connect_args, **pooling)
     raise ConfigurationError(
         f"database URL {shown!r}: backend {backend!r} is not supported; "
@@ -128,12 +135,13 @@ def _set_up_sqlite(engine: Engine) -> None:
 
 
 def engine_for(settings: DatabaseSettings, *, pool_size: int = 5,
-               statement_timeout: float | None = None) -> Engine:
+               statement_timeout: float | None = None, autocommit: bool = False) -> Engine:
     """The engine the ``[database]`` settings describe (``statement_timeout`` overrides the
     setting, e.g. 0 for schema migrations)."""
     return make_engine(
         settings.url, echo=settings.echo, pool_size=pool_size,
         connect_timeout=settings.connect_timeout, pool_timeout=settings.pool_timeout,
+        autocommit=autocommit,
         statement_timeout=(settings.statement_timeout if statement_timeout is None
                            else statement_timeout))
 
@@ -171,8 +179,8 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                         "processes; try again"
                     ) from exc
                 if isinstance(exc, OperationalError):
-                    raise DatabaseUnavailableError(_UNAVAILABLE) from exc
+                    raise DatabaseUnavailableError(UNAVAILABLE) from exc
                 raise
         except PoolTimeoutError as exc:
-            raise DatabaseUnavailableError(_UNAVAILABLE) from exc
+            raise DatabaseUnavailableError(UNAVAILABLE) from exc
     raise AssertionError("unreachable")
