@@ -30,7 +30,7 @@ from taskqueue.database import UNAVAILABLE, run_in_transaction
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.jobs import jobs_for_pilot
 from taskqueue.limits import NO_MATCH_NO_JOB, NO_MATCH_SITE_BANNED, claim_for_pilot
-from taskqueue.matching import MATCHED_MINOR, ExpressionCheck
+from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
 from taskqueue.resources import Resource
 
 
@@ -49,10 +49,11 @@ class PilotJob(NamedTuple):
 
 @dataclass(frozen=True)
 class MatchAnswer:
-    """The jobs matched to the pilot (by id), or none and why (a NO_MATCH_* code and a
-    sentence)."""
+    """The jobs matched to the pilot (by id) and the claims (job and task queue, in the order
+    made), or none and why (a NO_MATCH_* code and a sentence)."""
 
     jobs: list[PilotJob]
+    claims: list[Claim]
     reason: str | None = None
     detail: str = ""
 
@@ -89,46 +90,52 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
     jobs: list[PilotJob] = []
+    claims: list[Claim] = []
     engine = db.autocommit
     if engine is not None and engine.dialect.name in SERVER_CLAIMS:
-        kind, detail, jobs = _claim_on_server(engine, resource, now=now, count=count, rng=rng,
-                                              with_expressions=expression_check is not None)
+        kind, detail, jobs, claims = _claim_on_server(
+            engine, resource, now=now, count=count, rng=rng,
+            with_expressions=expression_check is not None)
         if kind == "banned":
-            return MatchAnswer([], NO_MATCH_SITE_BANNED,
+            return MatchAnswer([], [], NO_MATCH_SITE_BANNED,
                                f"site {detail} is banned for VO {resource.vo}")
+        jobs.sort(key=lambda job: job.id)
         if kind is None:  # the function did it all
             if jobs:
-                return MatchAnswer(jobs)
-            return MatchAnswer([], NO_MATCH_NO_JOB, "no waiting job matches this resource")
+                return MatchAnswer(jobs, claims)
+            return MatchAnswer([], [], NO_MATCH_NO_JOB, "no waiting job matches this resource")
         if len(jobs) == count:
-            return MatchAnswer(jobs)
+            return MatchAnswer(jobs, claims)
 
-    def work(session: Session) -> tuple[list[PilotJob], str | None, str]:
+    def work(session: Session) -> tuple[list[PilotJob], list[Claim], str | None, str]:
         outcome = claim_for_pilot(session, resource, now=now, count=count - len(jobs),
                                   rng=rng, expression_check=expression_check)
         rows = jobs_for_pilot(session, [c.job_id for c in outcome.claims])
-        return [PilotJob(*row) for row in rows], outcome.reason, outcome.detail
+        return ([PilotJob(*row) for row in rows], outcome.claims, outcome.reason,
+                outcome.detail)
 
-    more, reason, detail = run_in_transaction(db.sessions, work)
+    more, more_claims, reason, detail = run_in_transaction(db.sessions, work)
     jobs = sorted(jobs + more, key=lambda job: job.id)
     if jobs:
-        return MatchAnswer(jobs)
-    return MatchAnswer([], reason, detail)
+        return MatchAnswer(jobs, claims + more_claims)
+    return MatchAnswer([], [], reason, detail)
 
 
 def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count: int,
                      rng: random.Random, with_expressions: bool
-                     ) -> tuple[str | None, str, list[PilotJob]]:
-    """Call the claim function: the jobs it claimed, and what it handed back (its last row's
-    kind when that is not a job: 'expression', 'limits' or 'banned', with the banned sites)."""
+                     ) -> tuple[str | None, str, list[PilotJob], list[Claim]]:
+    """Call the claim function: what it handed back (its last row's kind when that is not a
+    job: 'expression', 'limits' or 'banned', with the banned sites), the jobs it claimed and
+    their claims."""
     params = _parameters(resource, now=now, count=count, rng=rng,
                          with_expressions=with_expressions)
     rows = _call(engine, params)
     jobs = [PilotJob(row[1], *row[3:]) for row in rows if row[0] == "job"]
+    claims = [Claim(row[1], row[2]) for row in rows if row[0] == "job"]
     last = rows[-1] if rows and rows[-1][0] != "job" else None
     if last is None:
-        return None, "", jobs
-    return str(last[0]), str(last[7] or ""), jobs
+        return None, "", jobs, claims
+    return str(last[0]), str(last[7] or ""), jobs, claims
 
 
 def _parameters(resource: Resource, *, now: datetime, count: int, rng: random.Random,

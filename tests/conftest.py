@@ -23,7 +23,9 @@ from sqlalchemy.orm import Session, sessionmaker
 from gridpilot import schema
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import Base
+from taskqueue.pilotmatch import MatchDatabase
 from taskqueue.settings import Settings
+from tests import helpers
 
 SERVER_ENV = {"postgresql": "GRIDPILOT_TEST_POSTGRES_URL", "mariadb": "GRIDPILOT_TEST_MARIADB_URL"}
 
@@ -47,6 +49,9 @@ class Database:
     url: str
     engine: Engine
     factory: sessionmaker[Session]
+    #: Where taskqueue.pilotmatch runs a match (the claim function's autocommit engine on a
+    #: server).
+    matches: MatchDatabase
 
     @property
     def is_server(self) -> bool:
@@ -85,11 +90,32 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     url = next(urls)
     engine = make_engine(url, pool_size=4)
     schema.upgrade(engine)
+    factory = make_session_factory(engine)
+    autocommit = make_engine(url, pool_size=2, autocommit=True) if backend != "sqlite" else None
     try:
-        yield Database(backend, url, engine, make_session_factory(engine))
+        yield Database(backend, url, engine, factory, MatchDatabase(factory, autocommit))
     finally:
+        if autocommit is not None:
+            autocommit.dispose()
         engine.dispose()
         next(urls, None)
+
+
+#: How the matching tests claim: taskqueue.matching.claim_jobs in the test's transaction, or
+#: the matcher's entry point taskqueue.pilotmatch.match_for_pilot (on PostgreSQL and MariaDB,
+#: the database's claim function) after the test's earlier transactions committed.
+CLAIM_ENTRIES = ("claim_jobs", "match_for_pilot")
+
+
+@pytest.fixture(params=CLAIM_ENTRIES)
+def claim_entry(request: pytest.FixtureRequest, database: Database) -> Iterator[str]:
+    """Run a test once per claim entry point (use it with ``pytestmark`` and
+    tests.helpers.claim)."""
+    helpers.CLAIM_VIA = (request.param, database.matches)
+    try:
+        yield request.param
+    finally:
+        helpers.CLAIM_VIA = None
 
 
 @pytest.fixture()

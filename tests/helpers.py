@@ -16,6 +16,7 @@ from optimizers.description import JobDescriptionError
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
 from taskqueue.matching import Claim, ExpressionCheck, claim_jobs
+from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
 from taskqueue.queues import QueueEntry, enqueue_jobs
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
@@ -45,10 +46,22 @@ def submit(session: Session, settings: Settings, now: datetime, reqs: list[JobRe
     return ids
 
 
+#: Set by the ``claim_entry`` fixture (tests/conftest.py): claim through the matcher's entry
+#: point on this MatchDatabase instead of claim_jobs.
+CLAIM_VIA: tuple[str, MatchDatabase] | None = None
+
+
 def claim(session: Session, now: datetime, count: int = 1, rng: random.Random | None = None,
           expression_check: ExpressionCheck | None = None, **resource: Any) -> list[Claim]:
+    """Claim jobs for a resource (vo lhcb, pilot-1 unless given): in ``session`` with
+    claim_jobs, or, under the ``claim_entry`` fixture's "match_for_pilot", through
+    taskqueue.pilotmatch in transactions of its own (``session`` must hold no change then)."""
     resource.setdefault("vo", "lhcb")
     resource.setdefault("pilot_reference", "pilot-1")
+    if CLAIM_VIA is not None and CLAIM_VIA[0] == "match_for_pilot":
+        assert not session.new and not session.dirty and not session.deleted
+        return match_for_pilot(CLAIM_VIA[1], parse_resource(resource), now=now, count=count,
+                               rng=rng, expression_check=expression_check).claims
     return claim_jobs(session, parse_resource(resource), now=now, count=count, rng=rng,
                       expression_check=expression_check)
 

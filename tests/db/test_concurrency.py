@@ -13,23 +13,35 @@ from sqlalchemy import func, select
 
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
+from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
+from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
-from tests.conftest import Database
+from tests.conftest import CLAIM_ENTRIES, Database
 from tests.helpers import claim, requirements, submit
 
 
-def _claimer(url: str, pilot: str, start_at: float) -> list[int]:
-    """Claim until the queues are dry; return the ids this process got."""
-    factory = make_session_factory(make_engine(url, pool_size=1))
+def _claimer(url: str, pilot: str, start_at: float, entry: str = "claim_jobs") -> list[int]:
+    """Claim until the queues are dry, through claim_jobs or the matcher's entry point
+    (taskqueue.pilotmatch: the database's claim function on a server); return the ids this
+    process got."""
+    engine = make_engine(url, pool_size=1)
+    factory = make_session_factory(engine)
+    matches = MatchDatabase(factory, None if engine.dialect.name == "sqlite"
+                            else make_engine(url, pool_size=1, autocommit=True))
     rng = random.Random(pilot)
     got: list[int] = []
     misses = 0
     time.sleep(max(0.0, start_at - time.time()))
     while misses < 3:
         count = rng.choice((1, 1, 2, 3))
-        claims = run_in_transaction(factory, lambda s, n=count: claim(
-            s, datetime.now(UTC), count=n, rng=rng, pilot_reference=pilot,
-            owner_group="ANY", tags="ANY"))
+        if entry == "match_for_pilot":
+            claims = match_for_pilot(matches, parse_resource(
+                {"vo": "lhcb", "pilot_reference": pilot, "owner_group": "ANY", "tags": "ANY"}),
+                now=datetime.now(UTC), count=count, rng=rng).claims
+        else:
+            claims = run_in_transaction(factory, lambda s, n=count: claim(
+                s, datetime.now(UTC), count=n, rng=rng, pilot_reference=pilot,
+                owner_group="ANY", tags="ANY"))
         if claims:
             got.extend(c.job_id for c in claims)
             misses = 0
@@ -56,8 +68,9 @@ def _spawn_pool(n: int) -> multiprocessing.pool.Pool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("entry", CLAIM_ENTRIES)
 def test_every_job_claimed_exactly_once(db: Database, settings: Settings,
-                                        now: datetime) -> None:
+                                        now: datetime, entry: str) -> None:
     n_jobs, n_procs = (5000, 8) if db.is_server else (1500, 4)
     reqs = [requirements(owner=f"user{i % 40}", owner_group=f"g{i % 3}", cpu_time=i % 5000,
                          tags=["t"] if i % 7 == 0 else [])
@@ -66,7 +79,7 @@ def test_every_job_claimed_exactly_once(db: Database, settings: Settings,
         ids = submit(s, settings, now, reqs)
     start_at = time.time() + 4.0  # let every process connect before the race starts
     with _spawn_pool(n_procs) as pool:
-        results = pool.starmap(_claimer, [(db.url, f"pilot-{i}", start_at)
+        results = pool.starmap(_claimer, [(db.url, f"pilot-{i}", start_at, entry)
                                           for i in range(n_procs)], chunksize=1)
     claimed = [job for r in results for job in r]
     dupes = [job for job, n in Counter(claimed).items() if n > 1]
@@ -104,13 +117,15 @@ def test_concurrent_inserters_share_queues(db: Database) -> None:
 
 
 @pytest.mark.slow
-def test_claims_racing_inserts_never_strand_a_job(db: Database, now: datetime) -> None:
+@pytest.mark.parametrize("entry", CLAIM_ENTRIES)
+def test_claims_racing_inserts_never_strand_a_job(db: Database, now: datetime,
+                                                  entry: str) -> None:
     """A queue emptied by a claimer while an inserter fills it must stay active: the invariant
     "an inactive queue holds no job" is what makes a "no match" answer true."""
     start_at = time.time() + 4.0
     with _spawn_pool(6) as pool:
         inserts = [pool.apply_async(_inserter, (db.url, w, start_at)) for w in range(2)]
-        claims = [pool.apply_async(_claimer, (db.url, f"pilot-{i}", start_at + 0.2))
+        claims = [pool.apply_async(_claimer, (db.url, f"pilot-{i}", start_at + 0.2, entry))
                   for i in range(4)]
         inserted = sum(r.get(timeout=300) for r in inserts)
         claimed = [job for r in claims for job in r.get(timeout=300)]

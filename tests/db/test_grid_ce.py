@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from sqlalchemy import select
 
 from optimizers.jdl import parse_jdl
@@ -18,6 +19,7 @@ from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_a_job_naming_ces_runs_only_on_them(db: Database, settings: Settings,
                                             now: datetime) -> None:
     with db.factory.begin() as s:
@@ -31,6 +33,7 @@ def test_a_job_naming_ces_runs_only_on_them(db: Database, settings: Settings,
         assert [c.job_id for c in claim(s, now, count=5, ce="ce2.a.org")] == [pinned]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_a_resource_without_a_ce_is_not_held_to_ces(db: Database, settings: Settings,
                                                     now: datetime) -> None:
     with db.factory.begin() as s:

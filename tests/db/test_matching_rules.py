@@ -66,6 +66,7 @@ CASES: dict[str, tuple[dict[str, Any], dict[str, Any], bool]] = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.usefixtures("claim_entry")
 def test_rule(db: Database, settings: Settings, now: datetime, case: str) -> None:
     job, resource, expected = CASES[case]
     pool_ids = {"p0": "0" * 64, "p1": "1" * 64}
@@ -82,6 +83,7 @@ def test_rule(db: Database, settings: Settings, now: datetime, case: str) -> Non
         (job_id,) = submit(s, settings, now, [requirements(**job)])
     with db.factory.begin() as s:
         counts = matching_queues(s, parse_resource({"vo": "lhcb", **resource}))
+    with db.factory.begin() as s:
         claims = claim(s, now, **resource)
     assert [c.job_id for c in claims] == ([job_id] if expected else [])
     assert sum(c.waiting for c in counts) == (1 if expected else 0)

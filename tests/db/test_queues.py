@@ -66,6 +66,7 @@ def test_owner_is_dropped_for_groups_that_share_jobs(db: Database, settings: Set
     assert owners == ["None", "a", "b"] or owners == [None, "a", "b"]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_best_job_first_priority_then_age(db: Database, settings: Settings,
                                           now: datetime) -> None:
     with db.factory.begin() as s:
@@ -78,6 +79,7 @@ def test_best_job_first_priority_then_age(db: Database, settings: Settings,
     assert order == [ids[1], ids[2], ids[3], ids[0]]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_multi_claim_marks_every_job_matched(db: Database, settings: Settings,
                                              now: datetime) -> None:
     with db.factory.begin() as s:
@@ -96,6 +98,7 @@ def test_multi_claim_marks_every_job_matched(db: Database, settings: Settings,
         assert claim(s, now) == []
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_no_false_no_match_among_many_ineligible_queues(db: Database, settings: Settings,
                                                         now: datetime) -> None:
     # 200 queues the resource cannot run (tagged), one it can: the claim must find it,
@@ -112,6 +115,7 @@ def test_no_false_no_match_among_many_ineligible_queues(db: Database, settings: 
         assert claim(s, now) == []
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_draw_is_proportional_to_priority(db: Database, settings: Settings,
                                           now: datetime) -> None:
     # One owner, three queues whose jobs have mean priorities 1, 2 and 5: weights 1:2:5.
@@ -138,6 +142,7 @@ def test_draw_is_proportional_to_priority(db: Database, settings: Settings,
         assert abs(picks[bucket] - expected) < 4 * sigma, (picks, bucket)
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_fair_share_between_groups(db: Database, now: datetime) -> None:
     settings = Settings(taskqueue=TaskQueueSettings(shares={"prod": 3.0, "user": 1.0},
                                                     job_sharing_groups=("prod",)))
@@ -177,6 +182,7 @@ def test_priorities_follow_queues_appearing_and_vanishing(db: Database, now: dat
         assert recompute_priorities(s, settings) == {}  # nothing changed since
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_empty_queues_wait_for_their_grace_period(db: Database, settings: Settings,
                                                   now: datetime) -> None:
     with db.factory.begin() as s:
@@ -196,6 +202,7 @@ def test_empty_queues_wait_for_their_grace_period(db: Database, settings: Settin
     assert _queue_count(db) == 1  # b's queue still holds its job
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_an_emptied_queue_comes_back_when_jobs_arrive(db: Database, settings: Settings,
                                                       now: datetime) -> None:
     with db.factory.begin() as s:
@@ -220,6 +227,7 @@ def test_an_emptied_queue_comes_back_when_jobs_arrive(db: Database, settings: Se
         assert [x.job_id for x in claim(s, later)] == [job]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_killed_job_leaves_its_queue(db: Database, settings: Settings, now: datetime) -> None:
     with db.factory.begin() as s:
         ids = submit(s, settings, now, [requirements()] * 2)
@@ -229,19 +237,23 @@ def test_killed_job_leaves_its_queue(db: Database, settings: Settings, now: date
     with db.factory.begin() as s:
         counts = matching_queues(s, parse_resource({"vo": "lhcb"}))
         assert [q.waiting for q in counts] == [1]
+    with db.factory.begin() as s:
         assert [x.job_id for x in claim(s, now, count=5)] == [ids[1]]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_matched_times_are_utc_aware(db: Database, settings: Settings) -> None:
     t = datetime(2026, 1, 1, 23, 30, tzinfo=UTC)
     with db.factory.begin() as s:
         submit(s, settings, t, [requirements()])
+    with db.factory.begin() as s:
         (c,) = claim(s, t)
     with db.factory() as s:
         job = s.get(Job, c.job_id)
     assert job is not None and job.heartbeat_at == t and job.heartbeat_at.tzinfo is UTC
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_queue_keeps_the_mean_priority_of_its_current_jobs(db: Database, settings: Settings,
                                                            now: datetime) -> None:
     with db.factory.begin() as s:
@@ -258,6 +270,7 @@ def test_queue_keeps_the_mean_priority_of_its_current_jobs(db: Database, setting
         assert (tq.mean_job_priority, tq.jobs_inserted, tq.active) == (pytest.approx(2.0), 1, 1)
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_queues_with_an_expression_need_an_evaluator(db: Database, settings: Settings,
                                                      now: datetime) -> None:
     expr = 'other.Memory > 4000'
@@ -282,6 +295,7 @@ def test_queues_with_an_expression_need_an_evaluator(db: Database, settings: Set
     assert [c.job_id for c in got] == [with_expr]
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_first_claims_between_two_equal_queues_created_one_after_another_are_unbiased(
         db: Database, settings: Settings, now: datetime) -> None:
     """A new queue's clock starts at the draw's current time, not at the next draw's: of two
@@ -302,6 +316,7 @@ def test_first_claims_between_two_equal_queues_created_one_after_another_are_unb
     assert 40 <= first_wins <= 80, first_wins  # 60 expected; 40 out of 40 before
 
 
+@pytest.mark.usefixtures("claim_entry")
 def test_a_queue_created_after_draws_starts_at_the_last_draw(
         db: Database, settings: Settings, now: datetime) -> None:
     """After some draws, a new queue competes from the time of the last draw on."""
