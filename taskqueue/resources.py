@@ -27,6 +27,8 @@ _STR_FIELDS = ("vo", "owner", "pilot_reference", "ce", "queue")
 _MAX_LENGTH = {"vo": 64, "owner": 255, "pilot_reference": 255, "ce": 255, "queue": 128}
 _MAX_LABEL = 128
 _MAX_NUMBER = 2**62
+#: Characters no field may hold: the C0 controls and DEL (a NUL cannot even be stored).
+_CONTROLS = frozenset(map(chr, [*range(32), 127]))
 
 
 @dataclass(frozen=True)
@@ -75,6 +77,9 @@ def parse_resource(data: Mapping[str, Any]) -> Resource:
             if len(value) > _MAX_LENGTH[name]:
                 raise InvalidResourceError(
                     f"resource field '{name}' must be at most {_MAX_LENGTH[name]} characters")
+            if not _CONTROLS.isdisjoint(value):
+                raise InvalidResourceError(
+                    f"resource field '{name}' must not hold control characters, got {value!r}")
             # a reference is compared stripped (reports strip theirs): store it so
             kwargs[name] = value.strip() if name == "pilot_reference" else value
     if not kwargs.get("vo"):
@@ -120,6 +125,10 @@ def _labels(name: str, value: Any) -> frozenset[str] | None:
         if len(item) > _MAX_LABEL:
             raise InvalidResourceError(
                 f"resource field '{name}' item {i} must be at most {_MAX_LABEL} characters")
+        if not _CONTROLS.isdisjoint(item):
+            raise InvalidResourceError(
+                f"resource field '{name}' item {i} must not hold control characters, got "
+                f"{item!r}")
     items = [item for item in items if item.strip()]  # "": not given
     if any(item.strip().lower() == ANY for item in items):
         return None

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
+import pytest
 from flask import Flask
 
 from taskqueue.settings import Settings
@@ -95,6 +97,21 @@ def test_match_needs_a_pilot_reference(client: Api, pilot_token: str) -> None:
     response = client.call("POST", "/api/v1/pilots/match", pilot_token,
                            json_body={"resource": {"vo": VO}})
     assert_problem(response, 422, "pilot_reference")
+
+
+@pytest.mark.parametrize(("resource", "message"), [
+    ({"tags": ["GPU", "a\x00b"]}, "tags[1] contains a NUL character"),
+    ({"site": "A\x00"}, "site contains a NUL character"),
+    ({"owner_group": ["x\x1b[31m"]}, "'owner_group' item 0 must not hold control characters"),
+    ({"ce": "ce\n1"}, "'ce' must not hold control characters")])
+def test_control_characters_in_a_resource_are_422_and_nothing_is_matched(
+        client: Api, user_token: str, pilot_token: str, resource: dict[str, Any],
+        message: str) -> None:
+    job_id = client.submit_jdl(user_token)[0]
+    response = client.call("POST", "/api/v1/pilots/match", pilot_token, json_body={
+        "resource": {"vo": VO, "pilot_reference": PILOT_REF, **resource}})
+    assert_problem(response, 422, message)
+    assert client.job(user_token, job_id)["status"] == "Waiting"
 
 
 def test_pilot_claim_supplies_the_reference(client: Api, user_token: str,

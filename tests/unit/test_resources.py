@@ -51,6 +51,11 @@ def test_required_tags_must_be_offered() -> None:
     ({"vo": "x", "site": 5}, "'site' must be a string or a list of strings, got 5"),
     ({"vo": "x", "tags": ["a", 1]}, "'tags' item 1 must be a string, got 1"),
     ({"vo": "x", "required_tags": "ANY"}, "'required_tags' cannot be ANY"),
+    ({"vo": "x", "tags": ["a", "b\x00c"]}, "'tags' item 1 must not hold control characters"),
+    ({"vo": "x", "site": "A\nB"}, "'site' item 0 must not hold control characters"),
+    ({"vo": "x\x7f"}, "'vo' must not hold control characters"),
+    ({"vo": "x", "pilot_reference": "p\x00"},
+     "'pilot_reference' must not hold control characters"),
 ])
 def test_bad_descriptions_say_what_is_wrong(data: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidResourceError, match=message):
