@@ -15,13 +15,15 @@ jobs) and is compatible with that job's queue, and usually with others too: the 
 (or a random one), its platform (or a random one), a CPU time at or above the queue's, the
 queue's tags plus random others, and, for GPU queues, half the time GPU as a required tag.
 
-The claim. In process, each pilot goes through the function the matcher's match endpoint runs
-(``taskqueue.limits.claim_for_pilot``, which calls ``taskqueue.matching.claim_jobs``, with the
-ClassAd expression check, then ``jobs_for_pilot`` for the payload columns) in one transaction
-retried on a lost race, as ``matcher/pilots.py`` does (``--path claim_jobs``: claim_jobs
-alone). ``--processes`` claimer processes share the stream. Over HTTP (``--http``), the same
-pilots POST /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from
-``--clients`` client processes, with ``--counts`` jobs per request.
+The claim. In process, each pilot goes through the function the matcher's match endpoint runs,
+``taskqueue.pilotmatch.match_for_pilot`` with the ClassAd expression check: on PostgreSQL one
+autocommit call of the database's claim function; elsewhere, and for what the function hands
+back, ``taskqueue.limits.claim_for_pilot`` (``taskqueue.matching.claim_jobs``) then
+``jobs_for_pilot`` for the payload columns, in one transaction retried on a lost race
+(``--path claim_jobs``: claim_jobs alone, in a transaction). ``--processes`` claimer
+processes share the stream. Over HTTP (``--http``), the same pilots POST
+/api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
+client processes, with ``--counts`` jobs per request.
 
 The checks. Every job handed out is checked against the pilot's resource by the benchmark's
 own rules (a "violation" is a job the resource does not match, or a job of another VO), and
@@ -1131,7 +1133,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of jobs asked for per claim (default 1)")
     parser.add_argument("--path", choices=("matcher", "claim_jobs"), default="matcher",
                         help="in process: what the matcher's match endpoint runs "
-                             "(claim_for_pilot + jobs_for_pilot, default), or claim_jobs alone")
+                             "(taskqueue.pilotmatch.match_for_pilot, default), or claim_jobs "
+                             "alone")
     parser.add_argument("--claims", type=int, default=None,
                         help="claims per measurement (default: as many as jobs)")
     parser.add_argument("--seconds", type=float, default=120.0,
