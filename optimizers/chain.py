@@ -35,7 +35,13 @@ from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
-from taskqueue.queues import WAITING_MINOR_STATUS, QueueEntry, enqueue_jobs
+from taskqueue.queues import (
+    WAITING_MINOR_STATUS,
+    QueueEntry,
+    enqueue_jobs,
+    finish_queues,
+    reserve_queues,
+)
 from taskqueue.resources import Resource
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
@@ -139,30 +145,45 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
     work = [(i, identity, s.description) for i, s in enumerate(submissions)]
     decided = _decide(session, work, ctx)
     checking = Passage(JobStatus.CHECKING, "Job sanity", SOURCE)
+    waiting = [checking, Passage(JobStatus.WAITING, WAITING_MINOR_STATUS, SOURCE)]
     outcomes: list[list[Passage]] = []
-    for i in range(len(submissions)):
+    queued: list[tuple[int, JobRequirements, int]] = []  # (place, requirements, priority)
+    new: list[NewJob] = []
+    basic: dict[tuple[int, int, int, str, str | None], JobRequirements] = {}
+    for i, s in enumerate(submissions):
         outcome = decided[i]
+        desc = s.description
+        pool = None
         if isinstance(outcome, str):
             outcomes.append([checking, Passage(JobStatus.FAILED, outcome[:255], SOURCE)])
         else:
-            outcomes.append([checking, Passage(JobStatus.WAITING, WAITING_MINOR_STATUS,
-                                               SOURCE)])
-    new = [NewJob(s.text, _basic_requirements(identity, s.description),
-                  s.description.priority, s.format, s.bulk_index, s.description.job_name,
-                  s.description.job_group) for s in submissions]
-    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes)
+            outcomes.append(waiting)
+            queued.append((i, outcome, desc.priority))
+            pool = outcome.submit_pool  # a job's pool is its queue's pool
+        # What the jobs table records of a job (the chain's pool for a waiting one): one
+        # object per distinct set of values, not one per job.
+        key = (desc.cpu_time, desc.processors, desc.memory, desc.job_type, pool)
+        requirements = basic.get(key)
+        if requirements is None:
+            requirements = basic[key] = _basic_requirements(identity, desc, pool)
+        new.append(NewJob(s.text, requirements, desc.priority, s.format, s.bulk_index,
+                          desc.job_name, desc.job_group))
+    plan = reserve_queues(session, [(r, p) for _, r, p in queued], ctx.settings, now=ctx.now,
+                          rng=ctx.rng) if queued else None
+    places: list[tuple[int, int] | None] = [None] * len(submissions)
+    if plan is not None:
+        for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True):
+            places[i] = (tq_id, -priority)
+    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes, queues=places)
+    if plan is not None:
+        finish_queues(session, ctx.settings, plan)
     result = ChainResult(stored=list(ids))
-    entries: list[QueueEntry] = []
     for i, job_id in enumerate(ids):
         outcome = decided[i]
         if isinstance(outcome, str):
             result.failed[job_id] = outcome
         else:
-            entries.append(QueueEntry(job_id, outcome, submissions[i].description.priority))
-    if entries:
-        enqueue_jobs(session, entries, ctx.settings, now=ctx.now, rng=ctx.rng,
-                     from_status=None, source=SOURCE)
-        result.waiting = [e.job_id for e in entries]
+            result.waiting.append(job_id)
     return result
 
 
@@ -322,12 +343,14 @@ def _scheduling_step(identity: Identity, desc: JobDescription,
     )
 
 
-def _basic_requirements(identity: Identity, desc: JobDescription) -> JobRequirements:
-    """What the jobs table records of a job before the chain has run."""
+def _basic_requirements(identity: Identity, desc: JobDescription,
+                        submit_pool: str | None = None) -> JobRequirements:
+    """What the jobs table records of a job before the chain has run (and the SubmitPool the
+    chain gave it)."""
     return JobRequirements(vo=identity.vo, owner=identity.owner,
                            owner_group=identity.owner_group, cpu_time=desc.cpu_time,
                            processors=desc.processors, memory=desc.memory,
-                           job_type=desc.job_type)
+                           job_type=desc.job_type, submit_pool=submit_pool)
 
 
 def _fail(session: Session, reasons: Mapping[int, str], current: JobStatus,

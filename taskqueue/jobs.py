@@ -32,7 +32,15 @@ from sqlalchemy.orm import Session
 from taskqueue.bulk import in_ids, insert_rows, insert_rows_returning_ids
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
-from taskqueue.models import Job, JobStatusHistory, UTCDateTime, history_table, jobs_table
+from taskqueue.models import (
+    Job,
+    JobStatusHistory,
+    UTCDateTime,
+    history_table,
+    jobs_table,
+    tq_jobs_table,
+)
+from taskqueue.newjobs import insert_new_jobs
 from taskqueue.states import JobStatus, is_allowed
 
 
@@ -60,12 +68,17 @@ class Passage:
 
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
              source: str = "submit",
-             outcomes: Sequence[Sequence[Passage]] | None = None) -> list[int]:
+             outcomes: Sequence[Sequence[Passage]] | None = None,
+             queues: Sequence[tuple[int, int] | None] | None = None) -> list[int]:
     """Store new jobs with status Received; return their ids in the order given.
 
     ``outcomes`` (one per job): the statuses each job went through after Received before it is
     stored, decided in memory (the optimizer chain at submission); the job is stored in the
-    last of them, and its whole history, Received first, goes in with one statement."""
+    last of them, and its whole history, Received first, goes in with one statement.
+    ``queues`` (one per job): the (task queue, rank) of its ``task_queue_jobs`` row, or None
+    for a job that waits in none; the queues must be locked already
+    (:func:`taskqueue.queues.reserve_queues`). On PostgreSQL the jobs, their history and their
+    queue rows go in with one statement (:mod:`taskqueue.newjobs`)."""
     if not jobs:
         return []
     if outcomes is not None:
@@ -106,7 +119,11 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
                 row["minor_status"] = passages[-1].minor_status
                 if passages[-1].status == JobStatus.FAILED:
                     row["ended_at"] = now
-    ids = insert_rows_returning_ids(session.connection(), jobs_table, rows)
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        return insert_new_jobs(conn, rows, now=now, histories=_histories(
+            len(rows), outcomes, source), queues=queues)
+    ids = insert_rows_returning_ids(conn, jobs_table, rows)
     history = [{"job_id": jid, "at": now, "status": JobStatus.RECEIVED.value,
                 "minor_status": "Job accepted", "source": source} for jid in ids]
     if outcomes is not None:
@@ -116,8 +133,26 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
                      "minor_status": passages[k].minor_status, "source": passages[k].source}
                     for k in range(depth)
                     for jid, passages in zip(ids, outcomes, strict=True) if k < len(passages)]
-    insert_rows(session.connection(), history_table, history)
+    insert_rows(conn, history_table, history)
+    if queues is not None:
+        insert_rows(conn, tq_jobs_table, [
+            {"job_id": jid, "tq_id": place[0], "rank": place[1]}
+            for jid, place in zip(ids, queues, strict=True) if place is not None])
     return ids
+
+
+def _histories(count: int, outcomes: Sequence[Sequence[Passage]] | None, source: str
+               ) -> list[tuple[int, str, str, str]]:
+    """The history rows of ``count`` new jobs as (job's place, status, minor status, source),
+    in the order they are to get their ids: every job's Received, then each later passage
+    row by row in status order, so that each job's history reads in order by id."""
+    out = [(i, JobStatus.RECEIVED.value, "Job accepted", source) for i in range(count)]
+    if outcomes is not None:
+        depth = max((len(p) for p in outcomes), default=0)
+        out += [(i, passages[k].status.value, passages[k].minor_status, passages[k].source)
+                for k in range(depth)
+                for i, passages in enumerate(outcomes) if k < len(passages)]
+    return out
 
 
 def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatus,

@@ -76,19 +76,11 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
     """
     if not entries:
         return {}
-    rng = rng or random.Random()
-    digests: dict[int, str] = {}
-    batch: dict[str, _Batch] = {}
-    known: dict[TaskQueueDefinition, str] = {}
-    for e in entries:
-        d = TaskQueueDefinition.for_job(e.requirements, settings)
-        digest = known.get(d) or known.setdefault(d, d.digest())
-        digests[e.job_id] = digest
-        batch.setdefault(digest, _Batch(d)).add(e.user_priority)
-    tq_ids, created = _lock_queues(session, batch, now, rng)
+    plan = reserve_queues(session, [(e.requirements, e.user_priority) for e in entries],
+                          settings, now=now, rng=rng)
     insert_rows(session.connection(), tq_jobs_table, [
-        {"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
-        for e in entries
+        {"job_id": e.job_id, "tq_id": tq_id, "rank": -e.user_priority}
+        for e, tq_id in zip(entries, plan.queue_ids, strict=True)
     ])
     if from_status is not None:
         apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
@@ -102,12 +94,55 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
         session.connection().execute(
             update(jobs_table).where(in_ids(jobs_table.c.id, pool_jobs, dialect))
             .values(submit_pool=pool))
-    if created:
-        recompute_priorities(session, settings, {(batch[d].definition.vo,
-                                                  batch[d].definition.owner_group)
-                                                 for d in created},
-                             only={tq_ids[d] for d in created})
-    return {job_id: tq_ids[digest] for job_id, digest in digests.items()}
+    finish_queues(session, settings, plan)
+    return {e.job_id: tq_id for e, tq_id in zip(entries, plan.queue_ids, strict=True)}
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """The queues jobs about to be inserted go to, locked and with the jobs counted in their
+    statistics (:func:`reserve_queues`); the jobs' ``task_queue_jobs`` rows are the caller's
+    to write, then :func:`finish_queues`."""
+
+    #: The queue of each job, in the order given.
+    queue_ids: list[int]
+    batch: dict[str, _Batch]
+    ids: dict[str, int]
+    created: list[str]
+
+
+def reserve_queues(session: Session, jobs: Sequence[tuple[JobRequirements, int]],
+                   settings: Settings, *, now: datetime, rng: random.Random | None = None
+                   ) -> QueuePlan:
+    """Get, lock (until commit), activate or create the queues of ``jobs`` ((requirements,
+    user priority) pairs) and fold the jobs into their statistics, before the jobs themselves
+    are written: a submission can then store its jobs, their history and their queue rows in
+    one statement."""
+    rng = rng or random.Random()
+    digests: list[str] = []
+    batch: dict[str, _Batch] = {}
+    known: dict[JobRequirements, str] = {}
+    definitions: dict[TaskQueueDefinition, str] = {}
+    for requirements, priority in jobs:
+        digest = known.get(requirements)
+        if digest is None:
+            d = TaskQueueDefinition.for_job(requirements, settings)
+            digest = definitions.get(d) or definitions.setdefault(d, d.digest())
+            known[requirements] = digest
+            batch.setdefault(digest, _Batch(d))
+        digests.append(digest)
+        batch[digest].add(priority)
+    tq_ids, created = _lock_queues(session, batch, now, rng)
+    return QueuePlan([tq_ids[d] for d in digests], batch, tq_ids, created)
+
+
+def finish_queues(session: Session, settings: Settings, plan: QueuePlan) -> None:
+    """Give the queues the plan created their fair-share priority."""
+    if plan.created:
+        recompute_priorities(session, settings, {(plan.batch[d].definition.vo,
+                                                  plan.batch[d].definition.owner_group)
+                                                 for d in plan.created},
+                             only={plan.ids[d] for d in plan.created})
 
 
 @dataclass
@@ -131,6 +166,15 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
     ids: dict[str, int] = {}
     created: list[str] = []
     pending = set(batch)
+    if len(pending) == 1 and conn.dialect.name in ("postgresql", "sqlite"):
+        # The usual case, one queue already active: its row is locked and its statistics
+        # folded in by one UPDATE (the arithmetic below, in the same order, in SQL).
+        (digest,) = pending
+        b = batch[digest]
+        found = conn.execute(_REFILL_ACTIVE, {"b_digest": digest, "b_count": b.count,
+                                              "b_sum": b.priority_sum}).scalar_one_or_none()
+        if found is not None:
+            return {digest: found}, []
     while pending:
         # Rows are locked in id order, as every inserter does, to keep deadlocks rare.
         rows = conn.execute(
@@ -175,6 +219,15 @@ _REFILL = (
             draw_key=bindparam("b_key"),
             draw_clock=func.coalesce(bindparam("b_clock", type_=Float), tq.draw_clock),
             active=1, emptied_at=None)
+)
+
+_REFILL_ACTIVE = (
+    update(task_queues_table).where(tq.digest == bindparam("b_digest"), tq.active == 1)
+    .values(mean_job_priority=(tq.mean_job_priority * tq.jobs_inserted
+                               + bindparam("b_sum", type_=Float))
+            / (tq.jobs_inserted + bindparam("b_count")),
+            jobs_inserted=tq.jobs_inserted + bindparam("b_count"), emptied_at=None)
+    .returning(tq.id)
 )
 
 #: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).
