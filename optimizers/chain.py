@@ -108,6 +108,24 @@ def stored_description(text: str, fmt: str, bulk_index: int | None) -> JobDescri
     return jobs[0] if len(jobs) == 1 else jobs[bulk_index or 0]
 
 
+#: JDL texts of one job each, parsed: the same description is often submitted again and again
+#: (a user's jobs differ by their sandbox, a production's by its arguments). Bounded; the
+#: oldest entry goes first. Parametric texts are not kept (their jobs can be many).
+_ALONE: dict[str, list[JobDescription]] = {}
+_ALONE_SIZE = 256
+
+
+def _parsed_alone(text: str) -> list[JobDescription]:
+    jobs = _ALONE.get(text)
+    if jobs is None:
+        jobs = parse_jdl(text)
+        if len(jobs) == 1 and jobs[0].parameter is None:
+            if len(_ALONE) >= _ALONE_SIZE:
+                _ALONE.pop(next(iter(_ALONE)), None)
+            _ALONE[text] = jobs
+    return list(jobs)
+
+
 def submissions_from_text(text: str, fmt: str) -> list[Submission]:
     """Parse a submitted text into the jobs to store (sanity happens here, before storing).
 
@@ -115,7 +133,7 @@ def submissions_from_text(text: str, fmt: str) -> list[Submission]:
     keeping its place in the list as ``bulk_index``; the jobs of a parametric description
     share its text, each with its place among them (:func:`stored_description`)."""
     if fmt != "json":
-        jobs = parse_description(text, fmt)
+        jobs = _parsed_alone(text) if fmt == "jdl" else parse_description(text, fmt)
         if len(jobs) == 1 and jobs[0].parameter is None:
             return [Submission(text, fmt, None, jobs[0])]
         return [Submission(text, fmt, i, job) for i, job in enumerate(jobs)]
@@ -193,15 +211,25 @@ def _decide(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription
     with, or why it failed."""
     pools = _requirements_step(session, jobs, ctx)
     out: dict[int, JobRequirements | str] = {}
+    # The jobs of a bulk mostly share their scheduling fields: each distinct set is decided
+    # once (the arguments, names and environment that make the jobs differ play no part).
+    seen: dict[tuple[Any, ...], JobRequirements | str] = {}
     for key, identity, desc in jobs:
         outcome = pools.get(key)
         if isinstance(outcome, str):
             out[key] = outcome
             continue
-        try:
-            out[key] = _scheduling_step(identity, desc, outcome)
-        except JobDescriptionError as exc:
-            out[key] = f"Scheduling: {exc.message}"
+        fields = (identity, outcome, desc.requirements_expression, desc.cpu_time,
+                  desc.processors, desc.memory, desc.job_type, desc.sites, desc.banned_sites,
+                  desc.platforms, desc.tags, desc.ces)
+        decided = seen.get(fields)
+        if decided is None:
+            try:
+                decided = _scheduling_step(identity, desc, outcome)
+            except JobDescriptionError as exc:
+                decided = f"Scheduling: {exc.message}"
+            seen[fields] = decided
+        out[key] = decided
     return out
 
 

@@ -36,8 +36,10 @@ def insert_new_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]], *, now:
     params: dict[str, Any] = {}
     varying: list[str] = []
     for i, name in enumerate(names):
-        column = jobs_table.c[name]
-        values = [_bind(column, row[name]) for row in rows]
+        values = [row[name] for row in rows]
+        column_type = jobs_table.c[name].type
+        if isinstance(column_type, TypeDecorator):
+            values = [column_type.process_bind_param(v, _DIALECT) for v in values]
         if len(rows) > 1 and any(v != values[0] for v in values):
             params[f"a{i}"] = values
             varying.append(name)
@@ -54,12 +56,6 @@ def insert_new_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]], *, now:
     params["n"] = len(rows)
     stmt = _statement(tuple(names), tuple(varying), queue_shape)
     return list(conn.execute(stmt, params).scalars())
-
-
-def _bind(column: Column[Any], value: Any) -> Any:
-    if isinstance(column.type, TypeDecorator):
-        return column.type.process_bind_param(value, _DIALECT)
-    return value
 
 
 def _shape(tq_ids: list[int | None], ranks: list[int | None], params: dict[str, Any]) -> str:
