@@ -31,16 +31,20 @@ from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason, serves_vo
+from taskqueue.bulk import insert_rows
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
+from taskqueue.models import tq_jobs_table
 from taskqueue.queues import (
     WAITING_MINOR_STATUS,
     QueueEntry,
     enqueue_jobs,
     finish_queues,
-    reserve_queues,
+    lock_planned,
+    plan_queues,
+    refill_of,
 )
 from taskqueue.resources import Resource
 from taskqueue.settings import Settings
@@ -186,13 +190,24 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
             requirements = basic[key] = _basic_requirements(identity, desc, pool)
         new.append(NewJob(s.text, requirements, desc.priority, s.format, s.bulk_index,
                           desc.job_name, desc.job_group))
-    plan = reserve_queues(session, [(r, p) for _, r, p in queued], ctx.settings, now=ctx.now,
-                          rng=ctx.rng) if queued else None
+    digests, batch = plan_queues([(r, p) for _, r, p in queued], ctx.settings)
+    refill = refill_of(batch) if session.get_bind().dialect.name == "postgresql" else None
+    plan = None
+    if queued and refill is None:
+        plan = lock_planned(session, digests, batch, now=ctx.now, rng=ctx.rng)
+    queue_ids = plan.queue_ids if plan is not None else [0] * len(queued)
     places: list[tuple[int, int] | None] = [None] * len(submissions)
-    if plan is not None:
-        for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True):
-            places[i] = (tq_id, -priority)
-    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes, queues=places)
+    for (i, _, priority), tq_id in zip(queued, queue_ids, strict=True):
+        places[i] = (tq_id, -priority)
+    # PostgreSQL, one queue: the statement that stores the jobs folds them into it too.
+    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes, queues=places,
+                   refill=refill)
+    if refill is not None and refill.tq_id is None:
+        # The queue is to be created or reactivated: locked now, the jobs' rows after.
+        plan = lock_planned(session, digests, batch, now=ctx.now, rng=ctx.rng)
+        insert_rows(session.connection(), tq_jobs_table, [
+            {"job_id": ids[i], "tq_id": tq_id, "rank": -priority}
+            for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True)])
     if plan is not None:
         finish_queues(session, ctx.settings, plan)
     result = ChainResult(stored=list(ids))

@@ -40,7 +40,7 @@ from taskqueue.models import (
     jobs_table,
     tq_jobs_table,
 )
-from taskqueue.newjobs import insert_new_jobs
+from taskqueue.newjobs import QueueRefill, insert_new_jobs
 from taskqueue.states import JobStatus, is_allowed
 
 
@@ -69,7 +69,8 @@ class Passage:
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
              source: str = "submit",
              outcomes: Sequence[Sequence[Passage]] | None = None,
-             queues: Sequence[tuple[int, int] | None] | None = None) -> list[int]:
+             queues: Sequence[tuple[int, int] | None] | None = None,
+             refill: QueueRefill | None = None) -> list[int]:
     """Store new jobs with status Received; return their ids in the order given.
 
     ``outcomes`` (one per job): the statuses each job went through after Received before it is
@@ -78,7 +79,8 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
     ``queues`` (one per job): the (task queue, rank) of its ``task_queue_jobs`` row, or None
     for a job that waits in none; the queues must be locked already
     (:func:`taskqueue.queues.reserve_queues`). On PostgreSQL the jobs, their history and their
-    queue rows go in with one statement (:mod:`taskqueue.newjobs`)."""
+    queue rows go in with one statement (:mod:`taskqueue.newjobs`), which with ``refill``
+    (PostgreSQL only) also folds the jobs into their one queue's statistics."""
     if not jobs:
         return []
     if outcomes is not None:
@@ -122,7 +124,9 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         return insert_new_jobs(conn, rows, now=now, histories=_histories(
-            len(rows), outcomes, source), queues=queues)
+            len(rows), outcomes, source), queues=queues, refill=refill)
+    if refill is not None:
+        raise ValueError("a queue refill with the jobs is for PostgreSQL only")
     ids = insert_rows_returning_ids(conn, jobs_table, rows)
     history = [{"job_id": jid, "at": now, "status": JobStatus.RECEIVED.value,
                 "minor_status": "Job accepted", "source": source} for jid in ids]

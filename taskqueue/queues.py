@@ -41,6 +41,7 @@ from taskqueue.models import (
     tq_sites_table,
     tq_tags_table,
 )
+from taskqueue.newjobs import QueueRefill
 from taskqueue.settings import Settings
 from taskqueue.shares import recompute_priorities, virtual_time
 from taskqueue.states import JobStatus
@@ -118,7 +119,13 @@ def reserve_queues(session: Session, jobs: Sequence[tuple[JobRequirements, int]]
     user priority) pairs) and fold the jobs into their statistics, before the jobs themselves
     are written: a submission can then store its jobs, their history and their queue rows in
     one statement."""
-    rng = rng or random.Random()
+    digests, batch = plan_queues(jobs, settings)
+    return lock_planned(session, digests, batch, now=now, rng=rng)
+
+
+def plan_queues(jobs: Sequence[tuple[JobRequirements, int]], settings: Settings
+                ) -> tuple[list[str], dict[str, _Batch]]:
+    """The digest of each job's queue, and the jobs each queue gets (nothing read or locked)."""
     digests: list[str] = []
     batch: dict[str, _Batch] = {}
     known: dict[JobRequirements, str] = {}
@@ -132,8 +139,22 @@ def reserve_queues(session: Session, jobs: Sequence[tuple[JobRequirements, int]]
             batch.setdefault(digest, _Batch(d))
         digests.append(digest)
         batch[digest].add(priority)
-    tq_ids, created = _lock_queues(session, batch, now, rng)
+    return digests, batch
+
+
+def lock_planned(session: Session, digests: list[str], batch: dict[str, _Batch], *,
+                 now: datetime, rng: random.Random | None = None) -> QueuePlan:
+    """:func:`reserve_queues` for jobs already planned with :func:`plan_queues`."""
+    tq_ids, created = _lock_queues(session, batch, now, rng or random.Random())
     return QueuePlan([tq_ids[d] for d in digests], batch, tq_ids, created)
+
+
+def refill_of(batch: dict[str, _Batch]) -> QueueRefill | None:
+    """The refill of a batch that goes to one queue, or None."""
+    if len(batch) != 1:
+        return None
+    ((digest, b),) = batch.items()
+    return QueueRefill(digest, b.count, b.priority_sum)
 
 
 def finish_queues(session: Session, settings: Settings, plan: QueuePlan) -> None:
