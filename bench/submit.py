@@ -2,8 +2,9 @@
 
 For each backend (``--backends``; PostgreSQL and MariaDB from ``--postgres-url`` and
 ``--mariadb-url``, by default $GRIDPILOT_TEST_POSTGRES_URL and $GRIDPILOT_TEST_MARIADB_URL) a
-fresh database is made (``gp_bench_submit_*`` or ``--database-prefix``, dropped at the end; SQLite: a file in a temporary
-folder) and migrated, and ``gridpilot serve`` is started on loopback with ``--workers``. Then:
+fresh database is made (``gp_bench_submit_*``, or ``--database-prefix``; dropped at the end;
+SQLite: a file in a temporary folder) and migrated, and ``gridpilot serve`` is started on
+loopback with ``--workers`` of ``--threads`` each. Then:
 
 - ``bulk_json``: one POST /api/v1/jobs of a JSON list of ``--bulk`` small jobs, ``--repeat``
   times;
@@ -134,6 +135,7 @@ def single(base: str, token: str, backend: str, clients: int, duration: float,
         t.join()
     seconds = time.perf_counter() - started
     return {"bench": "submit", "backend": backend, "measure": "single", "workers": workers,
+            "threads": int(os.environ.get("GRIDPILOT_MATCHER_THREADS", "1")),
             "clients": clients, "requests": sum(done), "seconds": round(seconds, 2),
             "submissions_per_s": round(sum(done) / seconds, 1), "errors": sum(errors)}
 
@@ -146,12 +148,15 @@ def main() -> None:
     parser.add_argument("--database-prefix", default="gp_bench_submit",
                         help="name of the fresh databases, before a random suffix")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="requests each worker serves at once (matcher.threads)")
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--parametric", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--duration", type=float, default=10.0)
     args = parser.parse_args()
+    os.environ["GRIDPILOT_MATCHER_THREADS"] = str(args.threads)  # the server's environment
     token = issue_token(SECRET, subject="bench", role="user", vo="lhcb", group="lhcb_user",
                         lifetime=3600)
     bulk_json = json.dumps([{"executable": "/bin/true", "arguments": [str(i)]}

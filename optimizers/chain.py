@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,14 +120,18 @@ _ALONE: dict[str, list[JobDescription]] = {}
 _ALONE_SIZE = 256
 
 
+_ALONE_LOCK = threading.Lock()
+
+
 def _parsed_alone(text: str) -> list[JobDescription]:
     jobs = _ALONE.get(text)
     if jobs is None:
         jobs = parse_jdl(text)
         if len(jobs) == 1 and jobs[0].parameter is None:
-            if len(_ALONE) >= _ALONE_SIZE:
-                _ALONE.pop(next(iter(_ALONE)), None)
-            _ALONE[text] = jobs
+            with _ALONE_LOCK:  # a threaded worker's requests share the cache
+                if len(_ALONE) >= _ALONE_SIZE:
+                    _ALONE.pop(next(iter(_ALONE)), None)
+                _ALONE[text] = jobs
     return list(jobs)
 
 
