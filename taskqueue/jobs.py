@@ -83,19 +83,21 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
     (PostgreSQL only) also folds the jobs into their one queue's statistics."""
     if not jobs:
         return []
-    if outcomes is not None:
-        moves = {(before, after) for passages in outcomes
-                 for before, after in zip([JobStatus.RECEIVED, *(p.status for p in passages)],
-                                          [p.status for p in passages], strict=False)}
-        for before, after in sorted(moves):
-            if not is_allowed(before, after):
-                raise IllegalTransitionError(f"a job cannot go from {before} to {after}")
+    # The jobs of a bulk share a few outcome lists: each distinct one is read once.
+    distinct = {id(p): p for p in outcomes}.values() if outcomes is not None else ()
+    moves = {(before, after) for passages in distinct
+             for before, after in zip([JobStatus.RECEIVED, *(p.status for p in passages)],
+                                      [p.status for p in passages], strict=False)}
+    for before, after in sorted(moves):
+        if not is_allowed(before, after):
+            raise IllegalTransitionError(f"a job cannot go from {before} to {after}")
+    received = JobStatus.RECEIVED.value
     rows = [
         {
             "vo": j.requirements.vo,
             "owner": j.requirements.owner,
             "owner_group": j.requirements.owner_group,
-            "status": JobStatus.RECEIVED.value,
+            "status": received,
             "minor_status": "Job accepted",
             "description": j.description,
             "description_format": j.description_format,
@@ -114,13 +116,14 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
         for j in jobs
     ]
     if outcomes is not None:
+        last: dict[int, tuple[str, str, datetime | None]] = {
+            id(p): (p[-1].status.value, p[-1].minor_status,
+                    now if p[-1].status == JobStatus.FAILED else None)
+            for p in distinct if p}
         for row, passages in zip(rows, outcomes, strict=True):
             row["ended_at"] = None
             if passages:
-                row["status"] = passages[-1].status.value
-                row["minor_status"] = passages[-1].minor_status
-                if passages[-1].status == JobStatus.FAILED:
-                    row["ended_at"] = now
+                row["status"], row["minor_status"], row["ended_at"] = last[id(passages)]
     conn = session.connection()
     if conn.dialect.name == "postgresql":
         return insert_new_jobs(conn, rows, now=now, histories=_histories(
@@ -128,15 +131,8 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
     if refill is not None:
         raise ValueError("a queue refill with the jobs is for PostgreSQL only")
     ids = insert_rows_returning_ids(conn, jobs_table, rows)
-    history = [{"job_id": jid, "at": now, "status": JobStatus.RECEIVED.value,
-                "minor_status": "Job accepted", "source": source} for jid in ids]
-    if outcomes is not None:
-        # Row by row in status order, so each job's history reads in order by id.
-        depth = max((len(p) for p in outcomes), default=0)
-        history += [{"job_id": jid, "at": now, "status": passages[k].status.value,
-                     "minor_status": passages[k].minor_status, "source": passages[k].source}
-                    for k in range(depth)
-                    for jid, passages in zip(ids, outcomes, strict=True) if k < len(passages)]
+    history = [{"job_id": ids[i], "at": now, "status": status, "minor_status": minor,
+                "source": by} for i, status, minor, by in _histories(len(ids), outcomes, source)]
     insert_rows(conn, history_table, history)
     if queues is not None:
         insert_rows(conn, tq_jobs_table, [
@@ -150,12 +146,19 @@ def _histories(count: int, outcomes: Sequence[Sequence[Passage]] | None, source:
     """The history rows of ``count`` new jobs as (job's place, status, minor status, source),
     in the order they are to get their ids: every job's Received, then each later passage
     row by row in status order, so that each job's history reads in order by id."""
-    out = [(i, JobStatus.RECEIVED.value, "Job accepted", source) for i in range(count)]
+    received = JobStatus.RECEIVED.value
+    out = [(i, received, "Job accepted", source) for i in range(count)]
     if outcomes is not None:
         depth = max((len(p) for p in outcomes), default=0)
-        out += [(i, passages[k].status.value, passages[k].minor_status, passages[k].source)
-                for k in range(depth)
-                for i, passages in enumerate(outcomes) if k < len(passages)]
+        for k in range(depth):
+            shown: dict[int, tuple[str, str, str]] = {}  # per distinct outcome list
+            for i, passages in enumerate(outcomes):
+                if k < len(passages):
+                    row = shown.get(id(passages))
+                    if row is None:
+                        p = passages[k]
+                        row = shown[id(passages)] = (p.status.value, p.minor_status, p.source)
+                    out.append((i, *row))
     return out
 
 
