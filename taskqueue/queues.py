@@ -187,15 +187,21 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
     ids: dict[str, int] = {}
     created: list[str] = []
     pending = set(batch)
-    if len(pending) == 1 and conn.dialect.name in ("postgresql", "sqlite"):
+    if len(pending) == 1:
         # The usual case, one queue already active: its row is locked and its statistics
         # folded in by one UPDATE (the arithmetic below, in the same order, in SQL).
         (digest,) = pending
         b = batch[digest]
-        found = conn.execute(_REFILL_ACTIVE, {"b_digest": digest, "b_count": b.count,
-                                              "b_sum": b.priority_sum}).scalar_one_or_none()
-        if found is not None:
-            return {digest: found}, []
+        params = {"b_digest": digest, "b_count": b.count, "b_sum": b.priority_sum}
+        if conn.dialect.name == "mysql":
+            # No UPDATE ... RETURNING: the id comes back as the statement's insert id.
+            result = conn.execute(_REFILL_ACTIVE_MYSQL, params)
+            if result.rowcount == 1 and result.lastrowid:
+                return {digest: int(result.lastrowid)}, []
+        else:
+            found = conn.execute(_REFILL_ACTIVE, params).scalar_one_or_none()
+            if found is not None:
+                return {digest: found}, []
     while pending:
         # Rows are locked in id order, as every inserter does, to keep deadlocks rare.
         rows = conn.execute(
@@ -242,13 +248,22 @@ _REFILL = (
             active=1, emptied_at=None)
 )
 
+_REFILL_MEAN = ((tq.mean_job_priority * tq.jobs_inserted + bindparam("b_sum", type_=Float))
+                / (tq.jobs_inserted + bindparam("b_count")))
 _REFILL_ACTIVE = (
     update(task_queues_table).where(tq.digest == bindparam("b_digest"), tq.active == 1)
-    .values(mean_job_priority=(tq.mean_job_priority * tq.jobs_inserted
-                               + bindparam("b_sum", type_=Float))
-            / (tq.jobs_inserted + bindparam("b_count")),
+    .values(mean_job_priority=_REFILL_MEAN,
             jobs_inserted=tq.jobs_inserted + bindparam("b_count"), emptied_at=None)
     .returning(tq.id)
+)
+#: MariaDB: LAST_INSERT_ID(id) makes the row's id the insert id the server answers with. It
+#: assigns left to right, each assignment seeing the ones before: the mean goes first, while
+#: jobs_inserted still holds the old count.
+_REFILL_ACTIVE_MYSQL = (
+    update(task_queues_table).where(tq.digest == bindparam("b_digest"), tq.active == 1)
+    .ordered_values((tq.mean_job_priority, _REFILL_MEAN),
+                    (tq.jobs_inserted, tq.jobs_inserted + bindparam("b_count")),
+                    (tq.emptied_at, None), (tq.id, func.last_insert_id(tq.id)))
 )
 
 #: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).
