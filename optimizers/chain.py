@@ -118,8 +118,6 @@ def stored_description(text: str, fmt: str, bulk_index: int | None) -> JobDescri
 #: oldest entry goes first. Parametric texts are not kept (their jobs can be many).
 _ALONE: dict[str, list[JobDescription]] = {}
 _ALONE_SIZE = 256
-
-
 _ALONE_LOCK = threading.Lock()
 
 
@@ -168,7 +166,10 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
     The chain's steps need no job id, so they run first, in memory; each job is then stored
     directly in its outcome (Waiting, or Failed with the reason), its history (Received,
     Checking, the outcome) written in the same pass: a bulk costs a few statements whatever
-    its size, not a status change per step."""
+    its size, not a status change per step. The queues of the waiting jobs are locked and
+    their statistics updated before the jobs are stored, so that the jobs' queue rows go in
+    with them; on PostgreSQL, when they all go to one active queue, the one statement that
+    stores them does that too (a single job: that statement and COMMIT)."""
     work = [(i, identity, s.description) for i, s in enumerate(submissions)]
     decided = _decide(session, work, ctx)
     checking = Passage(JobStatus.CHECKING, "Job sanity", SOURCE)
