@@ -4,9 +4,10 @@ Locking protocol shared with taskqueue.matching, which keeps "an inactive queue 
 job" true under concurrency (and so every "no match" answer true): an inserter locks the rows of
 the queues it fills (SELECT ... FOR UPDATE, in id order; for a single active queue, the UPDATE
 that folds the new jobs into its statistics, guarded by ``active = 1``) before adding jobs, or in
-the same statement as it adds them (PostgreSQL), and holds them until it commits; a claimer marks a queue inactive only while it holds that row's lock and sees no job
-left. Either the claimer waits its turn and then sees the new jobs, or it finds the row locked and
-leaves the flag alone.
+the same statement as it adds them (PostgreSQL), and holds them until it commits; a claimer
+marks a queue inactive only while it holds that row's lock and sees no job left. Either the
+claimer waits its turn and then sees the new jobs, or it finds the row locked and leaves the flag
+alone.
 """
 
 from __future__ import annotations
