@@ -2,8 +2,9 @@
 
 For each backend (``--backends``; PostgreSQL and MariaDB from ``--postgres-url`` and
 ``--mariadb-url``, by default $GRIDPILOT_TEST_POSTGRES_URL and $GRIDPILOT_TEST_MARIADB_URL) a
-fresh database is made (``gp_bench_submit_*``, dropped at the end; SQLite: a file in a temporary
-folder) and migrated, and ``gridpilot serve`` is started on loopback with ``--workers``. Then:
+fresh database is made (``gp_bench_submit_*``, or ``--database-prefix``; dropped at the end;
+SQLite: a file in a temporary folder) and migrated, and ``gridpilot serve`` is started on
+loopback with ``--workers`` of ``--threads`` each. Then:
 
 - ``bulk_json``: one POST /api/v1/jobs of a JSON list of ``--bulk`` small jobs, ``--repeat``
   times;
@@ -54,14 +55,15 @@ SINGLE_JDL = 'Executable = "/bin/true"; Arguments = "single";'
 
 
 @contextmanager
-def fresh_database(backend: str, base_url: str | None, tmp: Path) -> Iterator[str]:
+def fresh_database(backend: str, base_url: str | None, tmp: Path,
+                   prefix: str = "gp_bench_submit") -> Iterator[str]:
     if backend == "sqlite":
         url = f"sqlite:///{tmp / 'bench.db'}"
     else:
         if not base_url:
             raise SystemExit(f"no server URL for {backend}")
         base = make_url(base_url)
-        name = f"gp_bench_submit_{uuid.uuid4().hex[:8]}"
+        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
         admin = create_engine(base, isolation_level="AUTOCOMMIT")
         with admin.connect() as conn:
             conn.execute(text(f"CREATE DATABASE {name}"))
@@ -133,6 +135,7 @@ def single(base: str, token: str, backend: str, clients: int, duration: float,
         t.join()
     seconds = time.perf_counter() - started
     return {"bench": "submit", "backend": backend, "measure": "single", "workers": workers,
+            "threads": int(os.environ.get("GRIDPILOT_MATCHER_THREADS", "1")),
             "clients": clients, "requests": sum(done), "seconds": round(seconds, 2),
             "submissions_per_s": round(sum(done) / seconds, 1), "errors": sum(errors)}
 
@@ -142,13 +145,18 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgresql,mariadb")
     parser.add_argument("--postgres-url", default=os.environ.get("GRIDPILOT_TEST_POSTGRES_URL"))
     parser.add_argument("--mariadb-url", default=os.environ.get("GRIDPILOT_TEST_MARIADB_URL"))
+    parser.add_argument("--database-prefix", default="gp_bench_submit",
+                        help="name of the fresh databases, before a random suffix")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1,
+                        help="requests each worker serves at once (matcher.threads)")
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--parametric", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--duration", type=float, default=10.0)
     args = parser.parse_args()
+    os.environ["GRIDPILOT_MATCHER_THREADS"] = str(args.threads)  # the server's environment
     token = issue_token(SECRET, subject="bench", role="user", vo="lhcb", group="lhcb_user",
                         lifetime=3600)
     bulk_json = json.dumps([{"executable": "/bin/true", "arguments": [str(i)]}
@@ -158,7 +166,8 @@ def main() -> None:
     urls = {"postgresql": args.postgres_url, "mariadb": args.mariadb_url}
     for backend in args.backends.split(","):
         with tempfile.TemporaryDirectory(prefix="gp-bench-submit-") as tmp, \
-                fresh_database(backend, urls.get(backend), Path(tmp)) as url, \
+                fresh_database(backend, urls.get(backend), Path(tmp),
+                               args.database_prefix) as url, \
                 matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", Path(tmp),
                                workers=args.workers) as base:
             post(base, token, SINGLE_JDL, "text/plain")  # warm up

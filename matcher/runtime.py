@@ -50,6 +50,8 @@ class Runtime:
     _health: tuple[int, HealthProbe] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _store: SandboxStore | None = None
+    #: The process's random draws (queue keys), seeded afresh in each forked worker.
+    _rng: tuple[int, random.Random] | None = None
 
     def sandbox_store(self) -> SandboxStore:
         """Where sandbox bytes are kept ([sandboxes] settings), opened on first use."""
@@ -118,7 +120,12 @@ class Runtime:
         return cached[1]
 
     def chain_context(self, now: datetime) -> ChainContext:
-        return ChainContext(self.settings, self.resources(), now, random.Random())
+        # One generator per process: seeding a new one from the OS costs more than the rest of
+        # a small submission's chain; a worker forked with its parent's would repeat its draws.
+        pid = os.getpid()
+        if self._rng is None or self._rng[0] != pid:
+            self._rng = (pid, random.Random())
+        return ChainContext(self.settings, self.resources(), now, self._rng[1])
 
 
 def runtime_of(app: Flask) -> Runtime:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,11 +32,21 @@ from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason, serves_vo
+from taskqueue.bulk import insert_rows
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
 from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
-from taskqueue.queues import WAITING_MINOR_STATUS, QueueEntry, enqueue_jobs
+from taskqueue.models import tq_jobs_table
+from taskqueue.queues import (
+    WAITING_MINOR_STATUS,
+    QueueEntry,
+    enqueue_jobs,
+    finish_queues,
+    lock_planned,
+    plan_queues,
+    refill_of,
+)
 from taskqueue.resources import Resource
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
@@ -102,6 +113,26 @@ def stored_description(text: str, fmt: str, bulk_index: int | None) -> JobDescri
     return jobs[0] if len(jobs) == 1 else jobs[bulk_index or 0]
 
 
+#: JDL texts of one job each, parsed: the same description is often submitted again and again
+#: (a user's jobs differ by their sandbox, a production's by its arguments). Bounded; the
+#: oldest entry goes first. Parametric texts are not kept (their jobs can be many).
+_ALONE: dict[str, list[JobDescription]] = {}
+_ALONE_SIZE = 256
+_ALONE_LOCK = threading.Lock()
+
+
+def _parsed_alone(text: str) -> list[JobDescription]:
+    jobs = _ALONE.get(text)
+    if jobs is None:
+        jobs = parse_jdl(text)
+        if len(jobs) == 1 and jobs[0].parameter is None:
+            with _ALONE_LOCK:  # a threaded worker's requests share the cache
+                if len(_ALONE) >= _ALONE_SIZE:
+                    _ALONE.pop(next(iter(_ALONE)), None)
+                _ALONE[text] = jobs
+    return list(jobs)
+
+
 def submissions_from_text(text: str, fmt: str) -> list[Submission]:
     """Parse a submitted text into the jobs to store (sanity happens here, before storing).
 
@@ -109,7 +140,7 @@ def submissions_from_text(text: str, fmt: str) -> list[Submission]:
     keeping its place in the list as ``bulk_index``; the jobs of a parametric description
     share its text, each with its place among them (:func:`stored_description`)."""
     if fmt != "json":
-        jobs = parse_description(text, fmt)
+        jobs = _parsed_alone(text) if fmt == "jdl" else parse_description(text, fmt)
         if len(jobs) == 1 and jobs[0].parameter is None:
             return [Submission(text, fmt, None, jobs[0])]
         return [Submission(text, fmt, i, job) for i, job in enumerate(jobs)]
@@ -135,34 +166,63 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
     The chain's steps need no job id, so they run first, in memory; each job is then stored
     directly in its outcome (Waiting, or Failed with the reason), its history (Received,
     Checking, the outcome) written in the same pass: a bulk costs a few statements whatever
-    its size, not a status change per step."""
+    its size, not a status change per step. The queues of the waiting jobs are locked and
+    their statistics updated before the jobs are stored, so that the jobs' queue rows go in
+    with them; on PostgreSQL, when they all go to one active queue, the one statement that
+    stores them does that too (a single job: that statement and COMMIT)."""
     work = [(i, identity, s.description) for i, s in enumerate(submissions)]
     decided = _decide(session, work, ctx)
     checking = Passage(JobStatus.CHECKING, "Job sanity", SOURCE)
+    waiting = [checking, Passage(JobStatus.WAITING, WAITING_MINOR_STATUS, SOURCE)]
     outcomes: list[list[Passage]] = []
-    for i in range(len(submissions)):
+    queued: list[tuple[int, JobRequirements, int]] = []  # (place, requirements, priority)
+    new: list[NewJob] = []
+    basic: dict[tuple[int, int, int, str, str | None], JobRequirements] = {}
+    for i, s in enumerate(submissions):
         outcome = decided[i]
+        desc = s.description
+        pool = None
         if isinstance(outcome, str):
             outcomes.append([checking, Passage(JobStatus.FAILED, outcome[:255], SOURCE)])
         else:
-            outcomes.append([checking, Passage(JobStatus.WAITING, WAITING_MINOR_STATUS,
-                                               SOURCE)])
-    new = [NewJob(s.text, _basic_requirements(identity, s.description),
-                  s.description.priority, s.format, s.bulk_index, s.description.job_name,
-                  s.description.job_group) for s in submissions]
-    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes)
+            outcomes.append(waiting)
+            queued.append((i, outcome, desc.priority))
+            pool = outcome.submit_pool  # a job's pool is its queue's pool
+        # What the jobs table records of a job (the chain's pool for a waiting one): one
+        # object per distinct set of values, not one per job.
+        key = (desc.cpu_time, desc.processors, desc.memory, desc.job_type, pool)
+        requirements = basic.get(key)
+        if requirements is None:
+            requirements = basic[key] = _basic_requirements(identity, desc, pool)
+        new.append(NewJob(s.text, requirements, desc.priority, s.format, s.bulk_index,
+                          desc.job_name, desc.job_group))
+    digests, batch = plan_queues([(r, p) for _, r, p in queued], ctx.settings)
+    refill = refill_of(batch) if session.get_bind().dialect.name == "postgresql" else None
+    plan = None
+    if queued and refill is None:
+        plan = lock_planned(session, digests, batch, now=ctx.now, rng=ctx.rng)
+    queue_ids = plan.queue_ids if plan is not None else [0] * len(queued)
+    places: list[tuple[int, int] | None] = [None] * len(submissions)
+    for (i, _, priority), tq_id in zip(queued, queue_ids, strict=True):
+        places[i] = (tq_id, -priority)
+    # PostgreSQL, one queue: the statement that stores the jobs folds them into it too.
+    ids = add_jobs(session, new, now=ctx.now, outcomes=outcomes, queues=places,
+                   refill=refill)
+    if refill is not None and refill.tq_id is None:
+        # The queue is to be created or reactivated: locked now, the jobs' rows after.
+        plan = lock_planned(session, digests, batch, now=ctx.now, rng=ctx.rng)
+        insert_rows(session.connection(), tq_jobs_table, [
+            {"job_id": ids[i], "tq_id": tq_id, "rank": -priority}
+            for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True)])
+    if plan is not None:
+        finish_queues(session, ctx.settings, plan)
     result = ChainResult(stored=list(ids))
-    entries: list[QueueEntry] = []
     for i, job_id in enumerate(ids):
         outcome = decided[i]
         if isinstance(outcome, str):
             result.failed[job_id] = outcome
         else:
-            entries.append(QueueEntry(job_id, outcome, submissions[i].description.priority))
-    if entries:
-        enqueue_jobs(session, entries, ctx.settings, now=ctx.now, rng=ctx.rng,
-                     from_status=None, source=SOURCE)
-        result.waiting = [e.job_id for e in entries]
+            result.waiting.append(job_id)
     return result
 
 
@@ -172,15 +232,25 @@ def _decide(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription
     with, or why it failed."""
     pools = _requirements_step(session, jobs, ctx)
     out: dict[int, JobRequirements | str] = {}
+    # The jobs of a bulk mostly share their scheduling fields: each distinct set is decided
+    # once (the arguments, names and environment that make the jobs differ play no part).
+    seen: dict[tuple[Any, ...], JobRequirements | str] = {}
     for key, identity, desc in jobs:
         outcome = pools.get(key)
         if isinstance(outcome, str):
             out[key] = outcome
             continue
-        try:
-            out[key] = _scheduling_step(identity, desc, outcome)
-        except JobDescriptionError as exc:
-            out[key] = f"Scheduling: {exc.message}"
+        fields = (identity, outcome, desc.requirements_expression, desc.cpu_time,
+                  desc.processors, desc.memory, desc.job_type, desc.sites, desc.banned_sites,
+                  desc.platforms, desc.tags, desc.ces)
+        decided = seen.get(fields)
+        if decided is None:
+            try:
+                decided = _scheduling_step(identity, desc, outcome)
+            except JobDescriptionError as exc:
+                decided = f"Scheduling: {exc.message}"
+            seen[fields] = decided
+        out[key] = decided
     return out
 
 
@@ -322,12 +392,14 @@ def _scheduling_step(identity: Identity, desc: JobDescription,
     )
 
 
-def _basic_requirements(identity: Identity, desc: JobDescription) -> JobRequirements:
-    """What the jobs table records of a job before the chain has run."""
+def _basic_requirements(identity: Identity, desc: JobDescription,
+                        submit_pool: str | None = None) -> JobRequirements:
+    """What the jobs table records of a job before the chain has run (and the SubmitPool the
+    chain gave it)."""
     return JobRequirements(vo=identity.vo, owner=identity.owner,
                            owner_group=identity.owner_group, cpu_time=desc.cpu_time,
                            processors=desc.processors, memory=desc.memory,
-                           job_type=desc.job_type)
+                           job_type=desc.job_type, submit_pool=submit_pool)
 
 
 def _fail(session: Session, reasons: Mapping[int, str], current: JobStatus,

@@ -410,11 +410,21 @@ def _labels(raw: Raw, name: str) -> list[str]:
     return list(values)
 
 
+#: Arguments that shlex would split at whitespace alone, and the whitespace it splits at.
+_PLAIN_WORDS = re.compile(r"[^'\"\\]*\Z")
+_SHLEX_SPACE = re.compile(r"[ \t\r\n]+")
+
+
 def _arguments(raw: Raw) -> tuple[str, ...]:
     if "Arguments" not in raw:
         return ()
     label, value = raw["Arguments"]
     if isinstance(value, str):
+        if _PLAIN_WORDS.match(value):
+            # No quote and no backslash: shlex would only split at its whitespace, and a
+            # parametric bulk splits one argument string per job (shlex reads a character
+            # at a time in Python).
+            return tuple(word for word in _SHLEX_SPACE.split(value) if word)
         try:
             return tuple(shlex.split(value))
         except ValueError as exc:

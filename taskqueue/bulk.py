@@ -60,6 +60,11 @@ def insert_rows_returning_ids(conn: Connection, table: Table,
         # Rows are inserted in array order, so the sequence hands out ascending ids in that
         # order (other inserters' ids may interleave, never reorder ours).
         return sorted(conn.execute(_unnest_insert(table, rows).returning(table.c.id)).scalars())
+    if conn.dialect.name == "sqlite":
+        # SQLAlchemy cannot promise SQLite's RETURNING order, so asked for it, it inserts a row
+        # per statement. The transaction holds the database's only write lock and rowids are
+        # handed out in VALUES order, so ascending ids are the rows' order (as on PostgreSQL).
+        return sorted(conn.execute(insert(table).returning(table.c.id), list(rows)).scalars())
     result = conn.execute(
         insert(table).returning(table.c.id, sort_by_parameter_order=True), list(rows))
     return list(result.scalars())

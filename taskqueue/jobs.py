@@ -32,7 +32,15 @@ from sqlalchemy.orm import Session
 from taskqueue.bulk import in_ids, insert_rows, insert_rows_returning_ids
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
-from taskqueue.models import Job, JobStatusHistory, UTCDateTime, history_table, jobs_table
+from taskqueue.models import (
+    Job,
+    JobStatusHistory,
+    UTCDateTime,
+    history_table,
+    jobs_table,
+    tq_jobs_table,
+)
+from taskqueue.newjobs import QueueRefill, insert_new_jobs
 from taskqueue.states import JobStatus, is_allowed
 
 
@@ -60,27 +68,36 @@ class Passage:
 
 def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
              source: str = "submit",
-             outcomes: Sequence[Sequence[Passage]] | None = None) -> list[int]:
+             outcomes: Sequence[Sequence[Passage]] | None = None,
+             queues: Sequence[tuple[int, int] | None] | None = None,
+             refill: QueueRefill | None = None) -> list[int]:
     """Store new jobs with status Received; return their ids in the order given.
 
     ``outcomes`` (one per job): the statuses each job went through after Received before it is
     stored, decided in memory (the optimizer chain at submission); the job is stored in the
-    last of them, and its whole history, Received first, goes in with one statement."""
+    last of them, and its whole history, Received first, goes in with one statement.
+    ``queues`` (one per job): the (task queue, rank) of its ``task_queue_jobs`` row, or None
+    for a job that waits in none; the queues must be locked already
+    (:func:`taskqueue.queues.reserve_queues`). On PostgreSQL the jobs, their history and their
+    queue rows go in with one statement (:mod:`taskqueue.newjobs`), which with ``refill``
+    (PostgreSQL only) also folds the jobs into their one queue's statistics."""
     if not jobs:
         return []
-    if outcomes is not None:
-        moves = {(before, after) for passages in outcomes
-                 for before, after in zip([JobStatus.RECEIVED, *(p.status for p in passages)],
-                                          [p.status for p in passages], strict=False)}
-        for before, after in sorted(moves):
-            if not is_allowed(before, after):
-                raise IllegalTransitionError(f"a job cannot go from {before} to {after}")
+    # The jobs of a bulk share a few outcome lists: each distinct one is read once.
+    distinct = {id(p): p for p in outcomes}.values() if outcomes is not None else ()
+    moves = {(before, after) for passages in distinct
+             for before, after in zip([JobStatus.RECEIVED, *(p.status for p in passages)],
+                                      [p.status for p in passages], strict=False)}
+    for before, after in sorted(moves):
+        if not is_allowed(before, after):
+            raise IllegalTransitionError(f"a job cannot go from {before} to {after}")
+    received = JobStatus.RECEIVED.value
     rows = [
         {
             "vo": j.requirements.vo,
             "owner": j.requirements.owner,
             "owner_group": j.requirements.owner_group,
-            "status": JobStatus.RECEIVED.value,
+            "status": received,
             "minor_status": "Job accepted",
             "description": j.description,
             "description_format": j.description_format,
@@ -99,25 +116,50 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
         for j in jobs
     ]
     if outcomes is not None:
+        last: dict[int, tuple[str, str, datetime | None]] = {
+            id(p): (p[-1].status.value, p[-1].minor_status,
+                    now if p[-1].status == JobStatus.FAILED else None)
+            for p in distinct if p}
         for row, passages in zip(rows, outcomes, strict=True):
             row["ended_at"] = None
             if passages:
-                row["status"] = passages[-1].status.value
-                row["minor_status"] = passages[-1].minor_status
-                if passages[-1].status == JobStatus.FAILED:
-                    row["ended_at"] = now
-    ids = insert_rows_returning_ids(session.connection(), jobs_table, rows)
-    history = [{"job_id": jid, "at": now, "status": JobStatus.RECEIVED.value,
-                "minor_status": "Job accepted", "source": source} for jid in ids]
-    if outcomes is not None:
-        # Row by row in status order, so each job's history reads in order by id.
-        depth = max((len(p) for p in outcomes), default=0)
-        history += [{"job_id": jid, "at": now, "status": passages[k].status.value,
-                     "minor_status": passages[k].minor_status, "source": passages[k].source}
-                    for k in range(depth)
-                    for jid, passages in zip(ids, outcomes, strict=True) if k < len(passages)]
-    insert_rows(session.connection(), history_table, history)
+                row["status"], row["minor_status"], row["ended_at"] = last[id(passages)]
+    conn = session.connection()
+    if conn.dialect.name == "postgresql":
+        return insert_new_jobs(conn, rows, now=now, histories=_histories(
+            len(rows), outcomes, source), queues=queues, refill=refill)
+    if refill is not None:
+        raise ValueError("a queue refill with the jobs is for PostgreSQL only")
+    ids = insert_rows_returning_ids(conn, jobs_table, rows)
+    history = [{"job_id": ids[i], "at": now, "status": status, "minor_status": minor,
+                "source": by} for i, status, minor, by in _histories(len(ids), outcomes, source)]
+    insert_rows(conn, history_table, history)
+    if queues is not None:
+        insert_rows(conn, tq_jobs_table, [
+            {"job_id": jid, "tq_id": place[0], "rank": place[1]}
+            for jid, place in zip(ids, queues, strict=True) if place is not None])
     return ids
+
+
+def _histories(count: int, outcomes: Sequence[Sequence[Passage]] | None, source: str
+               ) -> list[tuple[int, str, str, str]]:
+    """The history rows of ``count`` new jobs as (job's place, status, minor status, source),
+    in the order they are to get their ids: every job's Received, then each later passage
+    row by row in status order, so that each job's history reads in order by id."""
+    received = JobStatus.RECEIVED.value
+    out = [(i, received, "Job accepted", source) for i in range(count)]
+    if outcomes is not None:
+        depth = max((len(p) for p in outcomes), default=0)
+        for k in range(depth):
+            shown: dict[int, tuple[str, str, str]] = {}  # per distinct outcome list
+            for i, passages in enumerate(outcomes):
+                if k < len(passages):
+                    row = shown.get(id(passages))
+                    if row is None:
+                        p = passages[k]
+                        row = shown[id(passages)] = (p.status.value, p.minor_status, p.source)
+                    out.append((i, *row))
+    return out
 
 
 def apply_transition(session: Session, job_ids: Sequence[int], current: JobStatus,

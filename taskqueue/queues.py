@@ -2,10 +2,12 @@
 
 Locking protocol shared with taskqueue.matching, which keeps "an inactive queue has no waiting
 job" true under concurrency (and so every "no match" answer true): an inserter locks the rows of
-the queues it fills (SELECT ... FOR UPDATE, in id order) before adding jobs, and holds them until
-it commits; a claimer marks a queue inactive only while it holds that row's lock and sees no job
-left. Either the claimer waits its turn and then sees the new jobs, or it finds the row locked and
-leaves the flag alone.
+the queues it fills (SELECT ... FOR UPDATE, in id order; for a single active queue, the UPDATE
+that folds the new jobs into its statistics, guarded by ``active = 1``) before adding jobs, or in
+the same statement as it adds them (PostgreSQL), and holds them until it commits; a claimer
+marks a queue inactive only while it holds that row's lock and sees no job left. Either the
+claimer waits its turn and then sees the new jobs, or it finds the row locked and leaves the flag
+alone.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from taskqueue.models import (
     tq_sites_table,
     tq_tags_table,
 )
+from taskqueue.newjobs import QueueRefill
 from taskqueue.settings import Settings
 from taskqueue.shares import recompute_priorities, virtual_time
 from taskqueue.states import JobStatus
@@ -76,19 +79,11 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
     """
     if not entries:
         return {}
-    rng = rng or random.Random()
-    digests: dict[int, str] = {}
-    batch: dict[str, _Batch] = {}
-    known: dict[TaskQueueDefinition, str] = {}
-    for e in entries:
-        d = TaskQueueDefinition.for_job(e.requirements, settings)
-        digest = known.get(d) or known.setdefault(d, d.digest())
-        digests[e.job_id] = digest
-        batch.setdefault(digest, _Batch(d)).add(e.user_priority)
-    tq_ids, created = _lock_queues(session, batch, now, rng)
+    plan = reserve_queues(session, [(e.requirements, e.user_priority) for e in entries],
+                          settings, now=now, rng=rng)
     insert_rows(session.connection(), tq_jobs_table, [
-        {"job_id": e.job_id, "tq_id": tq_ids[digests[e.job_id]], "rank": -e.user_priority}
-        for e in entries
+        {"job_id": e.job_id, "tq_id": tq_id, "rank": -e.user_priority}
+        for e, tq_id in zip(entries, plan.queue_ids, strict=True)
     ])
     if from_status is not None:
         apply_transition(session, [e.job_id for e in entries], from_status, JobStatus.WAITING,
@@ -102,12 +97,75 @@ def enqueue_jobs(session: Session, entries: Sequence[QueueEntry], settings: Sett
         session.connection().execute(
             update(jobs_table).where(in_ids(jobs_table.c.id, pool_jobs, dialect))
             .values(submit_pool=pool))
-    if created:
-        recompute_priorities(session, settings, {(batch[d].definition.vo,
-                                                  batch[d].definition.owner_group)
-                                                 for d in created},
-                             only={tq_ids[d] for d in created})
-    return {job_id: tq_ids[digest] for job_id, digest in digests.items()}
+    finish_queues(session, settings, plan)
+    return {e.job_id: tq_id for e, tq_id in zip(entries, plan.queue_ids, strict=True)}
+
+
+@dataclass(frozen=True)
+class QueuePlan:
+    """The queues jobs about to be inserted go to, locked and with the jobs counted in their
+    statistics (:func:`reserve_queues`); the jobs' ``task_queue_jobs`` rows are the caller's
+    to write, then :func:`finish_queues`."""
+
+    #: The queue of each job, in the order given.
+    queue_ids: list[int]
+    batch: dict[str, _Batch]
+    ids: dict[str, int]
+    created: list[str]
+
+
+def reserve_queues(session: Session, jobs: Sequence[tuple[JobRequirements, int]],
+                   settings: Settings, *, now: datetime, rng: random.Random | None = None
+                   ) -> QueuePlan:
+    """Get, lock (until commit), activate or create the queues of ``jobs`` ((requirements,
+    user priority) pairs) and fold the jobs into their statistics, before the jobs themselves
+    are written: a submission can then store its jobs, their history and their queue rows in
+    one statement."""
+    digests, batch = plan_queues(jobs, settings)
+    return lock_planned(session, digests, batch, now=now, rng=rng)
+
+
+def plan_queues(jobs: Sequence[tuple[JobRequirements, int]], settings: Settings
+                ) -> tuple[list[str], dict[str, _Batch]]:
+    """The digest of each job's queue, and the jobs each queue gets (nothing read or locked)."""
+    digests: list[str] = []
+    batch: dict[str, _Batch] = {}
+    known: dict[JobRequirements, str] = {}
+    definitions: dict[TaskQueueDefinition, str] = {}
+    for requirements, priority in jobs:
+        digest = known.get(requirements)
+        if digest is None:
+            d = TaskQueueDefinition.for_job(requirements, settings)
+            digest = definitions.get(d) or definitions.setdefault(d, d.digest())
+            known[requirements] = digest
+            batch.setdefault(digest, _Batch(d))
+        digests.append(digest)
+        batch[digest].add(priority)
+    return digests, batch
+
+
+def lock_planned(session: Session, digests: list[str], batch: dict[str, _Batch], *,
+                 now: datetime, rng: random.Random | None = None) -> QueuePlan:
+    """:func:`reserve_queues` for jobs already planned with :func:`plan_queues`."""
+    tq_ids, created = _lock_queues(session, batch, now, rng or random.Random())
+    return QueuePlan([tq_ids[d] for d in digests], batch, tq_ids, created)
+
+
+def refill_of(batch: dict[str, _Batch]) -> QueueRefill | None:
+    """The refill of a batch that goes to one queue, or None."""
+    if len(batch) != 1:
+        return None
+    ((digest, b),) = batch.items()
+    return QueueRefill(digest, b.count, b.priority_sum)
+
+
+def finish_queues(session: Session, settings: Settings, plan: QueuePlan) -> None:
+    """Give the queues the plan created their fair-share priority."""
+    if plan.created:
+        recompute_priorities(session, settings, {(plan.batch[d].definition.vo,
+                                                  plan.batch[d].definition.owner_group)
+                                                 for d in plan.created},
+                             only={plan.ids[d] for d in plan.created})
 
 
 @dataclass
@@ -131,6 +189,21 @@ def _lock_queues(session: Session, batch: dict[str, _Batch], now: datetime,
     ids: dict[str, int] = {}
     created: list[str] = []
     pending = set(batch)
+    if len(pending) == 1:
+        # The usual case, one queue already active: its row is locked and its statistics
+        # folded in by one UPDATE (the arithmetic below, in the same order, in SQL).
+        (digest,) = pending
+        b = batch[digest]
+        params = {"b_digest": digest, "b_count": b.count, "b_sum": b.priority_sum}
+        if conn.dialect.name == "mysql":
+            # No UPDATE ... RETURNING: the id comes back as the statement's insert id.
+            result = conn.execute(_REFILL_ACTIVE_MYSQL, params)
+            if result.rowcount == 1 and result.lastrowid:
+                return {digest: int(result.lastrowid)}, []
+        else:
+            found = conn.execute(_REFILL_ACTIVE, params).scalar_one_or_none()
+            if found is not None:
+                return {digest: found}, []
     while pending:
         # Rows are locked in id order, as every inserter does, to keep deadlocks rare.
         rows = conn.execute(
@@ -175,6 +248,24 @@ _REFILL = (
             draw_key=bindparam("b_key"),
             draw_clock=func.coalesce(bindparam("b_clock", type_=Float), tq.draw_clock),
             active=1, emptied_at=None)
+)
+
+_REFILL_MEAN = ((tq.mean_job_priority * tq.jobs_inserted + bindparam("b_sum", type_=Float))
+                / (tq.jobs_inserted + bindparam("b_count")))
+_REFILL_ACTIVE = (
+    update(task_queues_table).where(tq.digest == bindparam("b_digest"), tq.active == 1)
+    .values(mean_job_priority=_REFILL_MEAN,
+            jobs_inserted=tq.jobs_inserted + bindparam("b_count"), emptied_at=None)
+    .returning(tq.id)
+)
+#: MariaDB: LAST_INSERT_ID(id) makes the row's id the insert id the server answers with. It
+#: assigns left to right, each assignment seeing the ones before: the mean goes first, while
+#: jobs_inserted still holds the old count.
+_REFILL_ACTIVE_MYSQL = (
+    update(task_queues_table).where(tq.digest == bindparam("b_digest"), tq.active == 1)
+    .ordered_values((tq.mean_job_priority, _REFILL_MEAN),
+                    (tq.jobs_inserted, tq.jobs_inserted + bindparam("b_count")),
+                    (tq.emptied_at, None), (tq.id, func.last_insert_id(tq.id)))
 )
 
 #: Queues created per INSERT statement (keeps SQLite under its bound-parameter limit).

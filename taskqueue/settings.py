@@ -119,6 +119,9 @@ class MatcherSettings:
     url: str = "http://127.0.0.1:8080"
     #: gunicorn worker processes; each holds its own database connections.
     workers: int = 2
+    #: Requests each worker serves at once (gunicorn's threaded worker when above 1): while
+    #: one request waits for the database (a durable commit), another can run.
+    threads: int = 1
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
     #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).
@@ -151,8 +154,8 @@ class MatcherSettings:
                 raise ConfigurationError(
                     f"matcher.metrics_allow: {item!r} is not an address or network such as "
                     "127.0.0.1 or 10.1.0.0/16") from exc
-        for name in ("workers", "timeout", "max_body_bytes", "max_jobs_per_match", "page_size",
-                     "max_page_size"):
+        for name in ("workers", "threads", "timeout", "max_body_bytes", "max_jobs_per_match",
+                     "page_size", "max_page_size"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"matcher.{name} must be at least 1, got {getattr(self, name)}")

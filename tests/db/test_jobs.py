@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 import pytest
 
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
-from taskqueue.jobs import apply_transition, job_history, set_job_status
+from taskqueue.jobs import NewJob, add_jobs, apply_transition, job_history, set_job_status
 from taskqueue.models import Job
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
@@ -78,3 +78,19 @@ def test_reschedule_goes_back_through_rescheduled(db: Database, settings: Settin
         job = s.get(Job, job_id)
         s.refresh(job)  # type: ignore[arg-type]
     assert job is not None and job.status == "Received" and job.reschedule_count == 1
+
+
+@pytest.mark.parametrize("count", [1, 3, 250])
+def test_add_jobs_returns_each_jobs_id_in_the_order_given(db: Database, now: datetime,
+                                                          count: int) -> None:
+    """The ids come back in the order of the jobs given, whatever order the database
+    returns the inserted rows in: each id holds the job given at its place."""
+    jobs = [NewJob(f'[Executable = "job{i}"]', requirements(), i % 7, "jdl", i)
+            for i in range(count)]
+    with db.factory.begin() as s:
+        ids = add_jobs(s, jobs, now=now)
+    with db.factory() as s:
+        stored = {j.id: (j.description, j.bulk_index, j.user_priority)
+                  for j in s.query(Job).filter(Job.id.in_(ids))}
+    assert [stored[i] for i in ids] == [(j.description, j.bulk_index, j.user_priority)
+                                        for j in jobs]
