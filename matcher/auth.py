@@ -21,7 +21,8 @@ from matcher.problems import Problem
 from taskqueue.tokens import ALGORITHM, CLAIM_LIMITS, ISSUER, ROLES, issue_token
 
 __all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "VERIFIED", "Principal",
-           "VerifiedTokens", "issue_token", "principal_from_header", "require_role", "require_scope"]
+           "VerifiedTokens", "issue_token", "principal_from_header", "require_role",
+           "require_scope"]
 
 USER, PILOT, OPERATOR = ROLES
 
