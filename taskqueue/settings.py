@@ -119,6 +119,11 @@ class MatcherSettings:
     url: str = "http://127.0.0.1:8080"
     #: gunicorn worker processes; each holds its own database connections.
     workers: int = 2
+    #: Threads per worker. 1: gunicorn's sync workers (one request at a time, a connection
+    #: closed after each answer). More: its gthread workers, which answer other pilots while
+    #: one request waits for the database and keep a pilot's connection open between its
+    #: requests (no TCP connect and close for each one).
+    threads: int = 1
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
     #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).
@@ -151,8 +156,8 @@ class MatcherSettings:
                 raise ConfigurationError(
                     f"matcher.metrics_allow: {item!r} is not an address or network such as "
                     "127.0.0.1 or 10.1.0.0/16") from exc
-        for name in ("workers", "timeout", "max_body_bytes", "max_jobs_per_match", "page_size",
-                     "max_page_size"):
+        for name in ("workers", "threads", "timeout", "max_body_bytes", "max_jobs_per_match",
+                     "page_size", "max_page_size"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"matcher.{name} must be at least 1, got {getattr(self, name)}")
