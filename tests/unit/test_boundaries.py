@@ -18,7 +18,7 @@ ALLOWED: dict[str, set[str]] = {
     "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore"},
     "optimizers": {"optimizers", "taskqueue", "classad2"},
     "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt",
-                "prometheus_client"},
+                "prometheus_client", "orjson"},
     "pilot": {"pilot", "requests"},
     # The user's side: the wire format is the only part of the pilot package it may use.
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
