@@ -36,6 +36,7 @@ def gunicorn_options(settings: Settings, *, bind: str | None = None,
     return {
         "bind": bind or m.bind,
         "workers": workers or m.workers,
+        "worker_class": "gthread" if m.threads > 1 else "sync",
         "threads": m.threads,
         "timeout": m.timeout,
         "graceful_timeout": m.timeout,

@@ -9,7 +9,7 @@ the one pilot reference it may speak for.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -20,8 +20,9 @@ from matcher.idp import IdentityProviders
 from matcher.problems import Problem
 from taskqueue.tokens import ALGORITHM, CLAIM_LIMITS, ISSUER, ROLES, issue_token
 
-__all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "Principal",
-           "issue_token", "principal_from_header", "require_role", "require_scope"]
+__all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "VERIFIED", "Principal",
+           "VerifiedTokens", "issue_token", "principal_from_header", "require_role",
+           "require_scope"]
 
 USER, PILOT, OPERATOR = ROLES
 
@@ -58,9 +59,9 @@ def principal_from_header(header: str | None, secret: str,
     if scheme.lower() != "bearer" or not token.strip():
         raise Problem(401, "the Authorization header must be 'Bearer <token>'")
     token = token.strip()
-    known = _verified.get((token, secret))
-    if known is not None and known[0] > time.time():
-        return known[1]
+    known = VERIFIED.get(token, secret)
+    if known is not None:
+        return known
     if providers and _issuer_of(token) not in (None, ISSUER):
         return _provider_principal(token, providers)
     try:
@@ -71,16 +72,60 @@ def principal_from_header(header: str | None, secret: str,
     except jwt.InvalidTokenError as exc:
         raise Problem(401, f"the token is not valid: {exc}") from exc
     principal = replace(_principal(claims), expires_at=float(claims["exp"]))
-    if len(_verified) >= _VERIFIED_MAX:
-        _verified.clear()
-    _verified[(token, secret)] = (float(claims["exp"]), principal)
+    VERIFIED.put(token, secret, principal)
     return principal
 
 
-#: Tokens already verified, with their expiry: a pilot sends the same token with every
-#: request, and checking its signature again would cost more than the rest of a match.
-_verified: dict[tuple[str, str], tuple[float, Principal]] = {}
-_VERIFIED_MAX = 10_000
+class VerifiedTokens:
+    """This service's own tokens verified already, by token and secret: a pilot sends the
+    same token with every request, and checking its signature and claims again would cost
+    more than the rest of the request.
+
+    An entry answers only while its token has not expired and for at most ``ttl`` seconds
+    after it was verified, whichever ends first; then the token is verified again from
+    scratch. A token the verifier accepted once stays acceptable until its ``exp`` (the
+    checks of a signed token's other claims give the same answer later), so the cache never
+    accepts a token the verifier would refuse; the short ``ttl`` bounds how long a changed
+    rule of verification would take to reach a token already seen. At most ``size`` tokens
+    are kept: a new one pushes out the oldest."""
+
+    def __init__(self, ttl: float = 60.0, size: int = 10_000,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.ttl = ttl
+        self.size = size
+        self._clock = clock
+        self._entries: dict[tuple[str, str], tuple[float, Principal]] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, token: str, secret: str) -> Principal | None:
+        """The principal of ``token`` verified with ``secret``, if it still may be used."""
+        known = self._entries.get((token, secret))
+        if known is None:
+            return None
+        if known[0] > self._clock():
+            return known[1]
+        self._entries.pop((token, secret), None)
+        return None
+
+    def put(self, token: str, secret: str, principal: Principal) -> None:
+        """Keep ``principal``, just verified from ``token`` (its ``expires_at`` set)."""
+        assert principal.expires_at is not None
+        # The verifier reads exp as an integer (a token is expired from that second on).
+        until = min(float(int(principal.expires_at)), self._clock() + self.ttl)
+        entries = self._entries
+        entries.pop((token, secret), None)
+        while len(entries) >= self.size:
+            try:
+                del entries[next(iter(entries))]  # the oldest
+            except (StopIteration, KeyError, RuntimeError):  # emptied by another thread
+                break
+        entries[(token, secret)] = (until, principal)
+
+
+#: The process's verified tokens.
+VERIFIED = VerifiedTokens()
 
 
 def _issuer_of(token: str) -> str | None:

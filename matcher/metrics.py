@@ -45,6 +45,8 @@ HELP: dict[str, tuple[str, str]] = {
 _KINDS = ("counter", "histogram")
 
 _ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: Most series a process keeps at hand (more are still counted, each looked up again).
+_SERIES_MAX = 4096
 #: The folder this process's metric values are written to now (prometheus_client keeps one).
 _current_dir: str | None = None
 
@@ -81,7 +83,19 @@ class Metrics:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self._metrics: dict[str, Counter | Histogram] = {}
+        #: The series already used, by name and label values: prometheus_client's labels()
+        #: costs more than the increment itself, and every request counts a few series.
+        self._series: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = {}
         _write_to(directory)
+
+    def _child(self, name: str, labels: Mapping[str, str], kind: str) -> Any:
+        key = (name, tuple(labels.items()))
+        child = self._series.get(key)
+        if child is None:
+            child = self._metric(name, labels, kind)
+            if len(self._series) < _SERIES_MAX:  # labels come from a small, fixed set
+                self._series[key] = child
+        return child
 
     def _metric(self, name: str, labels: Mapping[str, str], kind: str) -> Any:
         metric = self._metrics.get(name)
@@ -97,11 +111,11 @@ class Metrics:
 
     def inc(self, name: str, labels: Mapping[str, str], amount: float = 1.0) -> None:
         _write_to(self.directory)
-        self._metric(name, labels, "counter").inc(amount)
+        self._child(name, labels, "counter").inc(amount)
 
     def observe(self, name: str, labels: Mapping[str, str], value: float) -> None:
         _write_to(self.directory)
-        self._metric(name, labels, "histogram").observe(value)
+        self._child(name, labels, "histogram").observe(value)
 
     def flush(self, *, force: bool = False) -> None:
         """Values are in the shared files as soon as they change: nothing to do."""

@@ -3,6 +3,7 @@ reason out), heartbeats, status reports, their SubmitPools, and their own regist
 
 from __future__ import annotations
 
+import hashlib
 import random
 from dataclasses import replace
 from typing import Any
@@ -17,7 +18,7 @@ from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
-from optimizers.description import JobDescriptionError
+from optimizers.description import JobDescription, JobDescriptionError
 from pilot import protocol
 from pilot.protocol import JobPayload
 from taskqueue.database import Session
@@ -99,7 +100,7 @@ def match(call: Call) -> dict[str, Any]:
 def payload(job: Any) -> JobPayload:
     """What a pilot needs to run ``job``, from its stored description."""
     try:
-        desc = stored_description(job.description, job.description_format, job.bulk_index)
+        desc = DESCRIPTIONS.get(job.description, job.description_format, job.bulk_index)
     except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
         raise Problem(500, f"job {job.id}'s stored description cannot be read: {exc}") from exc
     return JobPayload(
@@ -111,6 +112,46 @@ def payload(job: Any) -> JobPayload:
         stdout=desc.stdout, stderr=desc.stderr, job_name=desc.job_name,
         description=job.description, description_format=job.description_format,
         extra=dict(desc.extra))
+
+
+class Descriptions:
+    """The descriptions of the jobs handed out lately, read from their stored text, by a
+    digest of that text, its format and the job's place in it.
+
+    The jobs of one bulk submission (a parametric description, a list of JSON jobs) share
+    their text, and reading it again for each job (a ClassAd parse of the whole text) costs
+    more than the rest of a match answer. Per process, bounded: at most ``size`` entries, a
+    new one pushing out the oldest. An entry never goes stale: a job's stored text is never
+    changed, and the same text always reads the same. The digest (BLAKE2b, 128 bits) keeps
+    long texts out of memory; two texts with one digest do not occur in practice."""
+
+    def __init__(self, size: int = 2048) -> None:
+        self.size = size
+        self._entries: dict[tuple[bytes, str, int | None], JobDescription] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, text: str, fmt: str, bulk_index: int | None) -> JobDescription:
+        """Job ``bulk_index`` of ``text`` (optimizers.chain.stored_description, which raises
+        JobDescriptionError or IndexError; a failure is not kept)."""
+        key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
+                               digest_size=16).digest(), fmt, bulk_index)
+        desc = self._entries.get(key)
+        if desc is None:
+            desc = stored_description(text, fmt, bulk_index)
+            entries = self._entries
+            while len(entries) >= self.size:
+                try:
+                    del entries[next(iter(entries))]  # the oldest
+                except (StopIteration, KeyError, RuntimeError):  # emptied by another thread
+                    break
+            entries[key] = desc
+        return desc
+
+
+#: The process's descriptions read for match answers.
+DESCRIPTIONS = Descriptions()
 
 
 @endpoint(bp, "POST", protocol.HEARTBEAT_PATH.removeprefix("/pilots"), tag="pilots",

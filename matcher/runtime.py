@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TypeVar
 
 from flask import Flask
-from sqlalchemy.engine import make_url
 
 from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
@@ -28,7 +27,7 @@ from taskqueue.database import (
     run_in_transaction,
 )
 from taskqueue.health import HealthProbe
-from taskqueue.pilotmatch import SERVER_CLAIMS, MatchDatabase
+from taskqueue.pilotmatch import MatchDatabase, open_match_database
 from taskqueue.sandboxstore import SandboxStore, open_store
 from taskqueue.settings import Settings
 
@@ -76,10 +75,7 @@ class Runtime:
         if cached is None or cached[0] != os.getpid():
             sessions = self.session_factory()
             with self._lock:
-                autocommit = None
-                if make_url(self.settings.database.url).get_backend_name() in SERVER_CLAIMS:
-                    autocommit = engine_for(self.settings.database, autocommit=True)
-                cached = (os.getpid(), MatchDatabase(sessions, autocommit))
+                cached = (os.getpid(), open_match_database(self.settings.database, sessions))
                 self._match_db = cached
         return cached[1]
 

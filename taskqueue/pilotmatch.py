@@ -22,16 +22,18 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sqlalchemy import Engine
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
-from taskqueue.database import UNAVAILABLE, run_in_transaction
+from taskqueue.database import UNAVAILABLE, engine_for, run_in_transaction
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.jobs import jobs_for_pilot
 from taskqueue.limits import NO_MATCH_NO_JOB, NO_MATCH_SITE_BANNED, claim_for_pilot
 from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
 from taskqueue.resources import Resource
+from taskqueue.settings import DatabaseSettings
 
 
 class PilotJob(NamedTuple):
@@ -69,6 +71,16 @@ class MatchDatabase:
 
 #: Databases whose schema has the claim function.
 SERVER_CLAIMS = frozenset({"postgresql"})
+
+
+def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Session]
+                        ) -> MatchDatabase:
+    """The MatchDatabase of a process: its sessions, and where the database has a claim
+    function, an engine in autocommit for it (the ``[database]`` timeouts hold there too)."""
+    autocommit = None
+    if make_url(settings.url).get_backend_name() in SERVER_CLAIMS:
+        autocommit = engine_for(settings, autocommit=True)
+    return MatchDatabase(sessions, autocommit)
 
 _CALL = ("SELECT kind, job_id, tq_id, vo, owner, owner_group, job_type, description, "
          "description_format, bulk_index FROM gridpilot_claim("

@@ -119,8 +119,10 @@ class MatcherSettings:
     url: str = "http://127.0.0.1:8080"
     #: gunicorn worker processes; each holds its own database connections.
     workers: int = 2
-    #: Requests each worker serves at once (gunicorn's threaded worker when above 1): while
-    #: one request waits for the database (a durable commit), another can run.
+    #: Threads per worker. 1: gunicorn's sync workers (one request at a time, a connection
+    #: closed after each answer). More: its gthread workers, which answer other pilots while
+    #: one request waits for the database and keep a pilot's connection open between its
+    #: requests (no TCP connect and close for each one).
     threads: int = 1
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30

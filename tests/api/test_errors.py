@@ -389,6 +389,25 @@ def test_a_nul_character_is_refused(client: Api, operator_token: str, method: st
     assert_problem(response, 422, "NUL")
 
 
+@pytest.mark.parametrize("resource", [
+    {"vo": VO, "pilot_reference": PILOT_REF, "site": SITE, "note": {"deep": ["x", "a\u0000"]}},
+    {"vo": VO, "pilot_reference": PILOT_REF, "site": SITE, "no\u0000te": 1},
+], ids=["in a nested value", "in a key"])
+def test_a_nul_character_anywhere_in_a_match_body_is_refused(
+        client: Api, pilot_token: str, resource: dict[str, Any]) -> None:
+    response = client.call("POST", "/api/v1/pilots/match", pilot_token,
+                           json_body={"resource": resource})
+    assert_problem(response, 422, "NUL")
+
+
+def test_an_escaped_backslash_before_u0000_is_no_nul(client: Api, pilot_token: str) -> None:
+    """The text \\u0000 in JSON is a backslash followed by "u0000", not U+0000."""
+    response = client.call("POST", "/api/v1/pilots/match", pilot_token, json_body={
+        "resource": {"vo": VO, "pilot_reference": PILOT_REF, "site": SITE,
+                     "note": "\\u0000"}})
+    assert response.status_code == 200, response.get_data(as_text=True)
+
+
 def test_a_pilot_cannot_be_named_like_an_endpoint(client: Api, pilot_token: str) -> None:
     response = client.call("PUT", "/api/v1/pilots/match", pilot_token,
                            json_body={"site": SITE, "ce": "ce", "queue": "q",
