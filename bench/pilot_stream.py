@@ -733,11 +733,16 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             counter["statements"] += 1
             counter["commits"] += 1
             if first_claim is not None:
-                first_claim.append("SELECT ... FROM gridpilot_claim(...) (autocommit)")
+                first_claim.append("SELECT ... FROM gridpilot_claim(...) (autocommit)"
+                                   if autocommit.dialect.name == "postgresql"
+                                   else "CALL gridpilot_claim(...)")
 
-        with autocommit.connect() as conn:
-            result.backend_pids.append(
-                int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+        with autocommit.connect() as conn:  # open before the clock starts
+            if autocommit.dialect.name == "postgresql":
+                result.backend_pids.append(
+                    int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+            else:
+                conn.execute(text("SELECT 1"))
     with engine.connect() as conn:  # the pooled connection, open before the clock starts
         if engine.dialect.name == "postgresql":
             result.backend_pids.append(
