@@ -221,8 +221,7 @@ def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     A CALL answers with the procedure's result set and then a status of its own: every
     result set is read before the connection goes back to the pool, which does not reset it,
     so that the next call on it does not find an unread answer."""
-    import pymysql
-
+    driver = engine.dialect.loaded_dbapi  # PyMySQL (no type stubs)
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             connection = engine.raw_connection()
@@ -236,7 +235,7 @@ def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                 pass
             cursor.close()
             return rows
-        except pymysql.MySQLError as exc:
+        except driver.Error as exc:
             code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
             if code == _CONFLICT_ERROR and len(exc.args) > 1:
                 raise ConflictError(str(exc.args[1])) from exc
@@ -247,7 +246,7 @@ def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
                                     "processes; try again") from exc
             # Anything else may leave an answer half read: the connection is not reused.
             connection.invalidate(exc)
-            if isinstance(exc, pymysql.OperationalError):
+            if isinstance(exc, driver.OperationalError):
                 raise DatabaseUnavailableError(UNAVAILABLE) from exc
             raise
         finally:
