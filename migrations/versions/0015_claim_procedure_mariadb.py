@@ -18,6 +18,9 @@ What differs from PostgreSQL, and why:
   ``ORDER BY draw_key, id LIMIT 1`` read of the draw index (active, vo, draw_key, id) per
   queue it reaches, so that it stops at the first queue that yields a job whatever the number
   of queues.
+- A list of one site or one platform (the common pilot) is checked as that value, without
+  JSON_TABLE: each JSON_TABLE a walk reaches is parsed and filled again for every queue it
+  examines.
 - Every check of a value table is a scalar subquery (``(SELECT 1 ... LIMIT 1) IS [NOT]
   NULL``): MariaDB turns EXISTS into IN and materialises it for all queues, a scalar subquery
   stays a dependent probe per queue (see taskqueue.matching._exists).
@@ -70,6 +73,7 @@ BEGIN
     DECLARE v_banned LONGTEXT DEFAULT NULL;
     DECLARE v_site VARCHAR(1024) DEFAULT NULL;
     DECLARE v_ce VARCHAR(255) DEFAULT NULL;
+    DECLARE v_platform VARCHAR(1024) DEFAULT NULL;
     DECLARE v_count INT DEFAULT COALESCE(JSON_LENGTH(p_e), 0);
     DECLARE v_claimed INT DEFAULT 0;
     DECLARE v_claims LONGTEXT DEFAULT '';
@@ -120,6 +124,9 @@ BEGIN
                 END IF;
             END IF;
         END IF;
+        IF JSON_LENGTH(p_platforms) = 1 THEN
+            SELECT g.v INTO v_platform FROM {_values("p_platforms", "g")};
+        END IF;
         -- A queue that fits carries every required tag: if some tag is carried by no active
         -- queue of the VO, the answer is empty without a walk.
         IF p_required IS NOT NULL AND (
@@ -151,20 +158,34 @@ BEGIN
                         OR (p_pools IS NOT NULL AND (SELECT 1 FROM {_values("p_pools", "g")}
                                                       WHERE g.v = t.submit_pool LIMIT 1)
                                                     IS NOT NULL))
-                   AND (v_sites IS NULL OR (
-                        SELECT 1 FROM {_values("v_sites", "s")}
-                         WHERE ((SELECT 1 FROM tq_sites x WHERE x.tq_id = t.id LIMIT 1) IS NULL
-                                OR (SELECT 1 FROM tq_sites x
-                                     WHERE x.tq_id = t.id AND x.value = s.v LIMIT 1)
-                                   IS NOT NULL)
-                           AND (SELECT 1 FROM tq_banned_sites x
-                                 WHERE x.tq_id = t.id AND x.value = s.v LIMIT 1) IS NULL
-                         LIMIT 1) IS NOT NULL)
+                   AND (v_sites IS NULL
+                        OR (v_site IS NOT NULL
+                            AND ((SELECT 1 FROM tq_sites x WHERE x.tq_id = t.id LIMIT 1) IS NULL
+                                 OR (SELECT 1 FROM tq_sites x
+                                      WHERE x.tq_id = t.id AND x.value = v_site LIMIT 1)
+                                    IS NOT NULL)
+                            AND (SELECT 1 FROM tq_banned_sites x
+                                  WHERE x.tq_id = t.id AND x.value = v_site LIMIT 1) IS NULL)
+                        OR (v_site IS NULL AND (
+                            SELECT 1 FROM {_values("v_sites", "s")}
+                             WHERE ((SELECT 1 FROM tq_sites x WHERE x.tq_id = t.id LIMIT 1)
+                                    IS NULL
+                                    OR (SELECT 1 FROM tq_sites x
+                                         WHERE x.tq_id = t.id AND x.value = s.v LIMIT 1)
+                                       IS NOT NULL)
+                               AND (SELECT 1 FROM tq_banned_sites x
+                                     WHERE x.tq_id = t.id AND x.value = s.v LIMIT 1) IS NULL
+                             LIMIT 1) IS NOT NULL))
                    AND (p_platforms IS NULL
                         OR (SELECT 1 FROM tq_platforms x WHERE x.tq_id = t.id LIMIT 1) IS NULL
-                        OR (SELECT 1 FROM {_values("p_platforms", "g")}
-                              JOIN tq_platforms x ON x.tq_id = t.id AND x.value = g.v
-                             LIMIT 1) IS NOT NULL)
+                        OR (v_platform IS NOT NULL
+                            AND (SELECT 1 FROM tq_platforms x
+                                  WHERE x.tq_id = t.id AND x.value = v_platform LIMIT 1)
+                                IS NOT NULL)
+                        OR (v_platform IS NULL
+                            AND (SELECT 1 FROM {_values("p_platforms", "g")}
+                                   JOIN tq_platforms x ON x.tq_id = t.id AND x.value = g.v
+                                  LIMIT 1) IS NOT NULL))
                    AND (p_ce IS NULL
                         OR (SELECT 1 FROM tq_ces x WHERE x.tq_id = t.id LIMIT 1) IS NULL
                         OR (SELECT 1 FROM tq_ces x WHERE x.tq_id = t.id AND x.value = p_ce
