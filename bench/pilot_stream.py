@@ -15,13 +15,15 @@ jobs) and is compatible with that job's queue, and usually with others too: the 
 (or a random one), its platform (or a random one), a CPU time at or above the queue's, the
 queue's tags plus random others, and, for GPU queues, half the time GPU as a required tag.
 
-The claim. In process, each pilot goes through the function the matcher's match endpoint runs
-(``taskqueue.limits.claim_for_pilot``, which calls ``taskqueue.matching.claim_jobs``, with the
-ClassAd expression check, then ``jobs_for_pilot`` for the payload columns) in one transaction
-retried on a lost race, as ``matcher/pilots.py`` does (``--path claim_jobs``: claim_jobs
-alone). ``--processes`` claimer processes share the stream. Over HTTP (``--http``), the same
-pilots POST /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from
-``--clients`` client processes, with ``--counts`` jobs per request.
+The claim. In process, each pilot goes through the function the matcher's match endpoint runs,
+``taskqueue.pilotmatch.match_for_pilot`` with the ClassAd expression check, as
+``matcher/pilots.py`` does: on PostgreSQL and MariaDB one autocommit call of the database's
+``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.limits.
+claim_for_pilot`` and ``jobs_for_pilot`` in one transaction retried on a lost race
+(``--path claim_jobs``: ``taskqueue.matching.claim_jobs`` alone). ``--processes`` claimer
+processes share the stream. Over HTTP (``--http``), the same pilots POST
+/api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
+client processes, with ``--counts`` jobs per request.
 
 The checks. Every job handed out is checked against the pilot's resource by the benchmark's
 own rules (a "violation" is a job the resource does not match, or a job of another VO), and
