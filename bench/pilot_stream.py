@@ -16,11 +16,11 @@ jobs) and is compatible with that job's queue, and usually with others too: the 
 queue's tags plus random others, and, for GPU queues, half the time GPU as a required tag.
 
 The claim. In process, each pilot goes through the function the matcher's match endpoint runs,
-``taskqueue.pilotmatch.match_for_pilot`` with the ClassAd expression check: on PostgreSQL one
-autocommit call of the database's claim function; elsewhere, and for what the function hands
-back, ``taskqueue.limits.claim_for_pilot`` (``taskqueue.matching.claim_jobs``) then
-``jobs_for_pilot`` for the payload columns, in one transaction retried on a lost race
-(``--path claim_jobs``: claim_jobs alone, in a transaction). ``--processes`` claimer
+``taskqueue.pilotmatch.match_for_pilot`` with the ClassAd expression check, as
+``matcher/pilots.py`` does: on PostgreSQL and MariaDB one autocommit call of the database's
+``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.limits.
+claim_for_pilot`` and ``jobs_for_pilot`` in one transaction retried on a lost race
+(``--path claim_jobs``: ``taskqueue.matching.claim_jobs`` alone). ``--processes`` claimer
 processes share the stream. Over HTTP (``--http``), the same pilots POST
 /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
 client processes, with ``--counts`` jobs per request.
@@ -735,11 +735,16 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             counter["statements"] += 1
             counter["commits"] += 1
             if first_claim is not None:
-                first_claim.append("SELECT ... FROM gridpilot_claim(...) (autocommit)")
+                first_claim.append("SELECT ... FROM gridpilot_claim(...) (autocommit)"
+                                   if autocommit.dialect.name == "postgresql"
+                                   else "CALL gridpilot_claim(...)")
 
-        with autocommit.connect() as conn:
-            result.backend_pids.append(
-                int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+        with autocommit.connect() as conn:  # open before the clock starts
+            if autocommit.dialect.name == "postgresql":
+                result.backend_pids.append(
+                    int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
+            else:
+                conn.execute(text("SELECT 1"))
     with engine.connect() as conn:  # the pooled connection, open before the clock starts
         if engine.dialect.name == "postgresql":
             result.backend_pids.append(

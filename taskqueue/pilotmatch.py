@@ -1,20 +1,27 @@
 """A pilot's match, the way the matcher serves it: one entry point for the service, the
 benchmarks and the tools.
 
-On PostgreSQL the common claim is one round trip: the database function ``gridpilot_claim``
-(migration 0014) draws, takes the job, advances the queue's clock, moves the job to Matched
-with its history row and returns the payload columns, in one autocommit statement, on a bare
-driver connection. It follows the rules of taskqueue.matching one for one, and hands back to
-that Python path (in a transaction of its own) what it does not do itself: a queue whose jobs
-carry a ClassAd expression (the optimizers package evaluates those), and a site with limits
-(taskqueue.limits counts and locks them). Other databases take the Python path throughout.
+On PostgreSQL and MariaDB the common claim is one round trip: the database function
+``gridpilot_claim`` (PostgreSQL, migration 0014) or the stored procedure of that name
+(MariaDB, migration 0015) draws, takes the job, advances the queue's clock, moves the job to
+Matched with its history row and returns the payload columns, in one autocommit statement
+(the procedure runs its own transaction), on a bare driver connection. Both follow the rules
+of taskqueue.matching one for one, and hand back to that Python path (in a transaction of its
+own) what they do not do themselves: a queue whose jobs carry a ClassAd expression (the
+optimizers package evaluates those), and a site with limits (taskqueue.limits counts and
+locks them). SQLite takes the Python path throughout.
+
+Lists travel as one string each: a PostgreSQL array literal cast to text[], a JSON array on
+MariaDB (which has no arrays; the procedure reads it with JSON_TABLE), so that a label may
+hold any character.
 
 Why a function: a claim through SQLAlchemy costs 1.5-1.8 ms of client CPU and a few round
-trips; the function's call is one prepared statement, and its plans are cached in the server.
+trips; the function's call is one statement, and its plans are kept in the server.
 """
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,8 +76,9 @@ class MatchDatabase:
     autocommit: Engine | None = None
 
 
-#: Databases whose schema has the claim function.
-SERVER_CLAIMS = frozenset({"postgresql"})
+#: Databases whose schema has the claim function (SQLAlchemy's dialect names; MariaDB is
+#: "mysql" through a mysql:// URL, "mariadb" through a mariadb:// one).
+SERVER_CLAIMS = frozenset({"postgresql", "mysql", "mariadb"})
 
 
 def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Session]
@@ -91,6 +99,11 @@ _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
 _CONFLICT_STATE = "GP409"
 _ATTEMPTS = 5
+_CALL_MYSQL = "CALL gridpilot_claim(" + ", ".join(["%s"] * 19) + ")"
+#: MariaDB's codes for a lost race: lock wait timeout, deadlock.
+_RETRY_ERRORS = frozenset({1205, 1213})
+#: The error of the procedure's SIGNAL for a job that left Waiting under it (SQLSTATE 45000).
+_CONFLICT_ERROR = 1644
 
 
 def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, count: int = 1,
@@ -139,9 +152,10 @@ def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count
     """Call the claim function: what it handed back (its last row's kind when that is not a
     job: 'expression', 'limits' or 'banned', with the banned sites), the jobs it claimed and
     their claims."""
+    postgresql = engine.dialect.name == "postgresql"
     params = _parameters(resource, now=now, count=count, rng=rng,
-                         with_expressions=with_expressions)
-    rows = _call(engine, params)
+                         with_expressions=with_expressions, postgresql=postgresql)
+    rows = _call(engine, params) if postgresql else _call_mysql(engine, params)
     jobs = [PilotJob(row[1], *row[3:]) for row in rows if row[0] == "job"]
     claims = [Claim(row[1], row[2]) for row in rows if row[0] == "job"]
     last = rows[-1] if rows and rows[-1][0] != "job" else None
@@ -151,9 +165,14 @@ def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count
 
 
 def _parameters(resource: Resource, *, now: datetime, count: int, rng: random.Random,
-                with_expressions: bool) -> tuple[Any, ...]:
+                with_expressions: bool, postgresql: bool = True) -> tuple[Any, ...]:
+    """The call's arguments, in the order of the function's (and the procedure's) inputs."""
+    encode = _array_literal if postgresql else _json_array
+
     def listed(values: frozenset[str] | None) -> str | None:
-        return None if values is None else _array_literal(values)
+        return None if values is None else encode(values)
+
+    variates = [rng.expovariate(1.0) for _ in range(count)]
 
     return (
         resource.vo, resource.owner, listed(resource.owner_group), resource.cpu_time,
@@ -162,7 +181,7 @@ def _parameters(resource: Resource, *, now: datetime, count: int, rng: random.Ra
         listed(resource.tags), resource.ce, listed(resource.required_tags or None),
         with_expressions, resource.pilot_reference or None,
         now.astimezone(UTC).replace(tzinfo=None), MATCHED_MINOR, "matcher",
-        "{" + ",".join(repr(rng.expovariate(1.0)) for _ in range(count)) + "}",
+        ("{" + ",".join(map(repr, variates)) + "}") if postgresql else json.dumps(variates),
     )
 
 
@@ -171,6 +190,12 @@ def _array_literal(values: frozenset[str]) -> str:
     string, which costs the client far less than adapting a list item by item."""
     quoted = (value.replace("\\", "\\\\").replace('"', '\\"') for value in sorted(values))
     return "{" + ",".join(f'"{value}"' for value in quoted) + "}"
+
+
+def _json_array(values: frozenset[str]) -> str:
+    """``values`` as a JSON array of strings, for the MariaDB procedure's JSON_TABLE: JSON's
+    escaping keeps commas, quotes, brackets and backslashes inside a label."""
+    return json.dumps(sorted(values), ensure_ascii=False)
 
 
 def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -205,3 +230,44 @@ def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
             connection.close()
     raise AssertionError("unreachable")
 
+
+
+def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """Call the MariaDB procedure on a pooled driver connection (autocommit; the procedure
+    commits or rolls back its own transaction), again if it lost a race; a database that
+    cannot be reached is :class:`DatabaseUnavailableError`.
+
+    A CALL answers with the procedure's result set and then a status of its own: every
+    result set is read before the connection goes back to the pool, which does not reset it,
+    so that the next call on it does not find an unread answer."""
+    driver = engine.dialect.loaded_dbapi  # PyMySQL (no type stubs)
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            connection = engine.raw_connection()
+        except (OperationalError, PoolTimeoutError) as exc:
+            raise DatabaseUnavailableError(UNAVAILABLE) from exc
+        try:
+            cursor = connection.cursor()
+            cursor.execute(_CALL_MYSQL, params)
+            rows = [tuple(row) for row in cursor.fetchall()]
+            while cursor.nextset():
+                pass
+            cursor.close()
+            return rows
+        except driver.Error as exc:
+            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+            if code == _CONFLICT_ERROR and len(exc.args) > 1:
+                raise ConflictError(str(exc.args[1])) from exc
+            if code in _RETRY_ERRORS and attempt < _ATTEMPTS:
+                continue
+            if code in _RETRY_ERRORS:
+                raise ConflictError(f"the claim lost {_ATTEMPTS} races in a row with other "
+                                    "processes; try again") from exc
+            # Anything else may leave an answer half read: the connection is not reused.
+            connection.invalidate(exc)
+            if isinstance(exc, driver.OperationalError):
+                raise DatabaseUnavailableError(UNAVAILABLE) from exc
+            raise
+        finally:
+            connection.close()
+    raise AssertionError("unreachable")

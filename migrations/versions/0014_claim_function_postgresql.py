@@ -1,6 +1,6 @@
 """PostgreSQL: the common claim as one database function, gridpilot_claim, so that a pilot's
 match is one round trip (draw, take the job, advance the queue's clock, the status change and
-its history, the payload columns) run in autocommit. taskqueue/serverclaim.py calls it and
+its history, the payload columns) run in autocommit. taskqueue/pilotmatch.py calls it and
 says which cases it hands back to the Python path (taskqueue/matching.py), whose rules it
 follows one for one. Other databases: nothing here.
 
