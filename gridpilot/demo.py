@@ -370,8 +370,9 @@ def _announce_dashboard(base: str, secret: str, linger: float,
 def _linger(base: str, linger: float, echo: Callable[[str], None]) -> None:
     if linger <= 0:
         return
-    echo(f"\nThe dashboard stays at {base}/ui/ for {linger:.0f} s; press Ctrl-C to stop now.")
-    try:
+    try:  # a Ctrl-C as soon as the line is out stops the demo as well
+        echo(f"\nThe dashboard stays at {base}/ui/ for {linger:.0f} s; press Ctrl-C to stop "
+             "now.")
         time.sleep(linger)
     except KeyboardInterrupt:
         echo("Stopping.")

@@ -77,7 +77,10 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     with subprocess.Popen([sys.executable, "-m", "gridpilot", "demo", "--work",
                            str(tmp_path / "work"), "--jobs", "200", "--linger", "120"],
                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True) as proc:
+                          stderr=subprocess.PIPE, text=True,
+                          # Ctrl-C as at a terminal, even where this test runs with SIGINT
+                          # ignored (a shell's background job).
+                          preexec_fn=_default_sigint) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         try:
             for line in proc.stdout:
@@ -160,6 +163,10 @@ def test_agents_once_runs_every_loop(tmp_path: Path) -> None:
     assert "director: 0 pilot(s) submitted" in out.stdout  # no job waits: no pilot
     unknown = run(["agents", "nosuch", "--once"], tmp_path, **env)
     assert unknown.returncode == 2 and "no agent loop named nosuch" in unknown.stderr
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _dashboard_overview(url: str, token: str) -> str:
