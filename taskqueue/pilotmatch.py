@@ -155,7 +155,7 @@ def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count
     postgresql = engine.dialect.name == "postgresql"
     params = _parameters(resource, now=now, count=count, rng=rng,
                          with_expressions=with_expressions, postgresql=postgresql)
-    rows = _call(engine, params) if postgresql else _call_mysql(engine, params)
+    rows = _call(engine, params)
     jobs = [PilotJob(row[1], *row[3:]) for row in rows if row[0] == "job"]
     claims = [Claim(row[1], row[2]) for row in rows if row[0] == "job"]
     last = rows[-1] if rows and rows[-1][0] != "job" else None
@@ -199,10 +199,17 @@ def _json_array(values: frozenset[str]) -> str:
 
 
 def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Run the claim function on a pooled driver connection (autocommit), again if it lost a
-    race; a database that cannot be reached is :class:`DatabaseUnavailableError`."""
-    import psycopg
+    """Call the claim function or procedure on a pooled driver connection (autocommit; the
+    procedure commits or rolls back its own transaction), again if it lost a race; a database
+    that cannot be reached is :class:`DatabaseUnavailableError`, a job that left Waiting
+    under the claim :class:`ConflictError`.
 
+    MariaDB answers a CALL with the procedure's result set and then a status of its own:
+    every result set is read before the connection goes back to the pool, which does not
+    reset it, so that the next call on it does not find an unread answer."""
+    postgresql = engine.dialect.name == "postgresql"
+    statement = _CALL if postgresql else _CALL_MYSQL
+    driver = engine.dialect.loaded_dbapi  # psycopg or PyMySQL, whichever the URL names
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             connection = engine.raw_connection()
@@ -210,57 +217,19 @@ def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
         try:
             cursor = connection.cursor()
-            cursor.execute(_CALL, params)
-            rows = [tuple(row) for row in cursor.fetchall()]
-            cursor.close()
-            return rows
-        except psycopg.OperationalError as exc:
-            if exc.sqlstate in _RETRY_STATES and attempt < _ATTEMPTS:
-                continue
-            if exc.sqlstate in _RETRY_STATES:
-                raise ConflictError(f"the claim lost {_ATTEMPTS} races in a row with other "
-                                    "processes; try again") from exc
-            connection.invalidate(exc)
-            raise DatabaseUnavailableError(UNAVAILABLE) from exc
-        except psycopg.Error as exc:
-            if exc.sqlstate == _CONFLICT_STATE and exc.diag.message_primary:
-                raise ConflictError(exc.diag.message_primary) from exc
-            raise
-        finally:
-            connection.close()
-    raise AssertionError("unreachable")
-
-
-
-def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """Call the MariaDB procedure on a pooled driver connection (autocommit; the procedure
-    commits or rolls back its own transaction), again if it lost a race; a database that
-    cannot be reached is :class:`DatabaseUnavailableError`.
-
-    A CALL answers with the procedure's result set and then a status of its own: every
-    result set is read before the connection goes back to the pool, which does not reset it,
-    so that the next call on it does not find an unread answer."""
-    driver = engine.dialect.loaded_dbapi  # PyMySQL (no type stubs)
-    for attempt in range(1, _ATTEMPTS + 1):
-        try:
-            connection = engine.raw_connection()
-        except (OperationalError, PoolTimeoutError) as exc:
-            raise DatabaseUnavailableError(UNAVAILABLE) from exc
-        try:
-            cursor = connection.cursor()
-            cursor.execute(_CALL_MYSQL, params)
+            cursor.execute(statement, params)
             rows = [tuple(row) for row in cursor.fetchall()]
             while cursor.nextset():
                 pass
             cursor.close()
             return rows
         except driver.Error as exc:
-            code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
-            if code == _CONFLICT_ERROR and len(exc.args) > 1:
-                raise ConflictError(str(exc.args[1])) from exc
-            if code in _RETRY_ERRORS and attempt < _ATTEMPTS:
+            race, conflict = (_pg_verdict if postgresql else _mysql_verdict)(exc)
+            if conflict:
+                raise ConflictError(conflict) from exc
+            if race and attempt < _ATTEMPTS:
                 continue
-            if code in _RETRY_ERRORS:
+            if race:
                 raise ConflictError(f"the claim lost {_ATTEMPTS} races in a row with other "
                                     "processes; try again") from exc
             # Anything else may leave an answer half read: the connection is not reused.
@@ -271,3 +240,18 @@ def _call_mysql(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         finally:
             connection.close()
     raise AssertionError("unreachable")
+
+
+def _pg_verdict(exc: Exception) -> tuple[bool, str]:
+    """Whether a psycopg error is a lost race, and the message of a job no longer Waiting."""
+    state = getattr(exc, "sqlstate", None)
+    diag = getattr(exc, "diag", None)
+    message = getattr(diag, "message_primary", None) or ""
+    return state in _RETRY_STATES, message if state == _CONFLICT_STATE else ""
+
+
+def _mysql_verdict(exc: Exception) -> tuple[bool, str]:
+    """The same for a PyMySQL error (its code and message are its arguments)."""
+    code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else None
+    message = str(exc.args[1]) if code == _CONFLICT_ERROR and len(exc.args) > 1 else ""
+    return code in _RETRY_ERRORS, message

@@ -14,9 +14,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 #: Third-party and project modules each package may import (the standard library always).
 ALLOWED: dict[str, set[str]] = {
-    # boto3 only in the S3 sandbox store, imported when that backend is chosen; the database
-    # drivers only where the claim function is called on a bare connection (pilotmatch).
-    "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore", "psycopg", "pymysql"},
+    # boto3 only in the S3 sandbox store, imported when that backend is chosen.
+    "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore"},
     "optimizers": {"optimizers", "taskqueue", "classad2"},
     "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt",
                 "prometheus_client", "orjson"},
