@@ -90,6 +90,8 @@ def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Sessi
         autocommit = engine_for(settings, autocommit=True)
     return MatchDatabase(sessions, autocommit)
 
+
+#: The calls, with their parameters in the order of :func:`_parameters`.
 _CALL = ("SELECT kind, job_id, tq_id, vo, owner, owner_group, job_type, description, "
          "description_format, bulk_index FROM gridpilot_claim("
          "%s, %s, %s::text[], %s, %s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
@@ -98,12 +100,13 @@ _CALL = ("SELECT kind, job_id, tq_id, vo, owner, owner_group, job_type, descript
 _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
 _CONFLICT_STATE = "GP409"
-_ATTEMPTS = 5
 _CALL_MYSQL = "CALL gridpilot_claim(" + ", ".join(["%s"] * 19) + ")"
 #: MariaDB's codes for a lost race: lock wait timeout, deadlock.
 _RETRY_ERRORS = frozenset({1205, 1213})
 #: The error of the procedure's SIGNAL for a job that left Waiting under it (SQLSTATE 45000).
 _CONFLICT_ERROR = 1644
+#: Calls made for a claim that keeps losing races before it gives up.
+_ATTEMPTS = 5
 
 
 def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, count: int = 1,
