@@ -21,10 +21,11 @@ trips; the function's call is one statement, and its plans are kept in the serve
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
@@ -36,6 +37,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from taskqueue.database import UNAVAILABLE, engine_for, run_in_transaction
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
+from taskqueue.groupcommit import GroupCommit
 from taskqueue.jobs import jobs_for_pilot
 from taskqueue.limits import NO_MATCH_NO_JOB, NO_MATCH_SITE_BANNED, claim_for_pilot
 from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
@@ -67,13 +69,30 @@ class MatchAnswer:
     detail: str = ""
 
 
+#: A process's claims grouped per commit: the call's arguments in, its rows out.
+ClaimGroups = GroupCommit[tuple[Any, ...], list[tuple[Any, ...]]]
+
+
 @dataclass(frozen=True)
 class MatchDatabase:
     """Where a match runs: sessions for the Python path, and on a database with a claim
-    function an engine in autocommit for it (None: the Python path only)."""
+    function an engine in autocommit for it (None: the Python path only).
+
+    On PostgreSQL, the claims that threads of the process make at the same time are grouped
+    (``groups``, made here): one statement and one commit for a group (see
+    :func:`_run_group`). Made per process, like its engines."""
 
     sessions: sessionmaker[Session]
     autocommit: Engine | None = None
+    groups: ClaimGroups | None = field(
+        init=False, default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        engine = self.autocommit
+        if engine is not None and engine.dialect.name == "postgresql":
+            groups: ClaimGroups = GroupCommit(lambda group: _run_group(engine, group),
+                                              most=MOST_PER_GROUP)
+            object.__setattr__(self, "groups", groups)
 
 
 #: Databases whose schema has the claim function (SQLAlchemy's dialect names; MariaDB is
@@ -92,10 +111,14 @@ def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Sessi
 
 
 #: The calls, with their parameters in the order of :func:`_parameters`.
-_CALL = ("SELECT kind, job_id, tq_id, vo, owner, owner_group, job_type, description, "
-         "description_format, bulk_index FROM gridpilot_claim("
-         "%s, %s, %s::text[], %s, %s, %s, %s::text[], %s::text[], %s::text[], %s::text[], "
-         "%s::text[], %s, %s::text[], %s, %s, %s::timestamp, %s, %s, %s::float8[])")
+_FUNCTION_CALL = ("gridpilot_claim("
+                  "%s, %s, %s::text[], %s, %s, %s, %s::text[], %s::text[], %s::text[], "
+                  "%s::text[], %s::text[], %s, %s::text[], %s, %s, %s::timestamp, %s, %s, "
+                  "%s::float8[])")
+#: The payload columns of the claim function, in its order.
+_COLUMNS = ("kind", "job_id", "tq_id", "vo", "owner", "owner_group", "job_type",
+            "description", "description_format", "bulk_index")
+_CALL = f"SELECT {', '.join(_COLUMNS)} FROM {_FUNCTION_CALL}"
 #: PostgreSQL's codes for a lost race, worth running the claim again.
 _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
@@ -107,6 +130,11 @@ _RETRY_ERRORS = frozenset({1205, 1213})
 _CONFLICT_ERROR = 1644
 #: Calls made for a claim that keeps losing races before it gives up.
 _ATTEMPTS = 5
+#: The most claims in one group (one transaction) on PostgreSQL. A group holds the rows of
+#: the queues it drew from until it commits, and a claim of another process that draws such
+#: a queue meanwhile takes its job without advancing the queue's clock (it does not wait):
+#: small groups keep that window short, and 8 already spread a commit over 8 claims.
+MOST_PER_GROUP = 8
 
 
 def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, count: int = 1,
@@ -122,7 +150,7 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
     engine = db.autocommit
     if engine is not None and engine.dialect.name in SERVER_CLAIMS:
         kind, detail, jobs, claims = _claim_on_server(
-            engine, resource, now=now, count=count, rng=rng,
+            engine, db.groups, resource, now=now, count=count, rng=rng,
             with_expressions=expression_check is not None)
         if kind == "banned":
             return MatchAnswer([], [], NO_MATCH_SITE_BANNED,
@@ -149,8 +177,8 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
     return MatchAnswer([], [], reason, detail)
 
 
-def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count: int,
-                     rng: random.Random, with_expressions: bool
+def _claim_on_server(engine: Engine, groups: ClaimGroups | None, resource: Resource, *,
+                     now: datetime, count: int, rng: random.Random, with_expressions: bool
                      ) -> tuple[str | None, str, list[PilotJob], list[Claim]]:
     """Call the claim function: what it handed back (its last row's kind when that is not a
     job: 'expression', 'limits' or 'banned', with the banned sites), the jobs it claimed and
@@ -158,7 +186,7 @@ def _claim_on_server(engine: Engine, resource: Resource, *, now: datetime, count
     postgresql = engine.dialect.name == "postgresql"
     params = _parameters(resource, now=now, count=count, rng=rng,
                          with_expressions=with_expressions, postgresql=postgresql)
-    rows = _call(engine, params)
+    rows = _call(engine, params) if groups is None else groups.call(params)
     jobs = [PilotJob(row[1], *row[3:]) for row in rows if row[0] == "job"]
     claims = [Claim(row[1], row[2]) for row in rows if row[0] == "job"]
     last = rows[-1] if rows and rows[-1][0] != "job" else None
@@ -201,7 +229,51 @@ def _json_array(values: frozenset[str]) -> str:
     return json.dumps(sorted(values), ensure_ascii=False)
 
 
-def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+def _run_group(engine: Engine, group: Sequence[tuple[Any, ...]]
+               ) -> list[list[tuple[Any, ...]] | BaseException]:
+    """The claims of a group on PostgreSQL, each with its own arguments: one statement, so
+    one transaction and one commit, that calls the claim function once per claim, in order
+    (a UNION ALL runs its parts one after the other, and each call sees what the calls before
+    it did: a job is claimed once, a queue's clock advanced by each claim from it). Its rows
+    come back tagged with the claim's place and their own order.
+
+    If the group fails (a job that left Waiting under one claim, races lost again and again,
+    any error but a lost connection), nothing of it was committed, and each claim runs again
+    alone, so that one claim's failure is its own. A lost connection is every claim's."""
+    if len(group) == 1:
+        return [_outcome(engine, group[0])]
+    statement = _group_statement(len(group))
+    try:
+        rows = _call(engine, [value for params in group for value in params], statement)
+    except DatabaseUnavailableError:
+        return [DatabaseUnavailableError(UNAVAILABLE) for _ in group]
+    except Exception:  # the group's transaction rolled back whole: one claim at a time
+        return [_outcome(engine, params) for params in group]
+    answers: list[list[tuple[Any, ...]]] = [[] for _ in group]
+    for row in sorted(rows, key=lambda row: (row[0], row[1])):
+        answers[row[0]].append(row[2:])
+    return list(answers)
+
+
+def _outcome(engine: Engine, params: tuple[Any, ...]) -> list[tuple[Any, ...]] | BaseException:
+    try:
+        return _call(engine, params)
+    except Exception as exc:  # the claim's own failure, raised to its caller
+        return exc
+
+
+@functools.cache
+def _group_statement(size: int) -> str:
+    """The statement of a group of ``size`` claims (the driver keeps it prepared per size)."""
+    columns = ", ".join(f"c.{name}" for name in _COLUMNS)
+    named = ", ".join(_COLUMNS)
+    return " UNION ALL ".join(
+        f"SELECT {i} AS i, c.n, {columns} "
+        f"FROM {_FUNCTION_CALL} WITH ORDINALITY AS c({named}, n)" for i in range(size))
+
+
+def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
+          ) -> list[tuple[Any, ...]]:
     """Call the claim function or procedure on a pooled driver connection (autocommit; the
     procedure commits or rolls back its own transaction), again if it lost a race; a database
     that cannot be reached is :class:`DatabaseUnavailableError`, a job that left Waiting
@@ -211,7 +283,7 @@ def _call(engine: Engine, params: Sequence[Any]) -> list[tuple[Any, ...]]:
     every result set is read before the connection goes back to the pool, which does not
     reset it, so that the next call on it does not find an unread answer."""
     postgresql = engine.dialect.name == "postgresql"
-    statement = _CALL if postgresql else _CALL_MYSQL
+    statement = statement or (_CALL if postgresql else _CALL_MYSQL)
     driver = engine.dialect.loaded_dbapi  # psycopg or PyMySQL, whichever the URL names
     for attempt in range(1, _ATTEMPTS + 1):
         try:
