@@ -424,7 +424,7 @@ def server_command(config: Path, port: int, workers: int) -> list[str]:
 
 @contextmanager
 def running_server(db_url: str, workers: int, *, config: Path, secret: str, tmpdir: Path,
-                   max_requests: int) -> Iterator[Server]:
+                   max_requests: int, threads: int = 1) -> Iterator[Server]:
     """Start the matcher under gunicorn on a free loopback port, wait until every worker is
     up and it answers /healthz, and stop it (and anything left of its session) afterwards."""
     port = free_port()
@@ -435,7 +435,8 @@ def running_server(db_url: str, workers: int, *, config: Path, secret: str, tmpd
            "GRIDPILOT_AUTH_SECRET": secret,
            "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
            "GRIDPILOT_MATCHER_METRICS_DIR": str(run_dir / "metrics"),
-           "GRIDPILOT_MATCHER_MAX_REQUESTS": str(max_requests)}
+           "GRIDPILOT_MATCHER_MAX_REQUESTS": str(max_requests),
+           "GRIDPILOT_MATCHER_THREADS": str(threads)}
     log_path = run_dir / "server.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(

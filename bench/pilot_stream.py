@@ -80,10 +80,11 @@ import secrets  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
+from dataclasses import asdict, dataclass, field, replace  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
@@ -587,6 +588,8 @@ class ClaimerSpec:
     profile: str | None = None
     http_port: int | None = None
     token: str | None = None
+    #: Claimer threads in the process, sharing its databases (in process only).
+    threads: int = 1
 
 
 @dataclass
@@ -614,6 +617,18 @@ class ClaimerResult:
     cpu_profile: dict[str, Any] | None = None
     first_claim_statements: list[str] | None = None
     fatal: str | None = None
+    #: Groups of claims run, and the claims in them (PostgreSQL's group commit).
+    groups: int = 0
+    grouped_calls: int = 0
+
+    def add(self, other: ClaimerResult) -> None:
+        """Count in another thread's claims."""
+        self.latencies += other.latencies
+        for name in ("jobs", "empty", "misses", "duplicates", "violations", "errors"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.cpu_seconds += other.cpu_seconds
+        for name in ("miss_samples", "violation_samples", "error_samples"):
+            getattr(self, name).extend(getattr(other, name)[:3])
 
 
 class Stream:
@@ -751,8 +766,6 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
                 int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
         else:
             conn.execute(text("SELECT 1"))
-    stream = Stream(spec, shared)
-    claim_rng = random.Random(f"claim-{spec.seed}-{spec.index}")
     profiler: Any = None
     cpu_profiler: Any = None
     if spec.profile and spec.profile.endswith(".cpu"):
@@ -769,12 +782,15 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     first_claim = [] if spec.index == 0 else None
     backend_cpu0 = _cpu_of(result.backend_pids)
     deadline = time.monotonic() + spec.seconds
-    perf, cpu = time.perf_counter, time.process_time
-    if profiler is not None:
-        profiler.start()
-    if cpu_profiler is not None:
-        cpu_profiler.enable()
-    try:
+
+    def claims(thread: int, mine: ClaimerResult) -> None:
+        nonlocal first_claim
+        # Each thread its own pilots and draws; a miss allows for every other claimer.
+        own = replace(spec, index=spec.index * 1000 + thread,
+                      processes=spec.processes * spec.threads)
+        stream = Stream(own, shared)
+        claim_rng = random.Random(f"claim-{spec.seed}-{own.index}")
+        perf, cpu = time.perf_counter, time.thread_time
         while time.monotonic() < deadline and _take_budget(shared):
             drawn = stream.next_pilot()
             if drawn is None:
@@ -793,15 +809,43 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
                         _claim_jobs_only, resource=resource, now=datetime.now(UTC),
                         count=spec.count, rng=claim_rng))
             except ConflictError as exc:
-                result.errors += 1
-                if len(result.error_samples) < 3:
-                    result.error_samples.append(str(exc))
+                mine.errors += 1
+                if len(mine.error_samples) < 3:
+                    mine.error_samples.append(str(exc))
                 continue
-            result.cpu_seconds += cpu() - c0
-            result.latencies.append(perf() - t0)
-            if first_claim is not None:
+            mine.cpu_seconds += cpu() - c0
+            mine.latencies.append(perf() - t0)
+            if first_claim is not None and thread == 0:
                 result.first_claim_statements, first_claim = first_claim, None
-            stream.record(result, pilot, job_ids)
+            stream.record(mine, pilot, job_ids)
+
+    if profiler is not None:
+        profiler.start()
+    if cpu_profiler is not None:
+        cpu_profiler.enable()
+    try:
+        if spec.threads == 1:
+            claims(0, result)
+        else:
+            parts = [ClaimerResult(spec.index) for _ in range(spec.threads)]
+            failures: list[BaseException] = []
+
+            def run(thread: int) -> None:
+                try:
+                    claims(thread, parts[thread])
+                except BaseException as exc:  # the process reports it
+                    failures.append(exc)
+                    shared.stop.value = 1
+
+            workers = [threading.Thread(target=run, args=(t,)) for t in range(spec.threads)]
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            for part in parts:
+                result.add(part)
+            if failures:
+                raise failures[0]
     finally:
         if profiler is not None:
             profiler.stop()
@@ -809,6 +853,8 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
         if cpu_profiler is not None:
             cpu_profiler.disable()
             result.cpu_profile = cpu_profile_summary(cpu_profiler, spec.profile or "")
+    if match_db.groups is not None:
+        result.groups, result.grouped_calls = match_db.groups.groups, match_db.groups.calls
     result.statements, result.commits = counter["statements"], counter["commits"]
     if backend_cpu0 is not None:
         end = _cpu_of(result.backend_pids)
@@ -985,7 +1031,8 @@ def profile_summary(profiler: Any, path: str) -> dict[str, Any]:
 
 def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, processes: int,
             count: int, seed: int, path: str, claims: int, seconds: float,
-            profile: str | None, http: dict[str, Any] | None = None) -> dict[str, Any]:
+            profile: str | None, http: dict[str, Any] | None = None,
+            threads: int = 1) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     waiting = [0] * wl.k
     for q in wl.job_queue:
@@ -997,7 +1044,8 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     results = ctx.Queue()
     specs = [ClaimerSpec(i, url, wl.k, wl.job_queue, job_ids, processes, count, seed, path,
                          seconds, profile if i == 0 else None,
-                         http["port"] if http else None, http["token"] if http else None)
+                         http["port"] if http else None, http["token"] if http else None,
+                         threads)
              for i in range(processes)]
     procs = [ctx.Process(target=claimer, args=(s, shared, barrier, results), daemon=True)
              for s in specs]
@@ -1009,11 +1057,11 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         for p in procs:
             p.terminate()
         raise SystemExit(f"the claimers did not start: {exc!r}") from exc
-    threads = backend == "mariadb"
-    a = sample(server_processes(backend), threads=threads)
+    per_thread = backend == "mariadb"
+    a = sample(server_processes(backend), threads=per_thread)
     gunicorn_a = _tree_cpu(http["pid"]) if http else None
     outcome: list[ClaimerResult] = [results.get() for _ in procs]
-    b = sample(server_processes(backend), threads=threads)
+    b = sample(server_processes(backend), threads=per_thread)
     server_pids = list(b.server)
     gunicorn_b = _tree_cpu(http["pid"]) if http else None
     for p in procs:
@@ -1056,7 +1104,8 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
     mine = sum(r.loop_cpu_seconds for r in outcome) + server_all + (gunicorn_cpu or 0.0)
     record: dict[str, Any] = {
         "measure": "pilot_stream_http" if http else "pilot_stream", "backend": backend,
-        "k": wl.k, "jobs_loaded": len(job_ids), "processes": processes, "count": count,
+        "k": wl.k, "jobs_loaded": len(job_ids), "processes": processes,
+        "threads_per_process": threads, "count": count,
         "path": "http" if http else path, "claims": done, "jobs": jobs,
         "seconds": round(window, 3), "claims_per_s": tq._rate(done, window),
         "jobs_per_s": tq._rate(jobs, window),
@@ -1082,8 +1131,12 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
                  "idle_share": round(1 - busy / total, 3) if total else None,
                  "loadavg_1m_before": a.loadavg, "loadavg_1m_after": b.loadavg},
     }
+    groups = sum(r.groups for r in outcome)
+    if groups:
+        record["claims_per_group"] = round(sum(r.grouped_calls for r in outcome) / groups, 2)
     if http:
         record["workers"] = http["workers"]
+        record["worker_threads"] = http["threads"]
         record["matcher_cpu_ms_per_claim"] = per_claim(gunicorn_cpu)
     for key, attr in (("miss_samples", "miss_samples"), ("violation_samples",
                                                          "violation_samples"),
@@ -1134,6 +1187,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of task-queue counts (default 10,100,1000,100000)")
     parser.add_argument("--processes", type=_int_list, default=[1, 4],
                         help="comma list of claimer process counts, in process (default 1,4)")
+    parser.add_argument("--threads", type=_int_list, default=[1],
+                        help="claimer threads per in-process claimer, sharing its databases "
+                             "(their claims are grouped per commit on PostgreSQL), comma-"
+                             "separated (default 1)")
     parser.add_argument("--counts", type=_int_list, default=[1],
                         help="comma list of jobs asked for per claim (default 1)")
     parser.add_argument("--path", choices=("matcher", "claim_jobs"), default="matcher",
@@ -1157,6 +1214,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of HTTP client process counts (default 8)")
     parser.add_argument("--workers", type=int, default=2,
                         help="gunicorn workers over HTTP (default 2)")
+    parser.add_argument("--matcher-threads", type=int, default=1,
+                        help="threads per matcher worker over HTTP (gunicorn's gthread when "
+                             "more than 1; default 1, sync workers)")
     parser.add_argument("--http-counts", type=_int_list, default=[1, 4],
                         help="comma list of jobs per HTTP match request (default 1,4)")
     parser.add_argument("--profile", default=None,
@@ -1202,12 +1262,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         for k in args.k:
             wl = make_workload(k, args.jobs, args.seed)
             claims = args.claims or len(wl.job_queue)
-            plan: list[tuple[str, int, int]] = []
+            plan: list[tuple[str, int, int, int]] = []
             if not args.http_only:
-                plan += [("in_process", p, c) for p in args.processes for c in args.counts]
+                plan += [("in_process", p, t, c) for p in args.processes
+                         for t in args.threads for c in args.counts]
             if args.http or args.http_only:
-                plan += [("http", n, c) for n in args.clients for c in args.http_counts]
-            for mode, processes, count in plan:
+                plan += [("http", n, 1, c) for n in args.clients for c in args.http_counts]
+            for mode, processes, threads, count in plan:
                 load_workload(url, backend, wl)
                 tq.analyze(url, backend, vacuum=True)
                 job_ids = job_ids_by_number(url, len(wl.job_queue))
@@ -1216,14 +1277,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                            else f"{args.cpu_profile}-{backend}-k{k}.cpu"
                            if args.cpu_profile and processes == 1 and mode == "in_process"
                            else None)
-                log(f"K={k}: {mode}, {processes} claimer(s), {count} job(s) per claim")
+                log(f"K={k}: {mode}, {processes} claimer(s) of {threads} thread(s), {count} "
+                    "job(s) per claim")
                 if mode == "http":
                     record = _measure_http(url, backend, wl, job_ids, args, processes, count,
                                            claims, tmpdir)
                 else:
                     record = measure(url, backend, wl, job_ids, processes=processes,
                                      count=count, seed=args.seed, path=args.path,
-                                     claims=claims, seconds=args.seconds, profile=profile)
+                                     claims=claims, seconds=args.seconds, profile=profile,
+                                     threads=threads)
                 record["background_jobs"] = args.background_jobs
                 emit(record)
                 log(f"  {record['claims_per_s']} claims/s, p50 {record['p50_ms']} ms, p99 "
@@ -1249,11 +1312,13 @@ def _measure_http(url: str, backend: str, wl: Workload, job_ids: list[int],
     token = issue_token(secret, subject="stream-pilots", role="pilot", vo=VO,
                         group="benchvo_pilot", lifetime=86400)
     with mb.running_server(url, args.workers, config=ROOT / "conf" / "gridpilot.toml",
-                           secret=secret, tmpdir=tmpdir, max_requests=0) as server:
+                           secret=secret, tmpdir=tmpdir, max_requests=0,
+                           threads=args.matcher_threads) as server:
         return measure(url, backend, wl, job_ids, processes=clients, count=count,
                        seed=args.seed, path="http", claims=claims, seconds=args.seconds,
                        profile=None, http={"port": server.port, "token": token,
-                                           "pid": server.pid, "workers": args.workers})
+                                           "pid": server.pid, "workers": args.workers,
+                                           "threads": args.matcher_threads})
 
 
 __all__ = ["asdict", "main"]
