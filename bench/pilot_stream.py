@@ -723,9 +723,9 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     from taskqueue.pilotmatch import SERVER_CLAIMS, MatchDatabase
     from taskqueue.resources import parse_resource
 
-    engine = make_engine(spec.url, pool_size=1)
+    engine = make_engine(spec.url, pool_size=spec.threads)
     factory = make_session_factory(engine)
-    autocommit = (make_engine(spec.url, pool_size=1, autocommit=True)
+    autocommit = (make_engine(spec.url, pool_size=spec.threads, autocommit=True)
                   if engine.dialect.name in SERVER_CLAIMS else None)
     match_db = MatchDatabase(factory, autocommit)
     counter = {"statements": 0, "commits": 0}
@@ -744,7 +744,8 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             first_claim.append("COMMIT")
 
     if autocommit is not None:
-        # One call of the claim function per checkout: one statement, committed.
+        # One call of the claim function per checkout (of a group's, on PostgreSQL): one
+        # statement, committed.
         @event.listens_for(autocommit, "checkout")
         def _call(*_args: Any) -> None:
             counter["statements"] += 1
@@ -754,12 +755,17 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
                                    if autocommit.dialect.name == "postgresql"
                                    else "CALL gridpilot_claim(...)")
 
-        with autocommit.connect() as conn:  # open before the clock starts
+        # Every connection the threads may hold at once, open before the clock starts, so
+        # that the server's CPU is read for each of them.
+        held = [autocommit.connect() for _ in range(spec.threads)]
+        for conn in held:
             if autocommit.dialect.name == "postgresql":
                 result.backend_pids.append(
                     int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one()))
             else:
                 conn.execute(text("SELECT 1"))
+        for conn in held:
+            conn.close()
     with engine.connect() as conn:  # the pooled connection, open before the clock starts
         if engine.dialect.name == "postgresql":
             result.backend_pids.append(

@@ -4,7 +4,6 @@ reason out), heartbeats, status reports, their SubmitPools, and their own regist
 from __future__ import annotations
 
 import hashlib
-import random
 from dataclasses import replace
 from typing import Any
 
@@ -41,7 +40,6 @@ from taskqueue.states import JobStatus
 from taskqueue.submitpools import get_submit_pools_for_queue
 
 bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
-_rng = random.SystemRandom()
 
 
 def pilot_resource(principal: Principal, data: dict[str, Any]) -> Resource:
@@ -85,7 +83,8 @@ def match(call: Call) -> dict[str, Any]:
     if count > most:
         raise Problem(422, f"body.count must be at most {most}, got {count}")
     answer = match_for_pilot(call.runtime.match_database(), resource, now=call.now,
-                             count=count, rng=_rng, expression_check=expression_check(resource))
+                             count=count, rng=call.runtime.random(),
+                             expression_check=expression_check(resource))
     jobs, reason, detail = answer.jobs, answer.reason, answer.detail
     metrics = call.runtime.metrics
     if not jobs:

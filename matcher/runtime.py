@@ -116,12 +116,20 @@ class Runtime:
         return cached[1]
 
     def chain_context(self, now: datetime) -> ChainContext:
-        # One generator per process: seeding a new one from the OS costs more than the rest of
-        # a small submission's chain; a worker forked with its parent's would repeat its draws.
+        return ChainContext(self.settings, self.resources(), now, self.random())
+
+    def random(self) -> random.Random:
+        """The process's random generator (the chain's draws, the matcher's draw of task
+        queues), seeded from the OS once per process: seeding a new one per request costs
+        more than the rest of a small request, drawing from the OS (SystemRandom) costs a
+        system call per number, and a worker forked with its parent's generator would repeat
+        its draws."""
         pid = os.getpid()
-        if self._rng is None or self._rng[0] != pid:
-            self._rng = (pid, random.Random())
-        return ChainContext(self.settings, self.resources(), now, self._rng[1])
+        cached = self._rng
+        if cached is None or cached[0] != pid:
+            cached = (pid, random.Random())
+            self._rng = cached
+        return cached[1]
 
 
 def runtime_of(app: Flask) -> Runtime:

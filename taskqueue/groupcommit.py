@@ -7,11 +7,13 @@ pilots at once (gunicorn's threaded workers) hands its concurrent claims to one
 :class:`GroupCommit`, which runs them as groups: each group is one transaction, so that one
 commit serves all its pilots, as a database's own log writer does for its sessions.
 
-No call ever waits for company: a thread that finds nothing running runs at once, alone. A
-thread that finds a group running queues; when the group ends, its leader hands the lead to
-the first thread queued, which runs everything queued by then (at most ``most`` calls) and
-hands on in turn. So a group waits for at most the one group before it, and under no load
-every call is a group of one.
+No call ever waits for company: a thread that finds a lane free runs at once, alone. A thread
+that finds every lane busy (``lanes`` groups running, each on a database connection of its
+own) queues; when a group ends, its leader hands its lane to the first thread queued, which
+runs everything queued by then (at most ``most`` calls) and hands on in turn. So a call waits
+for at most one group before its own, and under no load every call is a group of one. Two
+lanes let one process keep two database connections (and two server cores) busy, one group
+running while the next one forms.
 """
 
 from __future__ import annotations
@@ -27,11 +29,12 @@ R = TypeVar("R")
 class _Waiter(Generic[T, R]):
     """One call: what it asks, and once its group ran, its answer or its error."""
 
-    __slots__ = ("answer", "error", "finished", "item", "woken")
+    __slots__ = ("answer", "error", "finished", "item", "lead", "woken")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.woken = threading.Event()
+        self.lead = False
         self.finished = False
         self.answer: R | None = None
         self.error: BaseException | None = None
@@ -50,47 +53,60 @@ class GroupCommit(Generic[T, R]):
     caller of the group. Thread-safe; one per process (after a fork, make a new one)."""
 
     def __init__(self, run: Callable[[Sequence[T]], Sequence[R | BaseException]],
-                 most: int = 8) -> None:
+                 most: int = 8, lanes: int = 1) -> None:
         if most < 1:
             raise ValueError(f"a group holds at least one call, not {most}")
+        if lanes < 1:
+            raise ValueError(f"groups need at least one lane, not {lanes}")
         self._run = run
         self.most = most
+        self.lanes = lanes
         self._lock = threading.Lock()
         self._queued: list[_Waiter[T, R]] = []
-        self._running = False
+        self._running = 0  # lanes held by a leader
         #: Groups run and calls answered so far (the benchmarks report them).
         self.groups = 0
         self.calls = 0
 
     @property
     def queued(self) -> int:
-        """How many calls wait for the group that runs now to end."""
+        """How many calls wait for a lane."""
         with self._lock:
             return len(self._queued)
 
+    @property
+    def running(self) -> int:
+        """How many lanes a group holds (or is about to)."""
+        with self._lock:
+            return self._running
+
     def call(self, item: T) -> R:
-        """Run ``item`` in the next group (at once when none is running) and answer it."""
+        """Run ``item`` in the next group (at once when a lane is free) and answer it."""
         me: _Waiter[T, R] = _Waiter(item)
         with self._lock:
-            self._queued.append(me)
-            lead = not self._running
-            self._running = True
-        if not lead:
+            if self._running < self.lanes:
+                self._running += 1
+                me.lead = True
+            else:
+                self._queued.append(me)
+        if not me.lead:
             me.woken.wait()
             if me.finished:
                 return me.outcome()
-            # Handed the lead: this call is the first queued, so it is in the next group.
+            # Handed a lane (and taken off the queue by the one who handed it).
         with self._lock:
-            group = self._queued[:self.most]
-            del self._queued[:self.most]
+            group = [me, *self._queued[:self.most - 1]]
+            del self._queued[:self.most - 1]
         try:
             self._answer(group)
         finally:
             with self._lock:
-                if self._queued:
-                    self._queued[0].woken.set()  # not finished: it leads the next group
+                if self._queued:  # the lane goes to the first queued, who leads the next
+                    successor = self._queued.pop(0)
+                    successor.lead = True
+                    successor.woken.set()
                 else:
-                    self._running = False
+                    self._running -= 1
             for waiter in group:
                 if waiter is not me:
                     waiter.woken.set()

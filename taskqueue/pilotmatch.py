@@ -91,7 +91,7 @@ class MatchDatabase:
         engine = self.autocommit
         if engine is not None and engine.dialect.name == "postgresql":
             groups: ClaimGroups = GroupCommit(lambda group: _run_group(engine, group),
-                                              most=MOST_PER_GROUP)
+                                              most=MOST_PER_GROUP, lanes=GROUP_LANES)
             object.__setattr__(self, "groups", groups)
 
 
@@ -135,6 +135,9 @@ _ATTEMPTS = 5
 #: a queue meanwhile takes its job without advancing the queue's clock (it does not wait):
 #: small groups keep that window short, and 8 already spread a commit over 8 claims.
 MOST_PER_GROUP = 8
+#: Groups of one process running at once, each on a connection of its own: one runs in the
+#: database while the next forms (see taskqueue.groupcommit).
+GROUP_LANES = 2
 
 
 def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, count: int = 1,

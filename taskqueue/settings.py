@@ -120,10 +120,12 @@ class MatcherSettings:
     #: gunicorn worker processes; each holds its own database connections.
     workers: int = 2
     #: Threads per worker. 1: gunicorn's sync workers (one request at a time, a connection
-    #: closed after each answer). More: its gthread workers, which answer other pilots while
-    #: one request waits for the database and keep a pilot's connection open between its
-    #: requests (no TCP connect and close for each one).
-    threads: int = 1
+    #: closed after each answer). More (the default, 4): its gthread workers, which answer
+    #: other pilots while one request waits for the database, keep a pilot's connection open
+    #: between its requests (no TCP connect and close for each one), and on PostgreSQL send
+    #: the claims their threads make at once to the database as one group with one commit
+    #: (taskqueue.groupcommit).
+    threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
     #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).

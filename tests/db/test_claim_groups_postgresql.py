@@ -27,7 +27,7 @@ from taskqueue.database import make_engine
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.limits import NO_MATCH_NO_JOB
 from taskqueue.models import Base, Job, JobStatusHistory, TaskQueue, TaskQueueJob
-from taskqueue.pilotmatch import MatchAnswer, MatchDatabase, match_for_pilot
+from taskqueue.pilotmatch import GROUP_LANES, MatchAnswer, MatchDatabase, match_for_pilot
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
 from tests.conftest import BACKENDS, Database
@@ -47,10 +47,15 @@ Outcome = MatchAnswer | BaseException
 
 @pytest.fixture()
 def matches(db: Database) -> Iterator[MatchDatabase]:
-    """A matcher process's databases of its own, so that its groups are this test's."""
+    """A matcher process's databases of its own, so that its groups are this test's, with
+    one lane: the claims that queue behind a held claim are then the next group, whole (with
+    more lanes, the next claims would take the free ones first)."""
     engine = make_engine(db.url, pool_size=2, autocommit=True)
     try:
-        yield MatchDatabase(db.factory, engine)
+        database = MatchDatabase(db.factory, engine)
+        assert database.groups is not None
+        database.groups.lanes = 1
+        yield database
     finally:
         engine.dispose()
 
@@ -240,6 +245,8 @@ def test_many_threads_of_one_process_claim_each_job_once(
     with db.factory.begin() as s:
         ids = submit(s, settings, now, [requirements(owner=f"u{i % 5}", sites=[f"S{i % 3}"])
                                         for i in range(240)])
+    assert matches.groups is not None
+    matches.groups.lanes = GROUP_LANES  # as the matcher runs them
     got: list[list[int]] = [[] for _ in range(8)]
     errors: list[BaseException] = []
 

@@ -22,7 +22,7 @@ import pytest
 from sqlalchemy import select, text
 
 from taskqueue.database import make_engine
-from taskqueue.errors import ConflictError
+from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.limits import ban_site
 from taskqueue.models import jobs_table, task_queues_table, tq_jobs_table
 from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
@@ -151,3 +151,42 @@ def test_the_pooled_connection_serves_the_next_call(db: Database, match_db: Matc
     with match_db.autocommit.connect() as conn:
         assert conn.execute(text("SELECT CONNECTION_ID()")).scalar_one() == first
         assert conn.execute(text("SELECT @@in_transaction")).scalar_one() == 0
+
+
+def test_a_hung_database_is_unavailable_not_a_hang(db: Database, settings: Settings,
+                                                   now: datetime) -> None:
+    """A table held by another session: the call stops at the statement timeout, claims
+    nothing, and the pool's next connection serves the next call."""
+    with db.factory.begin() as s:
+        (job,) = submit(s, settings, now, [requirements()])
+    quick = make_engine(db.url, pool_size=1, autocommit=True, statement_timeout=1.0)
+    matches = MatchDatabase(db.factory, quick)
+    blocker = db.engine.connect()
+    try:
+        blocker.exec_driver_sql("LOCK TABLES task_queue_jobs WRITE")
+        with pytest.raises(DatabaseUnavailableError):
+            _match(matches, now)
+    finally:
+        blocker.exec_driver_sql("UNLOCK TABLES")
+        blocker.close()
+    before = _state(db, job)
+    assert before[0] == [job] and before[3] == "Waiting" and "Matched" not in before[2]
+    assert _match(matches, now) == [job]
+    quick.dispose()
+
+
+def test_a_dropped_connection_is_replaced(db: Database, settings: Settings,
+                                          now: datetime) -> None:
+    with db.factory.begin() as s:
+        ids = submit(s, settings, now, [requirements()] * 2)
+    engine = make_engine(db.url, pool_size=1, autocommit=True)
+    matches = MatchDatabase(db.factory, engine)
+    assert _match(matches, now) == ids[:1]
+    with engine.connect() as conn:
+        connection_id = conn.execute(text("SELECT CONNECTION_ID()")).scalar_one()
+    with db.engine.begin() as conn:
+        conn.exec_driver_sql(f"KILL {int(connection_id)}")
+    with pytest.raises(DatabaseUnavailableError):
+        _match(matches, now)
+    assert _match(matches, now) == ids[1:]  # a new connection, nothing lost
+    engine.dispose()

@@ -1,5 +1,8 @@
 """Two real matcher server processes over one database, 16 concurrent HTTP clients: every job
-is handed out exactly once, and a site limit set through one process holds across both."""
+is handed out exactly once, and a site limit set through one process holds across both. One
+server runs sync workers, the other threaded ones (gthread), whose concurrent claims go to the
+database in groups on PostgreSQL (taskqueue.groupcommit); with no limit in the way, every claim
+takes the database's claim function, grouped or not."""
 
 from __future__ import annotations
 
@@ -59,10 +62,11 @@ def _free_port() -> int:
         return port
 
 
-def _start_server(url: str, port: int, tmp: Path) -> subprocess.Popen[bytes]:
+def _start_server(url: str, port: int, tmp: Path, threads: int) -> subprocess.Popen[bytes]:
     env = {**os.environ, "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SECRET,
            "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
-           "GRIDPILOT_MATCHER_METRICS_DIR": str(tmp / f"metrics-{port}")}
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(tmp / f"metrics-{port}"),
+           "GRIDPILOT_MATCHER_THREADS": str(threads)}
     return subprocess.Popen(
         [sys.executable, "-m", "gridpilot", "--config", str(ROOT / "conf" / "gridpilot.toml"),
          "serve", "--bind", f"127.0.0.1:{port}", "--workers", "1"],
@@ -89,9 +93,9 @@ def two_servers(server_url: str, tmp_path: Path) -> Iterator[list[str]]:
     procs: list[subprocess.Popen[bytes]] = []
     bases = []
     try:
-        for _ in range(2):
+        for threads in (1, 4):  # sync workers, threaded workers
             port = _free_port()
-            procs.append(_start_server(server_url, port, tmp_path))
+            procs.append(_start_server(server_url, port, tmp_path, threads))
             bases.append(f"http://127.0.0.1:{port}")
         for base, proc in zip(bases, procs, strict=True):
             _wait_healthy(base, proc)
@@ -120,13 +124,13 @@ def _fill(url: str) -> None:
 
 
 def _client(base: str, token: str, pilot: str, seed: int, got: list[int],
-            reasons: list[str], errors: list[str]) -> None:
+            reasons: list[str], errors: list[str], site: str = SITE) -> None:
     rng = random.Random(seed)
     session = requests.Session()
     session.headers["Authorization"] = f"Bearer {token}"
     misses = 0
     while misses < 3:
-        body: dict[str, Any] = {"resource": {"vo": "lhcb", "site": SITE, "ce": "ce1.cern.ch",
+        body: dict[str, Any] = {"resource": {"vo": "lhcb", "site": site, "ce": "ce1.cern.ch",
                                              "pilot_reference": pilot, "cpu_time": 10**6},
                                 "count": rng.choice((1, 1, 2, 4))}
         response = session.post(f"{base}/api/v1/pilots/match", json=body, timeout=30)
@@ -192,4 +196,43 @@ def test_two_processes_hand_out_each_job_once_and_share_limits(
         owners = dict(session.execute(
             select(Job.id, Job.pilot_reference).where(Job.id.in_(got[0]))).all())
         assert set(owners.values()) <= {"pilot-0"}
+    engine.dispose()
+
+
+@pytest.mark.slow
+def test_threaded_servers_hand_out_each_job_once_through_the_claim_function(
+        server_url: str, two_servers: list[str]) -> None:
+    _fill(server_url)  # beside what an earlier test of the module left waiting
+    engine = make_engine(server_url)
+    factory = make_session_factory(engine)
+    with factory() as session:
+        waiting = session.execute(select(func.count()).select_from(Job).where(
+            Job.status == "Waiting")).scalar_one()
+    site = "LCG.Free.org"  # no limits: every claim is the database's claim function
+    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
+                        lifetime=600, site=site)
+    got: list[list[int]] = [[] for _ in range(CLIENTS)]
+    reasons: list[list[str]] = [[] for _ in range(CLIENTS)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_client, args=(
+        two_servers[i % 2], pilot, f"free-{i}", i, got[i], reasons[i], errors, site))
+        for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert errors == []
+    handed = [job_id for ids in got for job_id in ids]
+    assert [job_id for job_id, n in Counter(handed).items() if n > 1] == []
+    assert len(handed) == waiting >= USER_JOBS + MC_JOBS
+    assert {r for rs in reasons for r in rs[-3:]} == {"no_matching_job"}
+    with factory() as session:
+        mine = dict(session.execute(select(Job.id, Job.pilot_reference).where(
+            Job.status == "Matched", Job.site == site)).all())
+        assert sorted(mine) == sorted(handed)
+        for i, ids in enumerate(got):  # each job recorded against the pilot that got it
+            assert {mine[job_id] for job_id in ids} <= {f"free-{i}"}
+        assert session.execute(select(func.count()).select_from(JobStatusHistory).where(
+            JobStatusHistory.status == "Matched",
+            JobStatusHistory.job_id.in_(handed))).scalar_one() == len(handed)
     engine.dispose()

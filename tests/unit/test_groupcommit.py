@@ -163,19 +163,61 @@ def test_a_run_that_raises_fails_its_whole_group_and_the_next_group_still_runs(
     assert answers == {0: 0}
     assert errors == [failure, failure]  # both callers of the failed group
     assert group.call(5) == 10  # the lead was handed back: nothing is stuck
-    assert not group._running
+    assert group.running == 0
 
 
 def test_a_wrong_number_of_answers_is_an_error_for_the_group() -> None:
     group: GroupCommit[int, int] = GroupCommit(lambda items: [])
     with pytest.raises(RuntimeError, match="a group of 1 calls got 0 answers"):
         group.call(1)
-    assert not group._running
+    assert group.running == 0
 
 
-def test_a_group_needs_room_for_one_call() -> None:
+def test_a_group_needs_room_for_one_call_and_one_lane() -> None:
     with pytest.raises(ValueError, match="at least one call, not 0"):
         GroupCommit(lambda items: list(items), most=0)
+    with pytest.raises(ValueError, match="at least one lane, not 0"):
+        GroupCommit(lambda items: list(items), lanes=0)
+
+
+def test_with_two_lanes_a_second_call_runs_beside_a_held_group_and_the_rest_queue() -> None:
+    held = threading.Event()
+    release = threading.Event()
+    runs: list[list[int]] = []
+
+    def run(items: Sequence[int]) -> list[int]:
+        runs.append(list(items))
+        if items[0] in (0, 1):  # the first two calls hold both lanes until released
+            held.set()
+            assert release.wait(PATIENCE)
+        return list(items)
+
+    group = GroupCommit(run, most=8, lanes=2)
+    answers: dict[int, Any] = {}
+    threads = start(group, [0], answers)
+    assert held.wait(PATIENCE)
+    threads += start(group, [1], answers)  # a free lane: runs at once, not queued
+    for _ in range(int(PATIENCE * 1000)):
+        if len(runs) == 2:
+            break
+        threading.Event().wait(0.001)
+    assert sorted(map(tuple, runs)) == [(0,), (1,)] and group.running == 2
+    threads += start(group, [2, 3, 4], answers)
+    queued_behind_the_leader(group, 3)
+    release.set()
+    join(threads)
+    assert answers == {i: i for i in range(5)}
+    assert sorted(i for r in runs[2:] for i in r) == [2, 3, 4]
+    assert group.running == 0 and group.calls == 5
+
+
+def test_many_threads_on_two_lanes_hand_lanes_on_without_losing_one() -> None:
+    group = GroupCommit(lambda items: [item + 1 for item in items], most=3, lanes=2)
+    for _ in range(5):
+        answers: dict[int, Any] = {}
+        join(start(group, list(range(100)), answers))
+        assert answers == {i: i + 1 for i in range(100)}
+        assert group.running == 0 and group.queued == 0
 
 
 def test_many_threads_each_get_their_own_answer_exactly_once() -> None:
@@ -192,4 +234,4 @@ def test_many_threads_each_get_their_own_answer_exactly_once() -> None:
     join(start(group, list(range(200)), answers))
     assert answers == {i: -i for i in range(200)}
     assert sorted(seen) == list(range(200))
-    assert group.calls == 200 and not group._running
+    assert group.calls == 200 and group.running == 0

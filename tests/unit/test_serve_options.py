@@ -1,5 +1,5 @@
 """``gridpilot serve``'s gunicorn options follow the [matcher] settings: one thread per
-worker keeps the sync workers, more choose the threaded (gthread) workers."""
+worker keeps the sync workers, more (the default) choose the threaded (gthread) workers."""
 
 from __future__ import annotations
 
@@ -13,9 +13,16 @@ from taskqueue.settings import MatcherSettings, Settings
 
 
 def test_one_thread_per_worker_runs_sync_workers() -> None:
-    options = gunicorn_options(Settings())
+    settings = Settings()
+    settings = replace(settings, matcher=replace(settings.matcher, threads=1))
+    options = gunicorn_options(settings)
     assert options["worker_class"] == "sync"
     assert options["threads"] == 1
+
+
+def test_the_default_is_four_threads_per_worker() -> None:
+    options = gunicorn_options(Settings())
+    assert (options["worker_class"], options["threads"]) == ("gthread", 4)
 
 
 def test_more_threads_run_threaded_workers() -> None:

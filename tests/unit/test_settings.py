@@ -100,8 +100,8 @@ def test_the_shipped_file_names_files_beside_it(repo_root: Path) -> None:
 def test_matcher_threads_reach_gunicorn_and_must_be_positive(tmp_path: Path) -> None:
     from gridpilot.server import gunicorn_options
 
-    settings = load_settings(None, {"GRIDPILOT_MATCHER_THREADS": "4"})
-    assert gunicorn_options(settings)["threads"] == 4
-    assert gunicorn_options(Settings())["threads"] == 1  # one request per worker at a time
+    settings = load_settings(None, {"GRIDPILOT_MATCHER_THREADS": "1"})
+    assert gunicorn_options(settings)["threads"] == 1  # one request per worker at a time
+    assert gunicorn_options(Settings())["threads"] == 4
     with pytest.raises(ConfigurationError, match=r"matcher\.threads must be at least 1"):
         load_settings(None, {"GRIDPILOT_MATCHER_THREADS": "0"})
