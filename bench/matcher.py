@@ -424,7 +424,7 @@ def server_command(config: Path, port: int, workers: int) -> list[str]:
 
 @contextmanager
 def running_server(db_url: str, workers: int, *, config: Path, secret: str, tmpdir: Path,
-                   max_requests: int, threads: int = 1) -> Iterator[Server]:
+                   max_requests: int, threads: int = 4) -> Iterator[Server]:
     """Start the matcher under gunicorn on a free loopback port, wait until every worker is
     up and it answers /healthz, and stop it (and anything left of its session) afterwards."""
     port = free_port()

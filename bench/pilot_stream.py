@@ -1220,9 +1220,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of HTTP client process counts (default 8)")
     parser.add_argument("--workers", type=int, default=2,
                         help="gunicorn workers over HTTP (default 2)")
-    parser.add_argument("--matcher-threads", type=int, default=1,
-                        help="threads per matcher worker over HTTP (gunicorn's gthread when "
-                             "more than 1; default 1, sync workers)")
+    parser.add_argument("--matcher-threads", type=int, default=4,
+                        help="threads per matcher worker over HTTP (matcher.threads: "
+                             "gunicorn's gthread when more than 1; default 4, the service's; "
+                             "1: sync workers)")
     parser.add_argument("--http-counts", type=_int_list, default=[1, 4],
                         help="comma list of jobs per HTTP match request (default 1,4)")
     parser.add_argument("--profile", default=None,

@@ -148,8 +148,9 @@ def main() -> None:
     parser.add_argument("--database-prefix", default="gp_bench_submit",
                         help="name of the fresh databases, before a random suffix")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="requests each worker serves at once (matcher.threads)")
+    parser.add_argument("--threads", type=int, default=4,
+                        help="requests each worker serves at once (matcher.threads; its "
+                             "default, 4)")
     parser.add_argument("--bulk", type=int, default=1000)
     parser.add_argument("--parametric", type=int, default=10000)
     parser.add_argument("--repeat", type=int, default=3)
