@@ -121,6 +121,8 @@ def test_a_group_claims_for_each_pilot_by_its_own_description_in_one_transaction
         a1, a2, a3 = submit(s, settings, now, [requirements(sites=["A"])] * 3)
         (b,) = submit(s, settings, now, [requirements(sites=["B"])])
         (c,) = submit(s, settings, now, [requirements(sites=["C"], owner="carol")])
+        (belle,) = submit(s, settings, now, [requirements(vo="belle", owner_group="belle_user",
+                                                          sites=["A"])])
     outcomes: dict[str, Outcome] = {}
     held_then_grouped(db, matches, lambda: claim_in_thread(matches, now, outcomes, "p0",
                                                            site="A"), [
@@ -130,25 +132,28 @@ def test_a_group_claims_for_each_pilot_by_its_own_description_in_one_transaction
                                 owner="alice"),
         lambda: claim_in_thread(matches, now, outcomes, "pc", site="C", owner="carol"),
         lambda: claim_in_thread(matches, now, outcomes, "pd", site="D"),
+        lambda: claim_in_thread(matches, now, outcomes, "pbelle", vo="belle", site="A"),
     ])
     assert jobs_of(outcomes["pb"]) == [b] and jobs_of(outcomes["pc"]) == [c]
     assert sorted(jobs_of(outcomes["p0"]) + jobs_of(outcomes["pa2"])) == [a1, a2, a3]
+    assert jobs_of(outcomes["pbelle"]) == [belle]  # another VO's pilot: its VO's job only
     assert len(jobs_of(outcomes["pa2"])) == 2
     for empty in ("pc-wrong-owner", "pd"):
         answer = outcomes[empty]
         assert isinstance(answer, MatchAnswer)
         assert (answer.jobs, answer.reason) == ([], NO_MATCH_NO_JOB)
-    grouped = jobs_of(outcomes["pb"]) + jobs_of(outcomes["pa2"]) + jobs_of(outcomes["pc"])
+    grouped = (jobs_of(outcomes["pb"]) + jobs_of(outcomes["pa2"]) + jobs_of(outcomes["pc"])
+               + jobs_of(outcomes["pbelle"]))
     assert len(transaction_of(db, grouped)) == 1  # one transaction, one commit
     assert transaction_of(db, grouped) != transaction_of(db, jobs_of(outcomes["p0"]))
     with db.factory() as s:
         rows = s.execute(select(Job.id, Job.status, Job.pilot_reference, Job.site)).all()
         assert {(r.id, r.status, r.pilot_reference, r.site) for r in rows} == {
             (jid, "Matched", name, site) for name, site in
-            (("p0", "A"), ("pa2", "A"), ("pb", "B"), ("pc", "C"))
+            (("p0", "A"), ("pa2", "A"), ("pb", "B"), ("pc", "C"), ("pbelle", "A"))
             for jid in jobs_of(outcomes[name])}
         assert sorted(s.scalars(select(JobStatusHistory.job_id).where(
-            JobStatusHistory.status == "Matched"))) == [a1, a2, a3, b, c]
+            JobStatusHistory.status == "Matched"))) == [a1, a2, a3, b, c, belle]
         assert s.scalar(select(TaskQueueJob.job_id)) is None
 
 
