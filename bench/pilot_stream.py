@@ -789,16 +789,19 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     backend_cpu0 = _cpu_of(result.backend_pids)
     deadline = time.monotonic() + spec.seconds
 
+    # The process's pilots, drawn by its threads in turn (one stream per thread would have
+    # each of them skip every job the others took: the benchmark's work, not the claims');
+    # a miss allows for every other claimer.
+    stream = Stream(replace(spec, processes=spec.processes * spec.threads), shared)
+    stream_lock = threading.Lock()
+
     def claims(thread: int, mine: ClaimerResult) -> None:
         nonlocal first_claim
-        # Each thread its own pilots and draws; a miss allows for every other claimer.
-        own = replace(spec, index=spec.index * 1000 + thread,
-                      processes=spec.processes * spec.threads)
-        stream = Stream(own, shared)
-        claim_rng = random.Random(f"claim-{spec.seed}-{own.index}")
+        claim_rng = random.Random(f"claim-{spec.seed}-{spec.index}-{thread}")
         perf, cpu = time.perf_counter, time.thread_time
         while time.monotonic() < deadline and _take_budget(shared):
-            drawn = stream.next_pilot()
+            with stream_lock:
+                drawn = stream.next_pilot()
             if drawn is None:
                 break
             pilot, reference = drawn
@@ -1123,6 +1126,9 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         "errors": sum(r.errors for r in outcome) + sum(1 for r in outcome if r.fatal),
         "database_agrees": db["matched"] == jobs,
         "client_cpu_ms_per_claim": per_claim(client_cpu),
+        # The claimers' whole CPU: the claims, and the benchmark's own drawing and checking.
+        "claimer_process_cpu_ms_per_claim": per_claim(sum(r.loop_cpu_seconds
+                                                          for r in outcome)),
         "server_cpu_ms_per_claim": per_claim(own_backends if own_backends is not None
                                              else server_all),
         "server_cpu_scope": ("own backends" if own_backends is not None else
