@@ -147,6 +147,26 @@ def _client(base: str, token: str, pilot: str, seed: int, got: list[int],
             time.sleep(0.05)
 
 
+def _pilots_until_empty(servers: list[str], site: str, name: str
+                        ) -> tuple[list[list[int]], list[list[str]]]:
+    """CLIENTS pilots of ``site`` (named ``name-i``), spread over the servers, each asking
+    until three answers in a row are empty: the jobs each got, and its no-match reasons."""
+    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
+                        lifetime=600, site=site)
+    got: list[list[int]] = [[] for _ in range(CLIENTS)]
+    reasons: list[list[str]] = [[] for _ in range(CLIENTS)]
+    errors: list[str] = []
+    threads = [threading.Thread(target=_client, args=(
+        servers[i % len(servers)], pilot, f"{name}-{i}", i, got[i], reasons[i], errors, site))
+        for i in range(CLIENTS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=600)
+    assert errors == []
+    return got, reasons
+
+
 @pytest.mark.slow
 def test_two_processes_hand_out_each_job_once_and_share_limits(
         server_url: str, two_servers: list[str]) -> None:
@@ -159,19 +179,7 @@ def test_two_processes_hand_out_each_job_once_and_share_limits(
                                 "value": "MCSimulation", "max_running": MC_LIMIT}, timeout=30)
     assert limit.status_code == 200, limit.text
 
-    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
-                        lifetime=600, site=SITE)
-    got: list[list[int]] = [[] for _ in range(CLIENTS)]
-    reasons: list[list[str]] = [[] for _ in range(CLIENTS)]
-    errors: list[str] = []
-    threads = [threading.Thread(target=_client, args=(
-        two_servers[i % 2], pilot, f"pilot-{i}", i, got[i], reasons[i], errors))
-        for i in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert errors == []
+    got, reasons = _pilots_until_empty(two_servers, SITE, "pilot")
 
     handed = [job_id for ids in got for job_id in ids]
     duplicates = [job_id for job_id, n in Counter(handed).items() if n > 1]
@@ -209,19 +217,7 @@ def test_threaded_servers_hand_out_each_job_once_through_the_claim_function(
         waiting = session.execute(select(func.count()).select_from(Job).where(
             Job.status == "Waiting")).scalar_one()
     site = "LCG.Free.org"  # no limits: every claim is the database's claim function
-    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
-                        lifetime=600, site=site)
-    got: list[list[int]] = [[] for _ in range(CLIENTS)]
-    reasons: list[list[str]] = [[] for _ in range(CLIENTS)]
-    errors: list[str] = []
-    threads = [threading.Thread(target=_client, args=(
-        two_servers[i % 2], pilot, f"free-{i}", i, got[i], reasons[i], errors, site))
-        for i in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=600)
-    assert errors == []
+    got, reasons = _pilots_until_empty(two_servers, site, "free")
     handed = [job_id for ids in got for job_id in ids]
     assert [job_id for job_id, n in Counter(handed).items() if n > 1] == []
     assert len(handed) == waiting >= USER_JOBS + MC_JOBS
