@@ -2,16 +2,18 @@
 running go together, as one group, in the next one.
 
 A database makes one durable commit per transaction, and a claim's commit (a flush of the
-log to disk) costs as much as a third of the claim. A matcher process that serves many
-pilots at once (gunicorn's threaded workers) hands its concurrent claims to one
-:class:`GroupCommit`, which runs them as groups: each group is one transaction, so that one
-commit serves all its pilots, as a database's own log writer does for its sessions.
+log to disk) is a fifth to a third of the claim's time on the machines measured. A matcher
+process that serves many pilots at once (gunicorn's threaded workers) hands its concurrent
+claims to one :class:`GroupCommit`, which runs them as groups: each group is one transaction,
+so that one commit serves all its pilots, as a database's own log writer does for its
+sessions.
 
 No call ever waits for company: a thread that finds a lane free runs at once, alone. A thread
 that finds every lane busy (``lanes`` groups running, each on a database connection of its
 own) queues; when a group ends, its leader hands its lane to the first thread queued, which
 runs everything queued by then (at most ``most`` calls) and hands on in turn. So a call waits
-for at most one group before its own, and under no load every call is a group of one. Two
+for the group running on its lane (and more only when over ``most`` calls queue ahead of it),
+and under no load every call is a group of one. Two
 lanes let one process keep two database connections (and two server cores) busy, one group
 running while the next one forms.
 """
