@@ -81,13 +81,19 @@ def claim_in_thread(matches: MatchDatabase, now: datetime, outcomes: dict[str, O
 def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
                       rest: list[Any]) -> None:
     """Start ``first`` (a callable starting one claim thread) while the history table is
-    locked, so that it waits in the database; start the ``rest`` and wait until they queue
-    behind it; release the lock and wait for every thread."""
+    locked, so that it waits in the database; once it holds the (one) lane, start the
+    ``rest`` and wait until they queue behind it; release the lock and wait for every
+    thread."""
     assert matches.groups is not None
     blocker: Connection = db.engine.connect()
     try:
         blocker.execute(text("LOCK TABLE job_status_history IN SHARE MODE"))
         threads = [first()]
+        for _ in range(int(PATIENCE * 100)):  # the first claim holds the lane: it leads
+            if matches.groups.running == 1:
+                break
+            threading.Event().wait(0.01)
+        assert matches.groups.running == 1, "the first claim did not start"
         threads += [start() for start in rest]
         for _ in range(int(PATIENCE * 100)):
             if matches.groups.queued == len(rest):
