@@ -13,9 +13,8 @@ that finds every lane busy (``lanes`` groups running, each on a database connect
 own) queues; when a group ends, its leader hands its lane to the first thread queued, which
 runs everything queued by then (at most ``most`` calls) and hands on in turn. So a call waits
 for the group running on its lane (and more only when over ``most`` calls queue ahead of it),
-and under no load every call is a group of one. Two
-lanes let one process keep two database connections (and two server cores) busy, one group
-running while the next one forms.
+and under no load every call is a group of one. Two lanes let one process keep two database
+connections (and two server cores) busy, one group running while the next one forms.
 """
 
 from __future__ import annotations
@@ -31,12 +30,11 @@ R = TypeVar("R")
 class _Waiter(Generic[T, R]):
     """One call: what it asks, and once its group ran, its answer or its error."""
 
-    __slots__ = ("answer", "error", "finished", "item", "lead", "woken")
+    __slots__ = ("answer", "error", "finished", "item", "woken")
 
     def __init__(self, item: T) -> None:
         self.item = item
         self.woken = threading.Event()
-        self.lead = False
         self.finished = False
         self.answer: R | None = None
         self.error: BaseException | None = None
@@ -86,16 +84,16 @@ class GroupCommit(Generic[T, R]):
         """Run ``item`` in the next group (at once when a lane is free) and answer it."""
         me: _Waiter[T, R] = _Waiter(item)
         with self._lock:
-            if self._running < self.lanes:
+            lead = self._running < self.lanes
+            if lead:
                 self._running += 1
-                me.lead = True
             else:
                 self._queued.append(me)
-        if not me.lead:
+        if not lead:
             me.woken.wait()
             if me.finished:
                 return me.outcome()
-            # Handed a lane (and taken off the queue by the one who handed it).
+            # Woken unfinished: handed a lane (and taken off the queue by the one who did).
         with self._lock:
             group = [me, *self._queued[:self.most - 1]]
             del self._queued[:self.most - 1]
@@ -104,9 +102,7 @@ class GroupCommit(Generic[T, R]):
         finally:
             with self._lock:
                 if self._queued:  # the lane goes to the first queued, who leads the next
-                    successor = self._queued.pop(0)
-                    successor.lead = True
-                    successor.woken.set()
+                    self._queued.pop(0).woken.set()
                 else:
                     self._running -= 1
             for waiter in group:
