@@ -7,16 +7,23 @@ shares, the usual case in a bulk, is one scalar), and data-modifying CTEs write 
 tables: the jobs are inserted in array order, so the sequence hands them ascending ids in that
 order (other inserters' ids may interleave, never reorder ours), and each job's place in the
 arrays is its rank among the ids returned.
+
+Each array is sent as one JSON text (written by orjson) that the statement reads back with
+``json_array_elements_text`` and casts to its column's type: psycopg writes a Python list as
+a PostgreSQL array one element at a time in Python, which was a third of a 1,000-job bulk's
+time in the service; orjson writes the same list in a few microseconds.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy import Column, Connection, TextClause, TypeDecorator, text
 from sqlalchemy.dialects import postgresql
 
@@ -66,7 +73,7 @@ def insert_new_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]], *, now:
         if isinstance(column_type, TypeDecorator):
             values = [column_type.process_bind_param(v, _DIALECT) for v in values]
         if len(rows) > 1 and any(v != values[0] for v in values):
-            params[f"a{i}"] = values
+            params[f"a{i}"] = _json_array(values)
             varying.append(name)
         else:
             params[f"a{i}"] = values[0]
@@ -77,10 +84,10 @@ def insert_new_jobs(conn: Connection, rows: Sequence[Mapping[str, Any]], *, now:
         queue_shape = "refill-" + queue_shape
         del params["q_tq"]
         params.update(r_digest=refill.digest, r_count=refill.count, r_sum=refill.priority_sum)
-    params["h_job"] = [place + 1 for place, _, _, _ in histories]
-    params["h_status"] = [status for _, status, _, _ in histories]
-    params["h_minor"] = [minor for _, _, minor, _ in histories]
-    params["h_source"] = [source for _, _, _, source in histories]
+    params["h_job"] = _json_array([place + 1 for place, _, _, _ in histories])
+    params["h_status"] = _json_array([status for _, status, _, _ in histories])
+    params["h_minor"] = _json_array([minor for _, _, minor, _ in histories])
+    params["h_source"] = _json_array([source for _, _, _, source in histories])
     params["at"] = _UTC.process_bind_param(now, _DIALECT)
     params["n"] = len(rows)
     stmt = _statement(tuple(names), tuple(varying), queue_shape)
@@ -99,8 +106,18 @@ def _shape(tq_ids: list[int | None], ranks: list[int | None], params: dict[str, 
                             and all(r == ranks[0] for r in ranks)):
         params["q_tq"], params["q_rank"] = tq_ids[0], ranks[0]
         return "same"
-    params["q_tq"], params["q_rank"] = tq_ids, ranks
+    params["q_tq"], params["q_rank"] = _json_array(tq_ids), _json_array(ranks)
     return "each"
+
+
+def _json_array(values: list[Any]) -> str:
+    """``values`` as one JSON array, for ``json_array_elements_text`` (a datetime as ISO 8601
+    text, which PostgreSQL's timestamp input reads; an integer beyond 64 bits, which orjson
+    refuses, by the standard library)."""
+    try:
+        return orjson.dumps(values).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(values, default=str)
 
 
 def _type(column: Column[Any]) -> str:
@@ -110,22 +127,26 @@ def _type(column: Column[Any]) -> str:
     return str(col_type.compile(dialect=_DIALECT))
 
 
+def _elements(param: str) -> str:
+    """The text elements of the JSON array sent as ``param``, in order (null: SQL NULL)."""
+    return f"json_array_elements_text(CAST(:{param} AS json))"
+
+
 @functools.lru_cache(maxsize=64)
 def _statement(names: tuple[str, ...], varying: tuple[str, ...], queues: str) -> TextClause:
     """The statement for one shape of rows, built once per process."""
     index = {name: i for i, name in enumerate(names)}
-    arrays = [f"CAST(:a{index[n]} AS {_type(jobs_table.c[n])}[])" for n in varying]
-    aliases = [f"c{index[n]}" for n in varying]
-    if queues == "refill-each":
-        arrays += [f"CAST(:q_rank AS {_type(tq_jobs_table.c['rank'])}[])"]
-        aliases += ["q_rank"]
-    if queues == "each":
-        arrays += [f"CAST(:q_tq AS {_type(tq_jobs_table.c.tq_id)}[])",
-                   f"CAST(:q_rank AS {_type(tq_jobs_table.c['rank'])}[])"]
-        aliases += ["q_tq", "q_rank"]
+    arrays = [(f"a{index[n]}", f"c{index[n]}", _type(jobs_table.c[n])) for n in varying]
+    if queues in ("refill-each", "each"):
+        if queues == "each":
+            arrays.append(("q_tq", "q_tq", _type(tq_jobs_table.c.tq_id)))
+        arrays.append(("q_rank", "q_rank", _type(tq_jobs_table.c["rank"])))
     if arrays:
-        source = (f"SELECT * FROM unnest({', '.join(arrays)}) WITH ORDINALITY "
-                  f"AS s({', '.join(aliases)}, ord)")
+        typed = ", ".join(f"CAST(s.{alias} AS {sql_type}) AS {alias}"
+                          for _, alias, sql_type in arrays)
+        source = (f"SELECT {typed}, s.ord "
+                  f"FROM ROWS FROM ({', '.join(_elements(param) for param, _, _ in arrays)}) "
+                  f"WITH ORDINALITY AS s({', '.join(alias for _, alias, _ in arrays)}, ord)")
     else:
         source = "SELECT ord FROM generate_series(1, CAST(:n AS integer)) AS g(ord)"
     values = [f"src.c{index[n]}" if n in varying
@@ -138,10 +159,10 @@ def _statement(names: tuple[str, ...], varying: tuple[str, ...], queues: str) ->
         "num AS (SELECT id, row_number() OVER (ORDER BY id) AS ord FROM ins), "
         f"hist AS (INSERT INTO {history_table.name} (job_id, at, status, minor_status, source) "
         f"SELECT num.id, CAST(:at AS {_type(h.at)}), h.status, h.minor, h.source "
-        f"FROM unnest(CAST(:h_job AS bigint[]), CAST(:h_status AS {_type(h.status)}[]), "
-        f"CAST(:h_minor AS {_type(h.minor_status)}[]), "
-        f"CAST(:h_source AS {_type(h.source)}[])) WITH ORDINALITY "
-        "AS h(job, status, minor, source, k) JOIN num ON num.ord = h.job ORDER BY h.k)"
+        f"FROM ROWS FROM ({_elements('h_job')}, {_elements('h_status')}, "
+        f"{_elements('h_minor')}, {_elements('h_source')}) WITH ORDINALITY "
+        "AS h(job, status, minor, source, k) JOIN num ON num.ord = CAST(h.job AS bigint) "
+        "ORDER BY h.k)"
     )
     if queues == "same":
         sql += (f", queued AS (INSERT INTO {tq_jobs_table.name} (job_id, tq_id, rank) "

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from sqlalchemy import select
 
 from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
 from taskqueue.jobs import NewJob, add_jobs, apply_transition, job_history, set_job_status
-from taskqueue.models import Job
+from taskqueue.models import Job, JobStatusHistory
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
 from tests.conftest import Database
@@ -94,3 +95,36 @@ def test_add_jobs_returns_each_jobs_id_in_the_order_given(db: Database, now: dat
                   for j in s.query(Job).filter(Job.id.in_(ids))}
     assert [stored[i] for i in ids] == [(j.description, j.bulk_index, j.user_priority)
                                         for j in jobs]
+
+
+#: Texts the statement that stores new jobs must carry exactly (on PostgreSQL each column that
+#: varies between the jobs travels as one JSON array): quotes, backslashes, escapes' look-alikes,
+#: control characters, non-Latin and astral characters, and the word null.
+AWKWARD = ['say "hi"', "back\\slash", "\\u0041 stays six characters", "tab\there\nnewline",
+           "é漢字", "🚀 astral", "null", "[1, 2]", "", " padded "]
+
+
+def test_new_jobs_keep_awkward_texts_and_missing_values_exactly(db: Database,
+                                                                  now: datetime) -> None:
+    """Each job's texts, bulk index and absent values come back exactly as given, whatever
+    characters they hold, with the submission's time to the microsecond."""
+    at = now.replace(microsecond=123456)
+    jobs = [NewJob(f'[Executable = "{i}"; Arguments = "{text}"]', requirements(), i % 3 + 1,
+                   "jdl", i if i % 2 else None, job_name=text if i % 3 else None,
+                   job_group=None if i % 4 else text)
+            for i, text in enumerate(AWKWARD)]
+    with db.factory.begin() as s:
+        ids = add_jobs(s, jobs, now=at)
+    with db.factory() as s:
+        stored = {j.id: j for j in s.query(Job).filter(Job.id.in_(ids))}
+    for job_id, given in zip(ids, jobs, strict=True):
+        row = stored[job_id]
+        assert (row.description, row.bulk_index, row.user_priority, row.job_name,
+                row.job_group) == (given.description, given.bulk_index, given.user_priority,
+                                   given.job_name, given.job_group)
+        assert row.submitted_at == at
+    with db.factory() as s:
+        history = s.execute(select(JobStatusHistory.job_id, JobStatusHistory.at)
+                            .where(JobStatusHistory.job_id.in_(ids))).all()
+    assert sorted(job_id for job_id, _ in history) == sorted(ids)
+    assert {when for _, when in history} == {at}
