@@ -21,8 +21,10 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
     sys.path[0] = str(_HERE.parent)
 
 import argparse  # noqa: E402
+import cProfile  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import pstats  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
@@ -30,7 +32,7 @@ from typing import Any  # noqa: E402
 from sqlalchemy import event  # noqa: E402
 
 from bench.submit import SECRET, SINGLE_JDL, fresh_database  # noqa: E402
-from matcher.app import create_app  # noqa: E402
+from gridpilot.server import worker_app  # noqa: E402
 from matcher.auth import issue_token  # noqa: E402
 from matcher.runtime import runtime_of  # noqa: E402
 from taskqueue.settings import load_settings  # noqa: E402
@@ -51,6 +53,9 @@ def main() -> None:
     parser.add_argument("--parametric", type=int, default=10000)
     parser.add_argument("--statements", action="store_true",
                         help="list the statements of one request")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="profile the timed requests (CPU time, cProfile) and print the "
+                             "N functions with the most cumulative time to stderr")
     args = parser.parse_args()
     if args.kind == "single":
         body, media, jobs = SINGLE_JDL, "text/plain", 1
@@ -73,7 +78,7 @@ def main() -> None:
             "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SECRET,
             "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
             "GRIDPILOT_MATCHER_METRICS_DIR": str(Path(tmp) / "metrics")})
-        app = create_app(settings)
+        app = worker_app(settings)  # as each worker of gridpilot serve builds it
         client = app.test_client()
 
         def one() -> None:
@@ -93,10 +98,18 @@ def main() -> None:
         one()
         first = list(sent)
         sent.clear()
+        profiler = cProfile.Profile(time.process_time) if args.profile else None
         wall, cpu = time.perf_counter(), time.process_time()
+        if profiler is not None:
+            profiler.enable()
         for _ in range(args.requests):
             one()
+        if profiler is not None:
+            profiler.disable()
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if profiler is not None:
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(
+                args.profile)
     record: dict[str, Any] = {
         "bench": "submit_inprocess", "backend": args.backend, "kind": args.kind,
         "jobs_per_request": jobs, "requests": args.requests,

@@ -3,7 +3,11 @@ worker keeps the sync workers, more (the default) choose the threaded (gthread) 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +39,38 @@ def test_more_threads_run_threaded_workers() -> None:
 def test_no_threads_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"matcher\.threads"):
         MatcherSettings(threads=0)
+
+
+#: Builds a worker's app as gunicorn's worker does, in a process of its own (freezing the
+#: collector's view of this test process would hide its garbage from it), and reports.
+_WORKER = """
+import gc, json, sys
+from gridpilot import schema
+from gridpilot.server import worker_app
+from taskqueue.database import make_engine
+from taskqueue.settings import load_settings
+url, work = sys.argv[1], sys.argv[2]
+engine = make_engine(url)
+schema.upgrade(engine)
+engine.dispose()
+before = gc.get_freeze_count()
+app = worker_app(load_settings(None, {
+    "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": "s" * 40,
+    "GRIDPILOT_MATCHER_METRICS_DIR": work}))
+answer = app.test_client().get("/healthz")
+print(json.dumps({"before": before, "frozen": gc.get_freeze_count(),
+                  "status": answer.status_code}))
+"""
+
+
+def test_a_worker_freezes_what_it_built_before_serving(tmp_path: Path) -> None:
+    """The objects a worker builds before its first request (modules, app, tables) are out
+    of the collector's sight, and the app still serves."""
+    done = subprocess.run([sys.executable, "-c", _WORKER, f"sqlite:///{tmp_path / 'w.db'}",
+                           str(tmp_path / "metrics")], capture_output=True, text=True,
+                          timeout=120, check=False, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["before"] == 0
+    assert report["frozen"] > 50_000
+    assert report["status"] == 200
