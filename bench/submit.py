@@ -9,11 +9,14 @@ loopback with ``--workers`` of ``--threads`` each. Then:
 - ``bulk_json``: one POST /api/v1/jobs of a JSON list of ``--bulk`` small jobs, ``--repeat``
   times;
 - ``parametric``: one POST of a JDL with ``Parameters = --parametric``, ``--repeat`` times;
-- ``single``: ``--clients`` threads POST one small JDL each, as fast as they are answered, for
-  ``--duration`` seconds.
+- ``single``: ``--clients`` processes POST one small JDL each, as fast as they are answered,
+  for ``--duration`` seconds, over kept-alive connections (the standard library's
+  http.client, which costs a tenth of the CPU requests does, so that the clients do not
+  take the server's cores).
 
 One JSON line per measurement on stdout: backend, measure, jobs per request, requests, seconds
-and jobs/s (bulk: the median request; single: submissions/s over the run), errors. Run from the
+and jobs/s (bulk: the median request; single: submissions/s over the run, the clients' CPU
+per submission and the machine's busy cores), errors. Run from the
 repository root::
 
     .venv/bin/python bench/submit.py --backends sqlite,postgresql,mariadb
@@ -29,16 +32,18 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
     sys.path[0] = str(_HERE.parent)
 
 import argparse  # noqa: E402
+import http.client  # noqa: E402
 import json  # noqa: E402
+import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from typing import Any  # noqa: E402
+from urllib.parse import urlsplit  # noqa: E402
 
 import requests  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
@@ -107,37 +112,66 @@ def bulk(base: str, token: str, backend: str, measure: str, body: str, content_t
             "bytes": len(body.encode()), "errors": errors}
 
 
+def _single_client(base: str, token: str, end: float, out: Any) -> None:
+    """One client process: POST the small JDL over one kept-alive connection until ``end``
+    (``time.monotonic``); put (accepted, refused or failed, CPU seconds of this process)."""
+    url = urlsplit(base)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
+    body = SINGLE_JDL.encode()
+    ok = bad = 0
+    started = time.process_time()
+    while time.monotonic() < end:
+        try:
+            conn.request("POST", "/api/v1/jobs", body=body, headers=headers)
+            answer = conn.getresponse()
+            answer.read()
+            ok, bad = (ok + 1, bad) if answer.status == 201 else (ok, bad + 1)
+        except (OSError, http.client.HTTPException):
+            bad += 1
+            conn.close()
+    out.put((ok, bad, time.process_time() - started))
+
+
+def _busy_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the machine so far, from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = fields
+    busy = user + nice + system + irq + softirq + steal
+    tick = os.sysconf("SC_CLK_TCK")
+    return busy / tick, (busy + idle + iowait) / tick
+
+
 def single(base: str, token: str, backend: str, clients: int, duration: float,
            workers: int) -> dict[str, Any]:
-    done: list[int] = []
-    errors: list[int] = []
-    end = time.perf_counter() + duration
-
-    def client() -> None:
-        ok = bad = 0
-        session = requests.Session()
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "text/plain"}
-        while time.perf_counter() < end:
-            try:
-                answer = session.post(f"{base}/api/v1/jobs", data=SINGLE_JDL, headers=headers,
-                                      timeout=30)
-                ok, bad = (ok + 1, bad) if answer.status_code == 201 else (ok, bad + 1)
-            except requests.RequestException:
-                bad += 1
-        done.append(ok)
-        errors.append(bad)
-
+    """``clients`` processes submit one small JDL each at a time, over kept-alive connections
+    with the standard library's http.client (as the pilot stream's clients do): a client
+    that costs less than the server leaves the machine's cores to the server, whose speed
+    is measured. Reports the clients' own CPU per submission and the machine's busy cores."""
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    end = time.monotonic() + duration
+    machine = _busy_seconds()
     started = time.perf_counter()
-    threads = [threading.Thread(target=client) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    procs = [context.Process(target=_single_client, args=(base, token, end, out))
+             for _ in range(clients)]
+    for proc in procs:
+        proc.start()
+    results = [out.get(timeout=duration + 120) for _ in procs]
+    for proc in procs:
+        proc.join()
     seconds = time.perf_counter() - started
+    now = _busy_seconds()
+    busy, total = now[0] - machine[0], now[1] - machine[1]
+    done = sum(ok for ok, _, _ in results)
     return {"bench": "submit", "backend": backend, "measure": "single", "workers": workers,
             "threads": int(os.environ.get("GRIDPILOT_MATCHER_THREADS", "1")),
-            "clients": clients, "requests": sum(done), "seconds": round(seconds, 2),
-            "submissions_per_s": round(sum(done) / seconds, 1), "errors": sum(errors)}
+            "clients": clients, "requests": done, "seconds": round(seconds, 2),
+            "submissions_per_s": round(done / seconds, 1),
+            "errors": sum(bad for _, bad, _ in results),
+            "client_cpu_ms_per_request": round(
+                sum(cpu for _, _, cpu in results) / max(done, 1) * 1000, 3),
+            "busy_cores": round(busy / total * (os.cpu_count() or 1), 2) if total else None}
 
 
 def main() -> None:
