@@ -16,7 +16,8 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 ALLOWED: dict[str, set[str]] = {
     # boto3 only in the S3 sandbox store, imported when that backend is chosen.
     "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore"},
-    "optimizers": {"optimizers", "taskqueue", "classad2"},
+    # orjson: each job of a JSON bulk is written back as its own compact text.
+    "optimizers": {"optimizers", "taskqueue", "classad2", "orjson"},
     "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt",
                 "prometheus_client", "orjson"},
     "pilot": {"pilot", "requests"},

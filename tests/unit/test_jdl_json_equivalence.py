@@ -18,7 +18,7 @@ import pytest
 
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
-from optimizers.jobjson import parse_json_text
+from optimizers.jobjson import parse_json_bulk, parse_json_text
 from tests.helpers import refusal as assert_refused
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -333,3 +333,50 @@ def test_requirements_reading_the_resource_are_kept_not_folded(expression: str) 
     assert "Site" in job.requirements_expression or "Foo" in job.requirements_expression
     (from_json,) = parse_json_text(with_requirements(json.dumps(expression)))
     assert from_json.requirements_expression == job.requirements_expression
+
+
+# -- a bulk's strings are checked unless the text cannot hold what the checks look for ---------
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ('{"executable": "a", "arguments": ["\\ud800"]}',
+     "job 2: arguments contains a character that is not valid Unicode (a lone surrogate)"),
+    ('{"executable": "a", "environment": {"A": "x\\u0000y"}}',
+     "job 2: environment.A contains a NUL character"),
+    ('{"executable": "a", "\\udfff": 1}',
+     "job 2: a key of the job description contains a character that is not valid Unicode "
+     "(a lone surrogate)"),
+])
+def test_a_bad_string_late_in_a_bulk_is_refused(item: str, message: str) -> None:
+    """Plain jobs first, an escape only in the third: the bulk's strings are still checked."""
+    text = f'[{{"executable": "a"}}, {{"executable": "é", "name": "漢"}}, {item}]'
+    assert str(refusal(text)) == message
+
+
+def test_a_text_holding_a_surrogate_itself_is_refused_without_an_escape() -> None:
+    text = '[{"executable": "a"}, {"executable": "b\ud800"}]'
+    assert str(refusal(text)) == (
+        "job 1: executable contains a character that is not valid Unicode (a lone surrogate)")
+
+
+def test_nesting_and_repeats_are_refused_in_a_bulk_of_plain_texts() -> None:
+    deep = '{"x": ' * 40 + "1" + "}" * 40
+    text = ('[{"executable": "a"}, {"executable": "b", "attributes": {"custom_attributes": '
+            f'{{"Deep": {deep}}}}}}}]')
+    assert "nested too deeply" in str(refusal(text))
+    assert str(refusal('[{"executable": "a"}, {"executable": "b", "executable": "c"}]')) == (
+        "job 1: executable is given twice; give it once")
+
+
+def test_each_job_of_a_bulk_keeps_its_own_compact_text() -> None:
+    """Each object of a list is stored as the compact JSON the standard library writes (the
+    same characters, escapes and order), and reads back as the object it was."""
+    items = [{"executable": "/bin/echo", "arguments": ['say "hi"', "back\\slash", "tab\t",
+                                                      "é漢字🚀", "a\u2028b"],
+              "environment": {"Z": "1", "A": "2"}},
+             {"executable": "b", "attributes": {"custom_attributes": {
+                 "Priority": 3, "Huge": 10 ** 30, "Ratio": 0.1, "Flag": True, "None": None}}}]
+    text = json.dumps(items)
+    stored = [own for own, _jobs in parse_json_bulk(text)]
+    assert stored == [json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items]
+    assert [json.loads(own) for own in stored] == items
