@@ -49,6 +49,7 @@ import requests  # noqa: E402
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
+from bench.matcher import machine_cpu_seconds  # noqa: E402
 from gridpilot import schema  # noqa: E402
 from gridpilot.devserver import matcher_server  # noqa: E402
 from matcher.auth import issue_token  # noqa: E402
@@ -133,15 +134,6 @@ def _single_client(base: str, token: str, end: float, out: Any) -> None:
     out.put((ok, bad, time.process_time() - started))
 
 
-def _busy_seconds() -> tuple[float, float]:
-    """(busy, all) CPU seconds of the machine so far, from /proc/stat."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
-    user, nice, system, idle, iowait, irq, softirq, steal = fields
-    busy = user + nice + system + irq + softirq + steal
-    tick = os.sysconf("SC_CLK_TCK")
-    return busy / tick, (busy + idle + iowait) / tick
-
-
 def single(base: str, token: str, backend: str, clients: int, duration: float,
            workers: int) -> dict[str, Any]:
     """``clients`` processes submit one small JDL each at a time, over kept-alive connections
@@ -151,7 +143,7 @@ def single(base: str, token: str, backend: str, clients: int, duration: float,
     context = multiprocessing.get_context("fork")
     out = context.Queue()
     end = time.monotonic() + duration
-    machine = _busy_seconds()
+    machine = machine_cpu_seconds()
     started = time.perf_counter()
     procs = [context.Process(target=_single_client, args=(base, token, end, out))
              for _ in range(clients)]
@@ -161,7 +153,7 @@ def single(base: str, token: str, backend: str, clients: int, duration: float,
     for proc in procs:
         proc.join()
     seconds = time.perf_counter() - started
-    now = _busy_seconds()
+    now = machine_cpu_seconds()
     busy, total = now[0] - machine[0], now[1] - machine[1]
     done = sum(ok for ok, _, _ in results)
     return {"bench": "submit", "backend": backend, "measure": "single", "workers": workers,

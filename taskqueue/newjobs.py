@@ -137,20 +137,20 @@ def _elements(param: str) -> str:
 def _statement(names: tuple[str, ...], varying: tuple[str, ...], queues: str) -> TextClause:
     """The statement for one shape of rows, built once per process."""
     index = {name: i for i, name in enumerate(names)}
-    arrays = [(f"a{index[n]}", f"c{index[n]}", _type(jobs_table.c[n])) for n in varying]
+    # Each array's column in src is named as its parameter.
+    arrays = [(f"a{index[n]}", _type(jobs_table.c[n])) for n in varying]
     if queues in ("refill-each", "each"):
         if queues == "each":
-            arrays.append(("q_tq", "q_tq", _type(tq_jobs_table.c.tq_id)))
-        arrays.append(("q_rank", "q_rank", _type(tq_jobs_table.c["rank"])))
+            arrays.append(("q_tq", _type(tq_jobs_table.c.tq_id)))
+        arrays.append(("q_rank", _type(tq_jobs_table.c["rank"])))
     if arrays:
-        typed = ", ".join(f"CAST(s.{alias} AS {sql_type}) AS {alias}"
-                          for _, alias, sql_type in arrays)
+        typed = ", ".join(f"CAST(s.{name} AS {sql_type}) AS {name}" for name, sql_type in arrays)
         source = (f"SELECT {typed}, s.ord "
-                  f"FROM ROWS FROM ({', '.join(_elements(param) for param, _, _ in arrays)}) "
-                  f"WITH ORDINALITY AS s({', '.join(alias for _, alias, _ in arrays)}, ord)")
+                  f"FROM ROWS FROM ({', '.join(_elements(name) for name, _ in arrays)}) "
+                  f"WITH ORDINALITY AS s({', '.join(name for name, _ in arrays)}, ord)")
     else:
         source = "SELECT ord FROM generate_series(1, CAST(:n AS integer)) AS g(ord)"
-    values = [f"src.c{index[n]}" if n in varying
+    values = [f"src.a{index[n]}" if n in varying
               else f"CAST(:a{index[n]} AS {_type(jobs_table.c[n])})" for n in names]
     h = history_table.c
     sql = (

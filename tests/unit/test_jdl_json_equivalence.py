@@ -376,7 +376,9 @@ def test_each_job_of_a_bulk_keeps_its_own_compact_text() -> None:
               "environment": {"Z": "1", "A": "2"}},
              {"executable": "b", "attributes": {"custom_attributes": {
                  "Priority": 3, "Huge": 10 ** 30, "Ratio": 0.1, "Flag": True, "None": None}}}]
-    text = json.dumps(items)
-    stored = [own for own, _jobs in parse_json_bulk(text)]
-    assert stored == [json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items]
-    assert [json.loads(own) for own in stored] == items
+    expected = [json.dumps(i, ensure_ascii=False, separators=(",", ":")) for i in items]
+    # Escaped (its strings checked) and raw (\u-free: its strings not checked again).
+    for text in (json.dumps(items), json.dumps(items, ensure_ascii=False)):
+        stored = [own for own, _jobs in parse_json_bulk(text)]
+        assert stored == expected
+        assert [json.loads(own) for own in stored] == items
