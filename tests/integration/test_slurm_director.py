@@ -2,8 +2,8 @@
 executor: pilots submitted with sbatch pull and run real jobs from a real matcher, and their
 records follow Slurm's states through PSI/J's status callbacks.
 
-Slurm comes from ``../shared/tools/slurm-localhost`` (see ../shared/SERVICES.md): CI starts it
-and exports SLURM_CONF; otherwise the ``slurm`` fixture starts it. When it cannot be started the
+Slurm comes from the project's ``tools/slurm-localhost``: CI starts it and exports SLURM_CONF;
+otherwise the ``slurm`` fixture starts it. When it cannot be started the
 tests are skipped locally, but fail where CI, GRIDPILOT_TEST_REQUIRE_SERVERS=1 or
 GRIDPILOT_TEST_REQUIRE_SLURM=1 is set.
 
@@ -47,7 +47,7 @@ from taskqueue.tokens import issue_token
 from tests.conftest import Database
 
 ROOT = Path(__file__).resolve().parents[2]
-SLURM_LOCALHOST = ROOT.parent / "shared" / "tools" / "slurm-localhost"
+SLURM_LOCALHOST = ROOT / "tools" / "slurm-localhost"
 SECRET = "slurm-director-integration-secret-0123456789"
 SITE, CE, QUEUE = "DIRAC.Slurm.local", "slurm-localhost", "batch"
 WALL_MINUTES = 10
