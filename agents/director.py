@@ -1,17 +1,22 @@
 """The site director: pilots go where there is work.
 
-Each cycle, for every queue of the resources configuration that serves the VO and names a PSI/J
-``Executor``, the director looks at the work that queue could run (its SubmitPools, then the
-matching task queues and their waiting jobs), subtracts the pilots already waiting there, and
-submits the difference, capped per cycle and by the queue's limits on waiting and on live
-pilots. Each pilot gets the matcher's URL, a token of its own (VO, site, and its reference),
-its site/CE/queue, its SubmitPools, and the machine/job features the queue configures.
+Each cycle, for every queue of the resources configuration that serves the VO and names an
+``Executor`` (a compute element: a PSI/J executor of this host, or an ARC-CE; see
+agents.ce.registry), the director looks at the work that queue could run (its SubmitPools,
+then the matching task queues and their waiting jobs), subtracts the pilots already waiting
+there, and submits the difference, capped per cycle and by the queue's limits on waiting and
+on live pilots. A pilot its CE has accepted but not started (ARC's ACCEPTED, PREPARING,
+SUBMITTING; a batch system's queue) counts as waiting, so a CE that starts no pilot stops
+getting new ones. Each pilot gets the matcher's URL, a token of its own (VO, site, and its
+reference), its site/CE/queue, its SubmitPools, and the machine/job features the queue
+configures. What becomes of the pilots is followed by agents.pilotstatus.
 
 Several directors may run at once: the decision for a queue is taken under the lock of its
 ``director_queues`` row, and the pilots decided are recorded (status Submitting) in that same
 transaction, so a second director counts them before deciding. The batch-system submission
 itself happens after the commit; its outcome updates the records. A queue whose submissions
-fail is skipped for a while, longer after each failure, and the reason is logged and kept.
+fail (its CE is down, refuses the credentials or the description) is skipped for a while,
+longer after each failure, and the reason is logged and kept: the sites page shows it.
 """
 
 from __future__ import annotations
@@ -26,8 +31,9 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from agents.ce.base import TOKEN_FILE, CEError, PilotSpec
+from agents.ce.registry import CE_PARAMETERS, CEConfig, CEConfigError, ComputeElements, ce_config
 from agents.context import AgentContext
-from agents.executors import ExecutorPool, PilotSpec
 from optimizers.classads import expression_check
 from optimizers.queueresources import labels, resource_for_queue
 from optimizers.resources import Queue, serves_vo
@@ -47,8 +53,6 @@ from taskqueue.pilots import (
 from taskqueue.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 
-#: The file in a pilot's folder its token is handed over in (the pilot removes it once read).
-TOKEN_FILE = "pilot.token"
 #: The group in pilot tokens: the VO's name and this.
 PILOT_GROUP_SUFFIX = "_pilot"
 
@@ -60,7 +64,8 @@ class QueueTarget:
     site: str
     ce: str
     queue: str
-    executor: str
+    #: Where the pilots go.
+    compute: CEConfig
     cores: int
     memory_mb: int | None
     max_waiting: int
@@ -70,6 +75,10 @@ class QueueTarget:
     @property
     def name(self) -> str:
         return f"{self.site}/{self.ce}/{self.queue}"
+
+    @property
+    def executor(self) -> str:
+        return self.compute.executor
 
 
 @dataclass
@@ -87,8 +96,9 @@ class DirectorReport:
         return "; ".join(parts)
 
 
-def targets(ctx: AgentContext) -> list[QueueTarget]:
-    """The queues that serve the VO and name an executor."""
+def targets(ctx: AgentContext, report: DirectorReport | None = None) -> list[QueueTarget]:
+    """The queues that serve the VO and name a compute element (a queue whose CE parameters
+    are wrong is left out, and said so in ``report``)."""
     vo = ctx.settings.agents.vo
     a = ctx.settings.agents
     out = []
@@ -97,11 +107,18 @@ def targets(ctx: AgentContext) -> list[QueueTarget]:
         if not select(q):
             continue
         params = dict(q.parameters(vo))
-        executor = params.get("Executor")
-        if not isinstance(executor, str) or not executor:
+        name = f"{q.site}/{q.ce}/{q.name}"
+        try:
+            compute = ce_config(name, q.ce, params)
+        except CEConfigError as exc:
+            ctx.log.error("%s", exc)
+            if report is not None:
+                report.failed[name] = str(exc)
+            continue
+        if compute is None:
             continue
         out.append(QueueTarget(
-            site=q.site, ce=q.ce, queue=q.name, executor=executor,
+            site=q.site, ce=q.ce, queue=q.name, compute=compute,
             cores=_int(params.get("NumberOfProcessors"), 1),
             memory_mb=_int(params.get("MaxRAM"), 0) or None,
             max_waiting=_int(params.get("MaxWaitingPilots"), a.max_waiting_pilots),
@@ -115,18 +132,24 @@ def _int(value: Any, default: int) -> int:
         else default
 
 
-class Director:
-    """One site director; keep it for the life of the agent process (it holds the PSI/J
-    executors, whose status callbacks keep the pilot records current)."""
+def compute_elements(ctx: AgentContext) -> ComputeElements:
+    """The CEs of an agent process: pilots' folders under ``[agents] pilot_workdir``."""
+    return ComputeElements(Path(ctx.settings.agents.pilot_workdir).resolve(),
+                           ctx.settings.agents)
 
-    def __init__(self, ctx: AgentContext, executors: ExecutorPool | None = None) -> None:
+
+class Director:
+    """One site director; keep it for the life of the agent process (it holds the CEs, whose
+    PSI/J executors watch the pilots they started)."""
+
+    def __init__(self, ctx: AgentContext, ces: ComputeElements | None = None) -> None:
         self.ctx = ctx
-        self.executors = executors or ExecutorPool(ctx)
+        self.ces = ces or compute_elements(ctx)
 
     def cycle(self) -> DirectorReport:
         report = DirectorReport()
         config = self.ctx.resources()
-        for target in targets(self.ctx):
+        for target in targets(self.ctx, report):
             queue = config.queue(target.site, target.ce, target.queue)
             self._serve(target, queue, report)
         return report
@@ -144,23 +167,33 @@ class Director:
         if not references:
             return
         specs = [self._spec(target, pools, ref) for ref in references]
+        try:
+            results: list[str | CEError] = list(self.ces.get(target.compute).submit(specs))
+        except CEError as exc:  # the CE refused them all (down, credentials)
+            results = [exc] * len(specs)
+        except Exception as exc:  # a CE's bug must not stop the other queues
+            ctx.log.exception("submission to %s failed", target.name)
+            results = [CEError(f"{type(exc).__name__}: {exc}")] * len(specs)
         submitted = 0
-        for i, spec in enumerate(specs):
-            try:
-                native_id = self.executors.submit(target.executor, spec)
-            except Exception as exc:  # any executor error: record it, back off the queue
-                reason = f"{type(exc).__name__}: {exc}"[:250]
-                ctx.log.error("submission to %s failed: %s", target.name, reason)
-                unsent = [s.reference for s in specs[i:]]
-                failures = ctx.transaction(partial(
-                    record_submission_failure, site=target.site, ce=target.ce,
-                    queue=target.queue, references=unsent, reason=reason, now=ctx.now(),
-                    base_backoff=ctx.settings.agents.failure_backoff))
-                report.failed[target.name] = f"{reason} (failure {failures} in a row)"
-                break
+        refused: list[str] = []
+        reasons: list[str] = []
+        for spec, result in zip(specs, results, strict=True):
+            if isinstance(result, CEError):
+                refused.append(spec.reference)
+                reasons.append(str(result))
+                continue
             ctx.transaction(partial(record_submission, reference=spec.reference,
-                                    native_id=native_id, now=ctx.now()))
+                                    native_id=result, now=ctx.now()))
             submitted += 1
+        if refused:
+            # A CE's error names the CE and what to check.
+            reason = reasons[0][:250]
+            ctx.log.error("submission to %s failed: %s", target.name, reason)
+            failures = ctx.transaction(partial(
+                record_submission_failure, site=target.site, ce=target.ce,
+                queue=target.queue, references=refused, reason=reason, now=ctx.now(),
+                base_backoff=ctx.settings.agents.failure_backoff))
+            report.failed[target.name] = f"{reason} (failure {failures} in a row)"
         report.submitted[target.name] = submitted
         if submitted:
             ctx.log.info("%d pilot(s) submitted to %s", submitted, target.name)
@@ -203,15 +236,16 @@ class Director:
     # -- what a pilot is started with --------------------------------------------------------
 
     def _spec(self, target: QueueTarget, pools: list[str], reference: str) -> PilotSpec:
+        """The pilot's command; its paths are relative to the folder it starts in, which its
+        CE chooses (a folder of the director's host, or its ARC session directory)."""
         a = self.ctx.settings.agents
-        base = Path(a.pilot_workdir).resolve() / reference
         params = target.parameters
         arguments = [
             "--matcher", self.ctx.settings.matcher.url, "--vo", a.vo, "--site", target.site,
             "--ce", target.ce, "--queue", target.queue, "--reference", reference,
-            "--cores", str(target.cores), "--workdir", str(base / "work"),
+            "--cores", str(target.cores), "--workdir", "work",
             "--idle-timeout", str(a.pilot_idle_timeout),
-            "--jobstatus", str(_jobstatus_dir(params, base, reference)),
+            "--jobstatus", _jobstatus_dir(params, reference),
         ]
         if target.memory_mb:
             arguments += ["--memory", str(target.memory_mb)]
@@ -226,8 +260,7 @@ class Director:
             arguments += ["--tag", tag]
         for tag in labels(params.get("RequiredTags")):
             arguments += ["--required-tag", tag]
-        token_file = base / TOKEN_FILE
-        arguments += ["--token-file", str(token_file)]
+        arguments += ["--token-file", TOKEN_FILE]
         environment: dict[str, str] = {}
         for key, name in (("MachineFeatures", "MACHINEFEATURES"),
                           ("JobFeatures", "JOBFEATURES")):
@@ -240,8 +273,8 @@ class Director:
         account = params.get("Account")
         return PilotSpec(
             reference=reference, executable=command[0], arguments=command[1:] + arguments,
-            environment=environment, directory=base, cores=target.cores,
-            token=self._token(target, reference), token_file=token_file,
+            environment=environment, cores=target.cores,
+            token=self._token(target, reference),
             memory_mb=target.memory_mb, wall_minutes=wall,
             queue_name=queue_name if isinstance(queue_name, str) else None,
             account=account if isinstance(account, str) else None)
@@ -256,8 +289,8 @@ class Director:
 
 #: Queue parameters that are not node attributes for ClassAd expressions: the director's own
 #: settings, and those passed as resource fields.
-_NOT_ATTRIBUTES = frozenset({
-    "Executor", "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
+_NOT_ATTRIBUTES = CE_PARAMETERS | frozenset({
+    "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
     "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
     "Platform", "NumberOfProcessors", "MaxRAM"})
 
@@ -266,6 +299,8 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _jobstatus_dir(params: dict[str, Any], base: Path, reference: str) -> Path:
+def _jobstatus_dir(params: dict[str, Any], reference: str) -> str:
+    """Where the pilot keeps $JOBSTATUS: under the queue's JobStatusRoot (a folder the site
+    reads), else in the pilot's own folder."""
     root = params.get("JobStatusRoot")
-    return Path(root) / reference if isinstance(root, str) and root else base / "jobstatus"
+    return str(Path(root) / reference) if isinstance(root, str) and root else "jobstatus"

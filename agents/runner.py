@@ -1,11 +1,12 @@
 """``gridpilot agents``: the central loops in one process, each at its own interval.
 
 Loops: optimizer (Received jobs through the chain), director (pilots to queues with work),
-pilots (the batch systems' view of the pilots), submitpools (SubmitPool → queue mappings
-re-evaluated; unused pools dropped), watchdog (silent jobs Stalled, rescheduled or failed),
-priorities (fair share), cleanup (empty task queues), activity (the dashboard's counters and
-job-count snapshots), sandboxes (expired sandboxes removed). Several agent processes may run
-at once: each loop's turn is taken in the database (taskqueue.agentruns) and held by a
+pilots (what the compute elements say of the pilots; kills passed on, logs of ended pilots
+kept), submitpools (SubmitPool → queue mappings re-evaluated; unused pools dropped),
+watchdog (silent jobs Stalled, rescheduled or failed), priorities (fair share), cleanup
+(empty task queues), activity (the dashboard's counters and job-count snapshots), sandboxes
+(expired sandboxes and pilot logs removed). Several agent processes may run at once: each
+loop's turn is taken in the database (taskqueue.agentruns) and held by a
 heartbeat while the loop runs (so a killed agent's turn is free after ``[agents] turn_lease``),
 and every loop is itself safe to run twice at once.
 """
@@ -23,14 +24,14 @@ from functools import partial
 from types import FrameType
 
 from agents.context import AgentContext
-from agents.director import Director
-from agents.executors import ExecutorPool
+from agents.director import Director, compute_elements
 from agents.maintenance import (
     clean_up,
     recompute_shares,
     record_dashboard_activity,
     refresh_submit_pools,
 )
+from agents.pilotstatus import PilotFollower, follow_pilots
 from agents.sandboxcleanup import clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
@@ -89,15 +90,14 @@ class Agents:
     def __init__(self, ctx: AgentContext, names: Sequence[str] | None = None) -> None:
         self.ctx = ctx
         self.holder = f"{socket.gethostname()}:{os.getpid()}"
-        self.executors = ExecutorPool(ctx, polling_interval=max(
-            1, min(30, ctx.settings.agents.pilot_status_interval)))
-        director = Director(ctx, self.executors)
+        self.ces = compute_elements(ctx)
+        director = Director(ctx, self.ces)
+        follower = PilotFollower(ctx, self.ces)
         a = ctx.settings.agents
         every: dict[str, tuple[int, Callable[[], str]]] = {
             "optimizer": (a.optimizer_interval, partial(optimize, ctx)),
             "director": (a.director_interval, lambda: director.cycle().line()),
-            "pilots": (a.pilot_status_interval,
-                       lambda: f"{self.executors.poll()} pilot(s) attached"),
+            "pilots": (a.pilot_status_interval, partial(follow_pilots, follower)),
             "submitpools": (a.submit_pool_interval, partial(refresh_submit_pools, ctx)),
             "watchdog": (a.watchdog_interval, partial(watch_jobs, ctx)),
             "priorities": (a.priorities_interval, partial(recompute_shares, ctx)),

@@ -34,8 +34,8 @@ import requests
 from sqlalchemy import func, select
 
 from agents.context import AgentContext
-from agents.director import Director
-from agents.executors import ExecutorPool
+from agents.director import Director, compute_elements
+from agents.pilotstatus import PilotFollower
 from client.sandboxes import fetch_output, with_uploaded_inputs
 from client.sandboxes import upload as upload_sandbox
 from client.service import Service
@@ -325,14 +325,19 @@ def _direct(settings: Settings, factory: Any, work: Path,
             echo: Callable[[str], None]) -> None:
     """The site director's cycles, until every job has ended and every pilot has exited."""
     logging.getLogger("agents").setLevel(logging.WARNING)
-    ctx = AgentContext(settings, factory, secret=settings.auth.secret)
-    executors = ExecutorPool(ctx, polling_interval=1)
-    director = Director(ctx, executors)
+    # PSI/J watches the local pilots every second; the pilots' end, output and folders are
+    # followed each cycle, as the agents' pilots loop does.
+    fast = replace(settings, agents=replace(settings.agents, pilot_status_interval=1))
+    ctx = AgentContext(fast, factory, secret=settings.auth.secret)
+    ces = compute_elements(ctx)
+    director = Director(ctx, ces)
+    follower = PilotFollower(ctx, ces)
     t0 = time.perf_counter()
     snapshot_taken = False
     deadline = time.monotonic() + 900
     while time.monotonic() < deadline:
         director.cycle()
+        follower.turn()
         # What `gridpilot agents activity` does in production: the dashboard's counters.
         ctx.transaction(partial(record_activity, now=ctx.now()))
         with factory() as session:
@@ -342,12 +347,14 @@ def _direct(settings: Settings, factory: Any, work: Path,
                 Pilot.status.in_(("Submitting", "Submitted", "Waiting", "Running")))) or 0
             busy = session.scalar(select(func.count()).select_from(Job).where(
                 Job.status == "Running")) or 0
+            followed = session.scalar(select(func.count()).select_from(Pilot).where(
+                Pilot.log_state.is_(None), Pilot.native_id.is_not(None))) or 0
         if not snapshot_taken and busy >= 4:
             echo(f"\nWhile {busy} payloads run, the site admin asks what draining would cost "
                  "(gridpilot-drain-cost):")
             echo(_drain_cost(work))
             snapshot_taken = True
-        if open_jobs == 0 and alive == 0:
+        if open_jobs == 0 and alive == 0 and followed == 0:
             ctx.transaction(partial(record_activity, now=ctx.now()))
             break
         time.sleep(1.0)

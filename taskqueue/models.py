@@ -297,10 +297,22 @@ class Pilot(Base):
     #: Why it is in its status (a submission error, "vanished from the batch system" ...).
     reason: Mapped[str] = mapped_column(String(255), default="")
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: The pilot process's exit code, when its CE reported one.
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    #: Its standard output and error once its CE said it ended: NULL while the director
+    #: still follows it (a submitted pilot), "stored" (``log_id`` names the archive in the
+    #: sandbox store) or "unavailable" (``log_note`` says why).
+    log_state: Mapped[str | None] = mapped_column(String(16), default=None)
+    log_id: Mapped[str | None] = mapped_column(String(80), default=None)
+    log_note: Mapped[str] = mapped_column(String(255), default="")
+    #: Who asked for the pilot to be killed through its CE (the director does it at its next
+    #: turn).
+    kill_requested_by: Mapped[str | None] = mapped_column(String(255), default=None)
 
     __table_args__ = (UniqueConstraint("reference", "vo"),
                       Index(None, "site", "ce", "queue", "status"),
-                      Index(None, "status", "executor"))
+                      Index(None, "status", "executor"),
+                      Index(None, "log_state", "executor"))
 
 
 class DirectorQueue(Base):

@@ -55,14 +55,14 @@ def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime)
             pilot = _locked(session, vo, info.reference)
             assert pilot is not None
     pilot.site, pilot.ce, pilot.queue = info.site, info.ce, info.queue
-    if _may_move(pilot.status, info.status):
+    if may_move(pilot.status, info.status):
         pilot.status, pilot.updated_at = info.status, now
     pilot.last_seen_at = now
     session.flush()
     return pilot
 
 
-def _may_move(current: str, new: str) -> bool:
+def may_move(current: str, new: str) -> bool:
     """A pilot's status only moves forward: a late batch-system poll saying Running does not
     undo the pilot's own Done. Among the final states the first one stands."""
     if current in FINAL_PILOT_STATES:
@@ -77,7 +77,7 @@ def set_pilot_status(session: Session, *, reference: str, status: str, now: date
     pilot = session.scalars(select(Pilot).where(Pilot.reference == reference)
                             .order_by(Pilot.executor.is_(None), Pilot.id)
                             .with_for_update()).first()
-    if pilot is None or not _may_move(pilot.status, status):
+    if pilot is None or not may_move(pilot.status, status):
         return False
     pilot.status, pilot.updated_at = status, now
     if reason:
@@ -141,38 +141,40 @@ def record_submission(session: Session, reference: str, native_id: str, *,
 def record_submission_failure(session: Session, site: str, ce: str, queue: str,
                               references: list[str], *, reason: str, now: datetime,
                               base_backoff: int) -> int:
-    """The batch system refused: the pilots are Failed with the reason, and the queue is
-    skipped for ``base_backoff`` seconds, doubling per failure in a row (at most 16 times);
-    returns the failures in a row."""
+    """The batch system or CE refused: the pilots are Failed with the reason, and the queue
+    is skipped for ``base_backoff`` seconds, doubling per failure in a row (at most 16
+    times); returns the failures in a row."""
     for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references),
                                                      Pilot.executor.is_not(None))
                                  .with_for_update()):
         pilot.status, pilot.reason, pilot.updated_at = "Failed", reason[:255], now
+        pilot.log_state, pilot.log_note = "unavailable", "never submitted"
+    state = _back_off(session, site, ce, queue, reason=reason, now=now,
+                      base_backoff=base_backoff)
+    return state.failures
+
+
+def record_ce_failure(session: Session, queues: list[tuple[str, str, str]], *, reason: str,
+                      now: datetime, base_backoff: int) -> None:
+    """A CE did not answer about its pilots: each of its queues (site, CE, queue) shows the
+    failure and is skipped as after a failed submission."""
+    for site, ce, queue in queues:
+        _back_off(session, site, ce, queue, reason=reason, now=now, base_backoff=base_backoff)
+
+
+def _back_off(session: Session, site: str, ce: str, queue: str, *, reason: str,
+              now: datetime, base_backoff: int) -> DirectorQueue:
     state = lock_director_queue(session, site, ce, queue, now=now)
     state.failures += 1
     state.last_error = reason[:255]
     state.skip_until = now + timedelta(seconds=base_backoff * min(16, 2 ** (state.failures - 1)))
     session.flush()
-    return state.failures
-
-
-def pilots_to_poll(session: Session, executor: str) -> list[tuple[str, str]]:
-    """(reference, native id) of the executor's pilots that are not final."""
-    return [(r.reference, r.native_id) for r in session.execute(
-        select(Pilot.reference, Pilot.native_id).where(
-            Pilot.executor == executor, Pilot.native_id.is_not(None),
-            Pilot.status.in_(ALIVE_STATES)).order_by(Pilot.id))]
+    return state
 
 
 def _locked(session: Session, vo: str, reference: str) -> Pilot | None:
     return session.scalars(select(Pilot).where(Pilot.reference == reference, Pilot.vo == vo)
                            .with_for_update()).one_or_none()
-
-
-def executors_in_use(session: Session) -> list[str]:
-    """The executors of the pilots that are not final."""
-    return list(session.scalars(select(Pilot.executor).where(
-        Pilot.executor.is_not(None), Pilot.status.in_(ALIVE_STATES)).distinct()))
 
 
 def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
@@ -216,6 +218,7 @@ def expire_submitting(session: Session, site: str, ce: str, queue: str, *,
     for pilot in stuck:
         pilot.status, pilot.updated_at = "Failed", now
         pilot.reason = "never submitted: the site director stopped before submitting it"
+        pilot.log_state, pilot.log_note = "unavailable", "never submitted"
     session.flush()
     return len(stuck)
 
@@ -260,6 +263,12 @@ def jobs_of_pilot(session: Session, vo: str, reference: str, *, limit: int = 200
     return list(session.scalars(select(Job).where(Job.pilot_reference == reference,
                                                   Job.vo == vo)
                                 .order_by(Job.id.desc()).limit(limit)))
+
+
+def ran_jobs_of(session: Session, vo: str, reference: str, owner: str) -> bool:
+    """Whether the VO's pilot held (or holds) one of ``owner``'s jobs."""
+    return session.scalar(select(Job.id).where(
+        Job.vo == vo, Job.owner == owner, Job.pilot_reference == reference).limit(1)) is not None
 
 
 def last_pilot_report(session: Session, vo: str, reference: str) -> JobStatusHistory | None:

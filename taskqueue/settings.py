@@ -309,12 +309,23 @@ class AgentSettings:
     pilot_command: tuple[str, ...] = ()
     #: Give pilots their queue's SubmitPools (true), or let them ask the matcher themselves.
     pass_submit_pools: bool = True
+    #: Seconds one request to a compute element (an ARC-CE's REST interface) may take.
+    ce_timeout: int = 30
+    #: Bytes kept of an ended pilot's standard output, and as many of its standard error
+    #: (their ends, which say why it stopped).
+    pilot_log_bytes: int = 1024 * 1024
+    #: A pilot that said it ended is followed this long for its CE to confirm it (and give
+    #: its output); then it is left alone without a log.
+    pilot_log_patience: int = 86400
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, int) and not isinstance(value, bool) and value < 0:
                 raise ConfigurationError(f"agents.{f.name} must not be negative, got {value}")
+        if self.ce_timeout < 1:
+            raise ConfigurationError(
+                f"agents.ce_timeout must be at least 1 second, got {self.ce_timeout}")
         if self.turn_lease < 3:
             raise ConfigurationError(
                 f"agents.turn_lease must be at least 3 seconds, got {self.turn_lease}")

@@ -3,14 +3,14 @@
 - PSI/J's ``local`` executor starting real pilot processes that pull and run real jobs from a
   real matcher (gunicorn on loopback);
 - the per-cycle, waiting and total caps (settings, and the resources file overriding them),
-  with an executor pool that starts nothing;
+  with compute elements that start nothing;
 - the back-off of a queue whose submissions fail, doubling per failure, reset by a success;
 - two directors at once (threads with their own engines, and two ``gridpilot agents director
   --once`` processes) never submitting beyond the caps;
 - PSI/J's real ``pbs`` and ``lsf`` executors against a fake batch system (tests/data/fakebatch.py:
   qsub/qstat/qdel and bsub/bjobs/bkill over a JSON state file): the rendered submit scripts, and
-  the pilot records following the batch system's states, a new agent process attaching to
-  the pilots of an earlier one;
+  the pilot records following the batch system's states (the pilot-status loop), a new agent
+  process attaching to the pilots of an earlier one;
 - what the director must not get wrong on a real site: batch jobs that ask for the queue's
   cores and memory and carry the pilot's name, pilots the batch system no longer knows marked
   Lost, pilots left Submitting by a director that died not blocking their queue forever, and
@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -38,9 +38,12 @@ import pytest
 import requests
 from sqlalchemy import select
 
+from agents.ce.base import TOKEN_FILE, CEError, CEPilot, CERefused, CEState, PilotOutput, PilotSpec
+from agents.ce.psij import PsijCE
+from agents.ce.registry import CEConfig, ComputeElements
 from agents.context import AgentContext
-from agents.director import Director, targets
-from agents.executors import ExecutorPool, PilotSpec
+from agents.director import Director, compute_elements, targets
+from agents.pilotstatus import PilotFollower
 from agents.runner import Agents
 from gridpilot.devserver import matcher_server
 from optimizers.chain import Identity, submissions_from_text, submit
@@ -161,28 +164,54 @@ class Clock:
         return self.at
 
 
-@dataclass
-class FakePool(ExecutorPool):
-    """An executor pool that starts nothing: it records each pilot's spec and answers a native
-    id, or raises while ``failing`` is set (from the ``fail_after``-th submission on)."""
+class FakeCEs(ComputeElements):
+    """Compute elements that start nothing: each pilot's spec is recorded with its executor
+    and answered a native id, or refused while ``failing`` is set (from the
+    ``fail_after``-th submission on)."""
 
-    specs: list[tuple[str, PilotSpec]] = field(default_factory=list)
-    attempts: int = 0
-    failing: str = ""
-    fail_after: int = 0
-    delay: float = 0.0
-    crash: type[BaseException] | None = None
+    def __init__(self, ctx: AgentContext, *, failing: str = "", fail_after: int = 0,
+                 delay: float = 0.0, crash: type[BaseException] | None = None) -> None:
+        super().__init__(Path(ctx.settings.agents.pilot_workdir), ctx.settings.agents)
+        self.specs: list[tuple[str, PilotSpec]] = []
+        self.attempts = 0
+        self.failing, self.fail_after, self.delay, self.crash = (
+            failing, fail_after, delay, crash)
 
-    def submit(self, name: str, spec: PilotSpec) -> str:
-        if self.delay:
-            time.sleep(self.delay)
-        self.attempts += 1
-        if self.crash is not None:
-            raise self.crash()
-        if self.failing and len(self.specs) >= self.fail_after:
-            raise RuntimeError(self.failing)
-        self.specs.append((name, spec))
-        return f"native-{spec.reference}"
+    def get(self, config: CEConfig) -> FakeCE:
+        return FakeCE(self, config.executor)
+
+
+class FakeCE:
+    def __init__(self, owner: FakeCEs, executor: str) -> None:
+        self.owner, self.executor, self.name = owner, executor, f"fake:{executor}"
+
+    def submit(self, specs: Sequence[PilotSpec]) -> list[str | CEError]:
+        o = self.owner
+        out: list[str | CEError] = []
+        for spec in specs:
+            if o.delay:
+                time.sleep(o.delay)
+            o.attempts += 1
+            if o.crash is not None:
+                raise o.crash()
+            if o.failing and len(o.specs) >= o.fail_after:
+                out.append(CERefused(o.failing))
+                continue
+            o.specs.append((self.executor, spec))
+            out.append(f"native-{spec.reference}")
+        return out
+
+    def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
+        return {}
+
+    def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
+        return dict.fromkeys((p.reference for p in pilots), None)
+
+    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
+        return PilotOutput(b"", b"")
+
+    def clean(self, pilots: Sequence[CEPilot]) -> None:
+        pass
 
 
 class Killed(BaseException):
@@ -322,6 +351,7 @@ def test_local_executor_starts_real_pilots_that_run_the_jobs(
         assert all(job(j)["status"] == "Waiting" for j in jobs)
 
         director = Director(ctx)
+        follower = PilotFollower(ctx, director.ces)
         report = director.cycle()
         # 5 one-core jobs want 5 pilots; pilots_per_cycle caps them at 3.
         assert report.submitted == {name: 3}, report.line()
@@ -350,9 +380,24 @@ def test_local_executor_starts_real_pilots_that_run_the_jobs(
         final = pilots(db)
         assert [p.status for p in final] == ["Done"] * 3, [(p.status, p.reason) for p in final]
         assert all(p.last_seen_at is not None for p in final), "a pilot never spoke"
-        # PSI/J saw every pilot process end.
-        wait_until("PSI/J reports every pilot process ended",
-                   lambda: not director.executors._watched, 30)
+        # PSI/J saw every pilot process end; the pilot-status loop keeps each pilot's output
+        # and removes its folder.
+        local = director.ces.get(CEConfig("psij", "local"))
+        assert isinstance(local, PsijCE)
+        wait_until("PSI/J reports every pilot process ended", lambda: not local.watched, 30)
+        report = follower.turn()
+        assert report.logs == 3 and not report.failed, report.line()
+        final = pilots(db)
+        assert [(p.log_state, p.exit_code) for p in final] == [("stored", 0)] * 3, [
+            (p.log_state, p.log_note, p.exit_code) for p in final]
+        assert not any((tmp_path / "pilots" / p.reference).exists() for p in final)
+        log = requests.get(f"{base}/api/v1/pilots/{final[0].reference}/log", timeout=30,
+                           headers={"Authorization": "Bearer " + issue_token(
+                               SECRET, subject="olga", role="operator", vo="lhcb",
+                               group="lhcb_admin", lifetime=600)})
+        assert log.status_code == 200, log.text
+        # The pilot logs to its standard error: what it matched and ran is there.
+        assert final[0].reference in log.json()["stderr"]
 
         # Nothing is waiting any more: the next cycle submits nothing.
         again = Director(ctx).cycle()
@@ -374,7 +419,7 @@ def test_caps_per_cycle_waiting_and_total_from_settings_and_resources(
     assert found == {"single": (1, 5, 8, "fake"), "limited": (1, 3, 5, "fake"),
                      "quad": (4, 20, 8, "fake")}
     submit_jobs(ctx, echo_jobs("Test.Caps.org", 21))
-    pool = FakePool(ctx)
+    pool = FakeCEs(ctx)
     director = Director(ctx, pool)
     single, limited, quad = (f"Test.Caps.org/{ce}/{q}" for ce, q in (
         ("ce1.caps.org", "single"), ("ce1.caps.org", "limited"), ("ce2.caps.org", "quad")))
@@ -432,8 +477,7 @@ def test_caps_per_cycle_waiting_and_total_from_settings_and_resources(
         # environment (payloads could read it in /proc/<pilot pid>/environ), never on the
         # command line.
         token = spec.token
-        assert spec.token_file is not None
-        assert option(args, "--token-file") == str(spec.token_file)
+        assert option(args, "--token-file") == TOKEN_FILE
         assert not any(token in a for a in args)
         assert not any(token in v for v in spec.environment.values())
         assert "GRIDPILOT_PILOT_TOKEN" not in spec.environment
@@ -455,17 +499,17 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
     ctx = AgentContext(agent_settings(settings, tmp_path, resources, failure_backoff=60),
                        db.factory, secret=SECRET, clock=clock)
     submit_jobs(ctx, echo_jobs("Test.Batch.org", 3))
-    pool = FakePool(ctx, failing="batch system down")
+    pool = FakeCEs(ctx, failing="batch system down")
     director = Director(ctx, pool)
 
     report = director.cycle()
-    assert report.failed == {name: "RuntimeError: batch system down (failure 1 in a row)"}
+    assert report.failed == {name: "batch system down (failure 1 in a row)"}
     assert report.submitted == {name: 0}
     rows = pilots(db)
     assert [(p.status, p.reason) for p in rows] == [
-        ("Failed", "RuntimeError: batch system down")] * 3
+        ("Failed", "batch system down")] * 3
     state = director_queue(db, *key)
-    assert state.failures == 1 and state.last_error == "RuntimeError: batch system down"
+    assert state.failures == 1 and state.last_error == "batch system down"
     assert state.skip_until == clock.at + timedelta(seconds=60)
 
     backoff = 60
@@ -483,7 +527,7 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
         clock.advance(2)
         report = director.cycle()
         assert report.failed == {
-            name: f"RuntimeError: batch system down (failure {failure} in a row)"}
+            name: f"batch system down (failure {failure} in a row)"}
         backoff = 60 * min(16, 2 ** (failure - 1))
         state = director_queue(db, *key)
         assert state.failures == failure
@@ -507,7 +551,7 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
     pool.failing = "batch system down again"
     report = director.cycle()
     assert report.failed == {
-        name: "RuntimeError: batch system down again (failure 1 in a row)"}, report.line()
+        name: "batch system down again (failure 1 in a row)"}, report.line()
     state = director_queue(db, *key)
     assert state.failures == 1 and state.skip_until == clock.at + timedelta(seconds=60)
 
@@ -520,14 +564,14 @@ def test_a_failure_mid_cycle_keeps_the_pilots_already_submitted(
     ctx = AgentContext(agent_settings(settings, tmp_path, resources), db.factory,
                        secret=SECRET)
     submit_jobs(ctx, echo_jobs("Test.Batch.org", 3))
-    pool = FakePool(ctx, failing="quota exceeded", fail_after=1)
+    pool = FakeCEs(ctx, failing="quota exceeded", fail_after=1)
     report = Director(ctx, pool).cycle()
     assert report.submitted == {name: 1}
-    assert report.failed == {name: "RuntimeError: quota exceeded (failure 1 in a row)"}
+    assert report.failed == {name: "quota exceeded (failure 1 in a row)"}
     rows = pilots(db)
     assert [p.status for p in rows].count("Submitted") == 1
     assert [(p.status, p.reason) for p in rows if p.status != "Submitted"] == [
-        ("Failed", "RuntimeError: quota exceeded")] * 2
+        ("Failed", "quota exceeded")] * 2
     submitted = next(p for p in rows if p.status == "Submitted")
     assert submitted.native_id == f"native-{submitted.reference}"
 
@@ -540,7 +584,7 @@ def test_an_unknown_executor_fails_the_pilots_with_the_reason(
     ctx = AgentContext(agent_settings(settings, tmp_path, resources, failure_backoff=300),
                        db.factory, secret=SECRET)
     submit_jobs(ctx, echo_jobs("Test.Batch.org", 2))
-    director = Director(ctx, ExecutorPool(ctx, polling_interval=1))
+    director = Director(ctx)
     report = director.cycle()
     assert list(report.failed) == [name]
     assert "nosuch" in report.failed[name] and "failure 1 in a row" in report.failed[name]
@@ -566,14 +610,14 @@ def test_pilots_left_submitting_by_a_dead_director_do_not_block_the_queue_foreve
                        db.factory, secret=SECRET, clock=clock)
     submit_jobs(ctx, echo_jobs(site, 3))
     with pytest.raises(Killed):
-        Director(ctx, FakePool(ctx, crash=Killed)).cycle()
+        Director(ctx, FakeCEs(ctx, crash=Killed)).cycle()
     assert [p.status for p in pilots(db)] == ["Submitting"] * 3
     assert not fake_batch.calls("qsub")
 
     # Three days later, a new agent process runs every loop, twice.
     clock.advance(ctx.settings.agents.pilot_token_lifetime + 86400)
     agents = Agents(ctx)
-    fake_batch.pools.append(agents.executors)
+    fake_batch.pools.append(agents.ces)
     for _ in range(2):
         summaries = agents.run_once()
     stale = [p for p in pilots(db) if p.native_id is None]
@@ -598,7 +642,7 @@ def test_directors_in_threads_never_exceed_the_caps(
     try:
         contexts = [AgentContext(base, make_session_factory(e), secret=SECRET) for e in engines]
         submit_jobs(contexts[0], echo_jobs("Test.Caps.org", 12))
-        pools = [FakePool(c, delay=0.02) for c in contexts]
+        pools = [FakeCEs(c, delay=0.02) for c in contexts]
         directors = [Director(c, p) for c, p in zip(contexts, pools, strict=True)]
 
         def race(cycles: int) -> None:
@@ -649,7 +693,7 @@ def test_directors_in_threads_never_exceed_the_caps(
 @dataclass
 class FakeBatch:
     state_file: Path
-    pools: list[ExecutorPool] = field(default_factory=list)
+    pools: list[ComputeElements] = field(default_factory=list)
 
     def state(self) -> dict[str, Any]:
         if not self.state_file.exists():
@@ -703,8 +747,23 @@ def fake_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake
         if job["state"] not in ("F", "DONE", "EXIT"):
             batch.move(native_id, "F" if job["kind"] == "pbs" else "DONE", 0)
     deadline = time.monotonic() + 30
-    while any(p._watched for p in batch.pools) and time.monotonic() < deadline:
+    while any(watched(p) for p in batch.pools) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def watched(ces: ComputeElements) -> int:
+    """Pilots whose end the PSI/J executors of ``ces`` have not seen yet."""
+    return sum(ce.watched for ce in ces._built.values() if isinstance(ce, PsijCE))
+
+
+def follow_until(follower: PilotFollower, what: str, check: Callable[[], bool],
+                 timeout: float = 60) -> None:
+    """Run the pilot-status loop until ``check`` holds."""
+    def turn() -> bool:
+        report = follower.turn()
+        assert not report.failed, report.line()
+        return check()
+    wait_until(what, turn, timeout)
 
 
 def launch_line(script: str) -> list[str]:
@@ -730,8 +789,9 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
         jobs = submit_jobs(ctx, echo_jobs(site, 3, requirements='Platform = "x86_64-el9"'))
         pools = ctx.transaction(lambda s: get_submit_pools_for_queue(s, site, ce, queue))
         assert len(pools) == 1
-        pool = ExecutorPool(ctx, polling_interval=1)
+        pool = compute_elements(ctx)
         fake_batch.pools.append(pool)
+        follower = PilotFollower(ctx, pool)
         report = Director(ctx, pool).cycle()
         assert report.submitted == {f"{site}/{ce}/{queue}": 3}, report.line()
         assert len(fake_batch.calls("qsub")) == 3
@@ -756,7 +816,8 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
             # The token travels in a file of mode 0600, never in the script's environment
             # nor on its command line.
             assert "GRIDPILOT_PILOT_TOKEN" not in script
-            token_file = Path(option(args, "--token-file"))
+            assert option(args, "--token-file") == TOKEN_FILE
+            token_file = tmp_path / "pilots" / ref / TOKEN_FILE
             assert token_file.stat().st_mode & 0o777 == 0o600
             token = token_file.read_text(encoding="ascii").strip()
             assert token not in script
@@ -768,27 +829,29 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
 
         # Queued in the batch system: Waiting; all pilots asked about in one qstat call.
         ids = sorted(records)
-        wait_until("the pilots are Waiting",
-                   lambda: all(status(n) == "Waiting" for n in ids))
+        follow_until(follower, "the pilots are Waiting",
+                     lambda: all(status(n) == "Waiting" for n in ids))
         wait_until("qstat is asked about all pilots at once", lambda: any(
             set(ids) <= set(call) for call in fake_batch.calls("qstat")))
         first, second, third = ids
 
         # The first: running, then finished: Running, then Done, without ever speaking itself.
         fake_batch.move(first, "R")
-        wait_until("the first pilot is Running", lambda: status(first) == "Running")
+        follow_until(follower, "the first pilot is Running", lambda: status(first) == "Running")
         fake_batch.finish(first, "F", 0)
-        wait_until("the first pilot is Done", lambda: status(first) == "Done")
+        follow_until(follower, "the first pilot is Done", lambda: status(first) == "Done")
         # The second fails in the batch system.
         fake_batch.move(second, "R")
-        wait_until("the second pilot is Running", lambda: status(second) == "Running")
+        follow_until(follower, "the second pilot is Running",
+                     lambda: status(second) == "Running")
         fake_batch.finish(second, "F", 1)
-        wait_until("the second pilot is Failed", lambda: status(second) == "Failed")
+        follow_until(follower, "the second pilot is Failed",
+                     lambda: status(second) == "Failed")
         assert next(p.reason for p in pilots(db) if p.native_id == second)
         # The third really runs: the batch system runs its rendered script with bash; the
         # pilot pulls the three jobs from the matcher, runs them, and ends when idle.
         fake_batch.move(third, "R")
-        wait_until("the third pilot is Running", lambda: status(third) == "Running")
+        follow_until(follower, "the third pilot is Running", lambda: status(third) == "Running")
         nodefile = tmp_path / "nodefile"
         nodefile.write_text("localhost\n")
         run = subprocess.run(["bash", fake_batch.jobs()[third]["script"]], cwd=tmp_path,
@@ -797,7 +860,7 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
                              capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, run.stdout + run.stderr
         fake_batch.move(third, "F", 0)  # the script wrote its exit code file itself
-        wait_until("the third pilot is Done", lambda: status(third) == "Done")
+        follow_until(follower, "the third pilot is Done", lambda: status(third) == "Done")
 
         third_ref = records[third].reference
         for record in pilots(db):
@@ -831,7 +894,8 @@ def test_lsf_pilots_submitted_by_an_agent_process_are_followed_by_another(
     records = {p.native_id: p for p in pilots(db)}
     assert set(records) == set(fake_batch.jobs())
     for native_id, record in records.items():
-        assert record.status == "Waiting" and record.executor == "lsf"
+        # Its batch system took it; what becomes of it is the pilot-status loop's to see.
+        assert record.status == "Submitted" and record.executor == "lsf"
         script = fake_batch.script(native_id)
         bsub = directives(script, "#BSUB")
         assert '-q "long"' in bsub and '-P "lhcbsgm"' in bsub and "-W 2:30" in bsub, bsub
@@ -843,7 +907,8 @@ def test_lsf_pilots_submitted_by_an_agent_process_are_followed_by_another(
         assert option(args, "--matcher") == NOWHERE
         assert "--submit-pools" in args
         assert "GRIDPILOT_PILOT_TOKEN" not in script
-        token_file = Path(option(args, "--token-file"))
+        assert option(args, "--token-file") == TOKEN_FILE
+        token_file = tmp_path / "pilots" / record.reference / TOKEN_FILE
         assert token_file.stat().st_mode & 0o777 == 0o600
         token = token_file.read_text(encoding="ascii").strip()
         assert token_claims(token)["pilot"] == record.reference
@@ -851,10 +916,15 @@ def test_lsf_pilots_submitted_by_an_agent_process_are_followed_by_another(
 
     # Another agent process (this one) attaches to the pilots by their native ids and
     # follows them.
-    pool = ExecutorPool(ctx, polling_interval=1)
+    pool = compute_elements(replace(ctx, settings=replace(ctx.settings, agents=replace(
+        ctx.settings.agents, pilot_status_interval=1))))
     fake_batch.pools.append(pool)
-    assert pool.poll() == 2
-    assert pool.poll() == 0  # already watched
+    follower = PilotFollower(ctx, pool)
+    follower.turn()
+    lsf = pool.get(CEConfig("psij", "lsf"))
+    assert isinstance(lsf, PsijCE) and lsf.watched == 2
+    follower.turn()
+    assert lsf.watched == 2  # already watched
 
     def status(native_id: str) -> str:
         return next(p.status for p in pilots(db) if p.native_id == native_id)
@@ -862,15 +932,18 @@ def test_lsf_pilots_submitted_by_an_agent_process_are_followed_by_another(
     ok, bad = sorted(records)
     for native_id in (ok, bad):
         fake_batch.move(native_id, "RUN")
-    wait_until("both pilots are Running",
-               lambda: status(ok) == "Running" and status(bad) == "Running")
+    follow_until(follower, "both pilots are Running",
+                 lambda: status(ok) == "Running" and status(bad) == "Running")
     wait_until("bjobs is asked about both pilots at once", lambda: any(
         {ok, bad} <= set(call) for call in fake_batch.calls("bjobs")))
     fake_batch.finish(ok, "DONE", 0)
     fake_batch.finish(bad, "EXIT", 3)
-    wait_until("both pilots ended", lambda: status(ok) == "Done" and status(bad) == "Failed")
+    follow_until(follower, "both pilots ended",
+                 lambda: status(ok) == "Done" and status(bad) == "Failed")
     assert next(p.reason for p in pilots(db) if p.native_id == bad)
-    assert pool.poll() == 0
+    # Both ended: their folders are gone, their logs kept, and nothing is followed any more.
+    assert {p.log_state for p in pilots(db)} == {"stored"}
+    assert lsf.watched == 0 and not lsf._jobs
 
 
 @pytest.mark.parametrize("executor", ["pbs", "lsf"])
@@ -886,7 +959,7 @@ def test_batch_pilot_scripts_name_the_pilot_and_ask_for_its_cores_and_memory(
     ctx = AgentContext(agent_settings(settings, tmp_path, resources), db.factory,
                        secret=SECRET)
     submit_jobs(ctx, echo_jobs(site, 4))
-    pool = ExecutorPool(ctx, polling_interval=1)
+    pool = compute_elements(ctx)
     fake_batch.pools.append(pool)
     report = Director(ctx, pool).cycle()
     # Four one-core jobs fill one 4-core pilot.
@@ -932,7 +1005,7 @@ def test_the_token_in_a_queued_pilot_script_is_readable_by_the_agents_user_only(
     ctx = AgentContext(agent_settings(settings, tmp_path, resources), db.factory,
                        secret=SECRET)
     submit_jobs(ctx, echo_jobs(site, 1))
-    pool = ExecutorPool(ctx, polling_interval=1)
+    pool = compute_elements(ctx)
     fake_batch.pools.append(pool)
     previous = os.umask(0o022)
     try:
@@ -976,14 +1049,15 @@ def test_a_pilot_the_batch_system_no_longer_knows_is_lost(
     ctx.transaction(lambda s: record_new_pilots(s, "lhcb", "Test.Batch.org", "ce.batch.org",
                                                 "q", executor, ["vanished"], now=now))
     ctx.transaction(lambda s: record_submission(s, "vanished", native_id, now=now))
-    pool = ExecutorPool(ctx, polling_interval=1)
+    pool = compute_elements(ctx)
     fake_batch.pools.append(pool)
-    pool.poll()
-    wait_until("the pilot's record is final",
-               lambda: pilots(db)[0].status in FINAL_PILOT_STATES, 30)
+    follow_until(PilotFollower(ctx, pool), "the pilot's record is final",
+                 lambda: pilots(db)[0].status in FINAL_PILOT_STATES, 30)
     (record,) = pilots(db)
     assert record.status == "Lost", (record.status, record.reason)
-    assert "vanished" in record.reason
+    assert "does not know it" in record.reason
+    # Nothing of it to keep: it is no longer followed.
+    assert record.log_state == "unavailable", record.log_note
 
 
 def test_two_director_processes_at_once_never_exceed_the_caps(

@@ -30,9 +30,12 @@ import pytest
 import requests
 from sqlalchemy import select
 
+from agents.ce.base import ComputeElement
+from agents.ce.psij import PsijCE
+from agents.ce.registry import CEConfig, ComputeElements
 from agents.context import AgentContext
 from agents.director import Director
-from agents.executors import ExecutorPool
+from agents.pilotstatus import PilotFollower
 from gridpilot.devserver import matcher_server
 from taskqueue.models import Pilot
 from taskqueue.pilots import (
@@ -184,17 +187,39 @@ MaxWaitingPilots = 5
 '''
 
 
-@dataclass
-class RecordingPool(ExecutorPool):
-    """The executor pool of an agent process, noting every status PSI/J reports to it."""
+class RecordingPsijCE(PsijCE):
+    """A PSI/J compute element that notes every status PSI/J reports to it."""
 
-    events: list[tuple[str, str]] = field(default_factory=list)
+    def __init__(self, executor: str, workdir: Path, events: list[tuple[str, str]]) -> None:
+        super().__init__(executor, workdir, polling_interval=1)
+        self.events = events
 
     def _status_changed(self, job: Any, status: Any) -> None:
-        reference = self._watched.get(job.id)
+        reference = self._references.get(job.id)
         if reference is not None:
             self.events.append((reference, status.state.name))
         super()._status_changed(job, status)
+
+
+class RecordingPool(ComputeElements):
+    """The compute elements of an agent process, noting every status PSI/J reports, with the
+    pilot-status loop that records them."""
+
+    def __init__(self, ctx: AgentContext) -> None:
+        super().__init__(Path(ctx.settings.agents.pilot_workdir).resolve(),
+                         ctx.settings.agents)
+        self.ctx = ctx
+        self.events: list[tuple[str, str]] = []
+        self.follower = PilotFollower(ctx, self)
+
+    def get(self, config: CEConfig) -> ComputeElement:
+        if config not in self._built and config.kind == "psij":
+            self._built[config] = RecordingPsijCE(config.executor, self.workdir, self.events)
+        return super().get(config)
+
+    def follow(self) -> None:
+        report = self.follower.turn()
+        assert not report.failed, report.line()
 
     def states_of(self, reference: str) -> list[str]:
         return [state for ref, state in list(self.events) if ref == reference]
@@ -258,9 +283,14 @@ class SlurmGrid:
         return {p.reference: p for p in rows}
 
     def wait_pilots(self, until: Callable[[dict[str, Pilot]], bool], what: str,
-                    timeout: float = 180) -> dict[str, Pilot]:
+                    timeout: float = 180, pool: RecordingPool | None = None
+                    ) -> dict[str, Pilot]:
+        """Wait until the pilot records hold ``until``, running ``pool``'s pilot-status loop
+        meanwhile."""
         deadline = time.monotonic() + timeout
         while True:
+            if pool is not None:
+                pool.follow()
             pilots = self.pilots()
             if until(pilots):
                 return pilots
@@ -321,7 +351,7 @@ def test_the_director_sends_pilots_through_slurm_that_run_the_jobs(
         grid: SlurmGrid, slurm: str) -> None:
     jobs = grid.submit(3, seconds=2)
     assert all(grid.job(j)["status"] == "Waiting" for j in jobs)
-    pool = RecordingPool(grid.context(), polling_interval=1)
+    pool = RecordingPool(grid.context())
     director = Director(pool.ctx, pool)
 
     report = director.cycle()
@@ -332,7 +362,7 @@ def test_the_director_sends_pilots_through_slurm_that_run_the_jobs(
     assert len(pilots) == 3
     for reference, p in pilots.items():
         assert (p.site, p.ce, p.queue, p.executor) == (SITE, CE, QUEUE, "slurm")
-        assert p.status in ("Waiting", "Running"), (reference, p.status)
+        assert p.status in ("Submitted", "Running"), (reference, p.status)
         # The native id is Slurm's id of the pilot's batch job.
         assert p.native_id is not None and p.native_id.isdigit(), p.native_id
         batch = scontrol_job(p.native_id)
@@ -346,6 +376,7 @@ def test_the_director_sends_pilots_through_slurm_that_run_the_jobs(
     done = {"Done", "Failed", "Killed"}
     deadline = time.monotonic() + 180
     while not all(grid.job(j)["status"] in done for j in jobs):
+        pool.follow()
         grid.pilots()
         assert time.monotonic() < deadline, (
             [grid.job(j)["status"] for j in jobs],
@@ -353,8 +384,8 @@ def test_the_director_sends_pilots_through_slurm_that_run_the_jobs(
         time.sleep(0.2)
     # The pilots say Done themselves before their batch jobs end: wait for Slurm's word too.
     final = grid.wait_pilots(
-        lambda ps: all(p.status in FINAL_PILOT_STATES and pool.final_state(r) is not None
-                       for r, p in ps.items()), "the pilots' batch jobs to end")
+        lambda ps: all(p.status in FINAL_PILOT_STATES and p.log_state is not None
+                       for p in ps.values()), "the pilots' batch jobs to end", pool=pool)
 
     native = {p.native_id: r for r, p in final.items()}
     ran_in = dict(line.split() for line in grid.record.read_text().splitlines())
@@ -373,6 +404,9 @@ def test_the_director_sends_pilots_through_slurm_that_run_the_jobs(
         assert states[0] == "QUEUED" and "COMPLETED" in states, states
         assert "ACTIVE" in states and states.index("ACTIVE") < states.index("COMPLETED")
         assert scontrol_job(str(p.native_id))["JobState"] == "COMPLETED"
+        # Its output is kept, and its folder is gone.
+        assert (p.log_state, p.exit_code) == ("stored", 0), (p.log_state, p.log_note)
+        assert not pilot_dir(grid, reference).exists()
     # Work done, pilots gone: nothing more to submit.
     assert sum(director.cycle().submitted.values()) == 0
 
@@ -381,22 +415,25 @@ def test_pilot_records_follow_slurm_alone_running_done_failed_cancelled(
         grid: SlurmGrid) -> None:
     # Stand-in pilots that never call the matcher: only Slurm's states move their records.
     jobs = grid.submit(3)
-    pool = RecordingPool(grid.context(**grid.fake_pilot()), polling_interval=1)
+    pool = RecordingPool(grid.context(**grid.fake_pilot()))
     report = Director(pool.ctx, pool).cycle()
     assert sum(report.submitted.values()) == 3, report.line()
     pilots = grid.pilots()
     ok, failing, cancelled = sorted(pilots)
     grid.set_exit_code(failing, 3)
     for p in pilots.values():
-        assert p.status in ("Waiting", "Running"), (p.reference, p.status)
+        assert p.status == "Submitted", (p.reference, p.status)
+    grid.wait_pilots(lambda ps: all(p.status in ("Waiting", "Running") for p in ps.values()),
+                     "Slurm to queue the pilots", pool=pool)
+    for p in pilots.values():
         assert pool.states_of(p.reference)[0] == "QUEUED", pool.events
 
     running = grid.wait_pilots(lambda ps: ps[cancelled].status == "Running",
-                               "Slurm to run the pilot to cancel")
+                               "Slurm to run the pilot to cancel", pool=pool)
     cancel = _run("scancel", str(running[cancelled].native_id))
     assert cancel.returncode == 0, cancel.stderr
     final = grid.wait_pilots(lambda ps: all(p.status in FINAL_PILOT_STATES for p in ps.values()),
-                             "the pilots to end")
+                             "the pilots to end", pool=pool)
 
     assert final[ok].status == "Done", (final[ok].reason, grid.pilot_log(ok))
     assert final[failing].status == "Failed" and final[failing].reason, grid.pilot_log(failing)
@@ -413,7 +450,7 @@ def test_pilot_records_follow_slurm_alone_running_done_failed_cancelled(
     more = Director(pool.ctx, pool).cycle()
     assert sum(more.submitted.values()) == 3, more.line()
     grid.wait_pilots(lambda ps: all(p.status in FINAL_PILOT_STATES for p in ps.values()),
-                     "the second round of pilots to end")
+                     "the second round of pilots to end", pool=pool)
 
 
 def test_a_pilot_asks_slurm_for_the_queue_s_cores_memory_partition_and_wall_time(
@@ -421,7 +458,7 @@ def test_a_pilot_asks_slurm_for_the_queue_s_cores_memory_partition_and_wall_time
     Path(grid.settings.resources.file).write_text(
         resources_text(slurm, cores=2, memory_mb=1536), encoding="utf-8")
     grid.submit(1)
-    pool = RecordingPool(grid.context(**grid.fake_pilot()), polling_interval=1)
+    pool = RecordingPool(grid.context(**grid.fake_pilot()))
     report = Director(pool.ctx, pool).cycle()
     assert sum(report.submitted.values()) == 1, report.line()
     ((reference, pilot),) = grid.pilots().items()
@@ -435,7 +472,7 @@ def test_a_pilot_asks_slurm_for_the_queue_s_cores_memory_partition_and_wall_time
         f"the pilot's batch job asks for {job['MinMemoryNode']} of memory, not the queue's "
         "MaxRAM of 1536 MB")
     grid.wait_pilots(lambda ps: all(p.status in FINAL_PILOT_STATES for p in ps.values()),
-                     "the pilot to end")
+                     "the pilot to end", pool=pool)
 
 
 #: Agent process 1: one director cycle, then exit (python -c FIRST_AGENT JSON).
@@ -444,7 +481,6 @@ import json, sys
 from dataclasses import replace
 from agents.context import AgentContext
 from agents.director import Director
-from agents.executors import ExecutorPool
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
 a = json.loads(sys.argv[1])
@@ -456,7 +492,7 @@ settings = replace(
                    pilot_command=tuple(a["pilot_command"])))
 engine = make_engine(a["database"])
 ctx = AgentContext(settings, make_session_factory(engine), secret=a["secret"])
-print(Director(ctx, ExecutorPool(ctx, polling_interval=1)).cycle().line())
+print(Director(ctx).cycle().line())
 engine.dispose()
 """
 
@@ -486,11 +522,11 @@ def test_a_new_agent_process_reattaches_to_slurm_pilots_and_marks_unknown_ones_l
     assert ctx.transaction(partial(set_pilot_status, reference=bogus, status="Running",
                                    now=ctx.now()))
 
-    # Agent process 2: a new pool, which never submitted anything, polls.
-    pool = RecordingPool(ctx, polling_interval=1)
-    attached = pool.poll()
-    final = grid.wait_pilots(lambda ps: all(p.status in FINAL_PILOT_STATES for p in ps.values()),
-                             "the pilots to end")
+    # Agent process 2: new compute elements, which never submitted anything, follow them.
+    pool = RecordingPool(ctx)
+    final = grid.wait_pilots(lambda ps: all(p.status in FINAL_PILOT_STATES
+                                            and p.log_state is not None for p in ps.values()),
+                             "the pilots to end", pool=pool)
     for reference in submitted:
         # Only the new pool watched them after the first process exited.
         assert final[reference].status == "Done", (final[reference].reason,
@@ -502,7 +538,7 @@ def test_a_new_agent_process_reattaches_to_slurm_pilots_and_marks_unknown_ones_l
     assert final[bogus].status == "Lost", (
         f"a pilot whose Slurm job id {BOGUS_NATIVE_ID} Slurm does not know became "
         f"{final[bogus].status} ({final[bogus].reason!r}), not Lost")
-    assert "vanished" in final[bogus].reason
-    assert attached == len(submitted)
-    # Nothing is left to attach.
-    assert pool.poll() == 0
+    assert "does not know it" in final[bogus].reason
+    # Nothing is followed any more.
+    ce = pool.get(CEConfig("psij", "slurm"))
+    assert isinstance(ce, PsijCE) and not ce._jobs

@@ -1,0 +1,128 @@
+"""What the site director needs of a compute element, whatever its kind.
+
+A compute element (CE) takes pilots, says what became of them, kills them, gives back their
+output and forgets them. The director and the pilot-status loop speak only this interface;
+each kind (agents.ce.psij: the PSI/J batch executors; agents.ce.arc: ARC-CE over REST)
+implements it, and agents.ce.registry builds the one a queue's configuration names.
+
+A pilot's files are named relative to the folder it starts in (its batch job's working
+directory, or its ARC session directory): the kind decides where that folder is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: The file in a pilot's folder its token is handed over in (the pilot removes it once read).
+TOKEN_FILE = "pilot.token"
+#: The pilot's standard output and error, in its folder.
+STDOUT_FILE = "pilot.out"
+STDERR_FILE = "pilot.err"
+
+
+@dataclass(frozen=True)
+class PilotSpec:
+    """One pilot to start: the command, its environment and what to ask the batch system for.
+
+    The token travels as a file (``TOKEN_FILE`` in the pilot's folder, readable by the pilot's
+    account only), never in the environment, where payloads could read it in
+    ``/proc/<pilot pid>/environ``, nor on the command line, nor in a CE's job description."""
+
+    reference: str
+    executable: str
+    #: Paths in the arguments are relative to the pilot's folder.
+    arguments: list[str]
+    environment: dict[str, str]
+    token: str = field(default="", repr=False)
+    cores: int = 1
+    memory_mb: int | None = None
+    wall_minutes: int = 60
+    #: The batch system's queue (partition) and the account to charge, when the queue names
+    #: them.
+    queue_name: str | None = None
+    account: str | None = None
+
+
+@dataclass(frozen=True)
+class CEPilot:
+    """A pilot as its CE knows it."""
+
+    reference: str
+    native_id: str
+
+
+@dataclass(frozen=True)
+class CEState:
+    """What a CE says of one pilot: its status among taskqueue.pilots.PILOT_STATES, why (for
+    Failed, Aborted and Lost), and its exit code when it ended and the CE knows it."""
+
+    status: str
+    reason: str = ""
+    exit_code: int | None = None
+
+
+@dataclass(frozen=True)
+class PilotOutput:
+    """A pilot's standard output and error, each at most the limit asked for (its end, which
+    says why the pilot stopped)."""
+
+    stdout: bytes
+    stderr: bytes
+    #: Whether either stream was longer than the limit and lost its beginning.
+    truncated: bool = False
+
+
+class CEError(Exception):
+    """A CE did not do what was asked. The message is for the operator: it names the CE and
+    what to check. ``retryable``: the same request may work later (the CE is down or busy)."""
+
+    retryable = False
+
+
+class CEUnavailable(CEError):
+    """The CE did not answer, or answered that it cannot serve now (connection refused, a
+    timeout, 5xx, 503)."""
+
+    retryable = True
+
+
+class CECredentialError(CEError):
+    """The CE refused the credentials (an expired, wrong or unreadable token or proxy)."""
+
+
+class CERefused(CEError):
+    """The CE refused the request itself (a description it does not accept, a queue it does
+    not have)."""
+
+
+class PilotUnknown(CEError):
+    """The CE does not know the pilot (it lost it, or cleaned it already)."""
+
+
+class ComputeElement(Protocol):
+    """One CE, as the director uses it. Every call may raise CEError; CEUnavailable is the
+    one to retry later."""
+
+    #: How the CE is named in logs and on the sites page: its kind and endpoint.
+    name: str
+
+    def submit(self, specs: Sequence[PilotSpec]) -> list[str | CEError]:
+        """Start the pilots; for each spec in order, the CE's id of the pilot, or why that
+        one was refused. Raises when the CE refused them all (down, credentials)."""
+
+    def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
+        """What the CE says now of the pilots, by reference, in as few requests as the CE
+        allows. A pilot missing from the answer has no news; one the CE no longer knows is
+        reported Lost."""
+
+    def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
+        """Ask the CE to kill the pilots; by reference, None when the CE took the request."""
+
+    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
+        """The ended pilot's standard output and error, each cut to its last ``limit``
+        bytes."""
+
+    def clean(self, pilots: Sequence[CEPilot]) -> None:
+        """Forget the ended pilots: remove their folders and the CE's records of them."""

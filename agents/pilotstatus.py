@@ -1,0 +1,201 @@
+"""The pilot-status loop: what the compute elements say of the pilots the director submitted.
+
+Each turn, the pilots the director still follows (taskqueue.pilotlogs) are grouped by their
+CE, and each CE is asked once for all of its pilots:
+
+- an operator's kill request is passed on first; the CE taking it makes the pilot Aborted;
+- the states the CE reports move the records forward (never back: a pilot that said Done
+  itself stays Done); one the CE no longer knows is Lost, never counted as running;
+- once the CE says a pilot ended, its standard output and error are fetched (their ends,
+  ``[agents] pilot_log_bytes`` each), kept in the sandbox store with the pilot's record,
+  the pilot's own reason for a non-zero exit is recorded, and the CE forgets the pilot.
+
+A CE that does not answer is left alone for a while (longer after each failure in a row) and
+its queues show the failure on the sites page; its pilots keep their records until it
+answers again. A pilot whose CE never confirms an end the pilot reported is let go after
+``[agents] pilot_log_patience``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+
+from agents.ce.base import CEError, CEPilot, CEState, ComputeElement, PilotUnknown
+from agents.ce.registry import CEConfig, CEConfigError, ComputeElements, ce_config
+from agents.context import AgentContext
+from taskqueue.database import Session
+from taskqueue.errors import NotFoundError
+from taskqueue.pilotlogs import (
+    FollowedPilot,
+    exit_reason,
+    pack_log,
+    pilots_to_follow,
+    record_ce_state,
+    record_killed,
+    record_log,
+    stop_following,
+)
+from taskqueue.pilots import FINAL_PILOT_STATES, record_ce_failure
+from taskqueue.sandboxstore import SandboxStore, open_store
+
+ENDED = FINAL_PILOT_STATES
+
+
+@dataclass
+class FollowReport:
+    moved: int = 0
+    killed: int = 0
+    logs: int = 0
+    unavailable: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def line(self) -> str:
+        parts = [f"{self.moved} pilot(s) changed state", f"{self.killed} killed",
+                 f"{self.logs} log(s) kept"]
+        if self.unavailable:
+            parts.append(f"{self.unavailable} ended without a log")
+        parts += [f"{ce} failed ({why})" for ce, why in sorted(self.failed.items())]
+        return "; ".join(parts)
+
+
+class PilotFollower:
+    """Keep one for the life of the agent process, sharing the director's CEs."""
+
+    def __init__(self, ctx: AgentContext, ces: ComputeElements,
+                 store: SandboxStore | None = None) -> None:
+        self.ctx = ctx
+        self.ces = ces
+        self._store = store
+
+    @property
+    def store(self) -> SandboxStore:
+        if self._store is None:
+            self._store = open_store(self.ctx.settings)
+        return self._store
+
+    def turn(self) -> FollowReport:
+        ctx = self.ctx
+        report = FollowReport()
+        followed = ctx.transaction(pilots_to_follow)
+        groups: dict[CEConfig, list[FollowedPilot]] = defaultdict(list)
+        for pilot in followed:
+            config = self._config_of(pilot)
+            if config is None:
+                self._unfollowable(pilot, report)
+            else:
+                groups[config].append(pilot)
+        for config, pilots in groups.items():
+            if self.ces.resting(config):
+                continue
+            try:
+                self._follow(self.ces.get(config), pilots, report)
+                self.ces.answered(config)
+            except CEError as exc:
+                failures = self.ces.failed(config)
+                reason = f"{config.name}: {exc}"[:250]
+                report.failed[config.name] = f"{exc} (failure {failures} in a row)"
+                ctx.log.error("following the pilots of %s failed: %s", config.name, exc)
+                queues = sorted({(p.site, p.ce, p.queue) for p in pilots})
+                ctx.transaction(partial(record_ce_failure, queues=queues, reason=reason,
+                                        now=ctx.now(),
+                                        base_backoff=ctx.settings.agents.failure_backoff))
+        patience = timedelta(seconds=ctx.settings.agents.pilot_log_patience)
+        report.unavailable += ctx.transaction(partial(stop_following, now=ctx.now(),
+                                                      patience=patience))
+        return report
+
+    # -- one CE ----------------------------------------------------------------------------
+
+    def _follow(self, ce: ComputeElement, pilots: list[FollowedPilot],
+                report: FollowReport) -> None:
+        ctx = self.ctx
+        by_ref = {p.reference: p for p in pilots}
+        to_kill = [CEPilot(p.reference, p.native_id) for p in pilots
+                   if p.kill_requested_by and p.status not in ENDED]
+        if to_kill:
+            for reference, error in ce.kill(to_kill).items():
+                if error is None or isinstance(error, PilotUnknown):
+                    # Taken, or nothing left to kill: either way the pilot is over.
+                    p = by_ref[reference]
+                    ctx.transaction(partial(record_killed, vo=p.vo, reference=reference,
+                                            now=ctx.now()))
+                    report.killed += 1
+                else:
+                    report.failed[f"kill {reference}"] = str(error)
+        states = ce.states([CEPilot(p.reference, p.native_id) for p in pilots])
+        ended: list[tuple[FollowedPilot, CEState]] = []
+        for reference, state in states.items():
+            followed = by_ref.get(reference)
+            if followed is None:
+                continue
+            if ctx.transaction(partial(record_ce_state, vo=followed.vo, reference=reference,
+                                       status=state.status, reason=state.reason,
+                                       exit_code=state.exit_code, now=ctx.now())):
+                report.moved += 1
+            if state.status in ENDED:
+                ended.append((followed, state))
+        for p, state in ended:
+            self._keep_log(ce, p, state, report)
+
+    def _keep_log(self, ce: ComputeElement, p: FollowedPilot, state: CEState,
+                  report: FollowReport) -> None:
+        ctx = self.ctx
+        pilot = CEPilot(p.reference, p.native_id)
+        try:
+            output = ce.output(pilot, ctx.settings.agents.pilot_log_bytes)
+        except PilotUnknown as exc:
+            ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference, log_id=None,
+                                    size=0, note=str(exc), now=ctx.now()))
+            report.unavailable += 1
+            return
+        log_id, packed = pack_log(output.stdout, output.stderr)
+        self.store.put(log_id, packed)
+        note = "the ends of its output only" if output.truncated else ""
+        ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference, log_id=log_id,
+                                size=len(packed), note=note, now=ctx.now(),
+                                reason=exit_reason(output.stderr, state.exit_code)))
+        report.logs += 1
+        try:
+            ce.clean([pilot])
+        except CEError as exc:  # the log is kept; the CE's own cleanup will catch up
+            ctx.log.warning("pilot %s: %s did not clean it: %s", p.reference, ce.name, exc)
+
+    # -- where a pilot's CE is -------------------------------------------------------------
+
+    def _config_of(self, pilot: FollowedPilot) -> CEConfig | None:
+        """The CE of the pilot's queue as configured now; a PSI/J pilot's executor is its own
+        record's when its queue left the configuration."""
+        config = self.ctx.resources()
+        name = f"{pilot.site}/{pilot.ce}/{pilot.queue}"
+        try:
+            queue = config.queue(pilot.site, pilot.ce, pilot.queue)
+            found = ce_config(name, pilot.ce, dict(queue.parameters(pilot.vo)))
+        except (NotFoundError, CEConfigError):
+            found = None
+        if found is not None and found.executor == pilot.executor:
+            return found
+        if pilot.executor != "arc":
+            return CEConfig("psij", pilot.executor)
+        return None
+
+    def _unfollowable(self, p: FollowedPilot, report: FollowReport) -> None:
+        why = (f"its CE ({p.site}/{p.ce}/{p.queue}, {p.executor}) is no longer in the "
+               "resources configuration")
+        ctx = self.ctx
+
+        def work(session: Session) -> None:
+            if p.status not in ENDED:
+                record_ce_state(session, p.vo, p.reference, status="Lost", reason=why,
+                                exit_code=None, now=ctx.now())
+            record_log(session, p.vo, p.reference, log_id=None, size=0, note=why,
+                       now=ctx.now())
+
+        ctx.transaction(work)
+        report.unavailable += 1
+
+
+def follow_pilots(follower: PilotFollower) -> str:
+    return follower.turn().line()
