@@ -402,5 +402,31 @@ def whoami(ctx: click.Context, as_json: bool) -> None:
     _emit(as_json, me, "\n".join(f"{k:<11} {show._cell(v)}" for k, v in me.items()))
 
 
+@cli.command("pilot-log")
+@click.argument("reference")
+@json_option
+@click.pass_context
+@_handled
+def pilot_log(ctx: click.Context, reference: str, as_json: bool) -> None:
+    """An ended pilot's standard output and error (the ends of each), as its compute element
+    gave them back. Operators read any pilot of their VO; users, the pilots that ran their
+    jobs (`gridpilot-client log ID` names a job's pilot)."""
+    answer = _service(ctx).pilot_log(reference)
+    _emit(as_json, answer, show.pilot_log(answer))
+
+
+@cli.command("pilot-kill")
+@click.argument("reference")
+@json_option
+@click.pass_context
+@_handled
+def pilot_kill(ctx: click.Context, reference: str, as_json: bool) -> None:
+    """Kill a pilot through its compute element (operators): the site director passes it on
+    at its next turn; the jobs the pilot held are rescheduled once they fall silent."""
+    answer = _service(ctx).kill_pilot(reference)
+    _emit(as_json, answer, f"pilot {reference} ({answer['status']}): the site director kills "
+                           "it through its CE at its next turn")
+
+
 def main() -> None:
     cli()  # pragma: no cover

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+from urllib.parse import quote
 
 import requests
 
@@ -100,6 +101,14 @@ class Service:
 
     def whoami(self) -> dict[str, Any]:
         return self.call("GET", "/whoami")
+
+    # -- pilots --------------------------------------------------------------------------
+
+    def pilot_log(self, reference: str) -> dict[str, Any]:
+        return self.call("GET", f"/pilots/{quote(reference, safe='')}/log")
+
+    def kill_pilot(self, reference: str) -> dict[str, Any]:
+        return self.call("POST", f"/pilots/{quote(reference, safe='')}/kill")
 
     # -- the transport -------------------------------------------------------------------
 

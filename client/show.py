@@ -82,3 +82,22 @@ def progress(counts: Mapping[str, int], total: int, elapsed: float) -> str:
     parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     ended = sum(n for s, n in counts.items() if s in FINAL)
     return f"[{elapsed:6.0f} s] {ended}/{total} ended: {parts}"
+
+
+def pilot_log(answer: Mapping[str, Any]) -> str:
+    """A pilot's log for people: what became of it, then its output and its error."""
+    code = answer.get("exit_code")
+    head = f"pilot {answer['reference']}: {answer['status']}"
+    if code is not None:
+        head += f", exit code {code}"
+    if answer.get("reason"):
+        head += f" ({answer['reason']})"
+    lines = [head]
+    if answer.get("note"):
+        lines.append(f"note: {answer['note']}")
+    for title, key in (("standard output", "stdout"), ("standard error", "stderr")):
+        text = str(answer.get(key) or "")
+        lines.append(f"--- {title} ({len(text.encode())} bytes) ---")
+        if text:
+            lines.append(text.rstrip("\n"))
+    return "\n".join(lines)

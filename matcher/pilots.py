@@ -1,5 +1,7 @@
 """/api/v1/pilots: what pilots call. Match (a resource description in, jobs or a no-match
-reason out), heartbeats, status reports, their SubmitPools, and their own registration."""
+reason out), heartbeats, status reports, their SubmitPools, and their own registration. And
+what operators (and users, for pilots that ran their jobs) ask of pilots: their records,
+their logs, and a kill through their compute element."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from matcher import schemas
 from matcher.api import JSON, Call, Param, endpoint
-from matcher.auth import OPERATOR, PILOT, Principal
+from matcher.auth import OPERATOR, PILOT, USER, Principal
 from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
@@ -21,7 +23,9 @@ from optimizers.description import JobDescription, JobDescriptionError
 from pilot import protocol
 from pilot.protocol import JobPayload
 from taskqueue.database import Session
+from taskqueue.errors import ConflictError, NotFoundError
 from taskqueue.models import Job
+from taskqueue.pilotlogs import STORED, PilotLog, request_kill, unpack_log
 from taskqueue.pilotmatch import match_for_pilot
 from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
 from taskqueue.pilots import (
@@ -32,6 +36,7 @@ from taskqueue.pilots import (
     jobs_of_pilot,
     last_pilot_report,
     pilot_of_vo,
+    ran_jobs_of,
     register_pilot,
 )
 from taskqueue.resources import Resource, parse_resource
@@ -296,3 +301,60 @@ def get_pilot(call: Call, reference: str) -> dict[str, Any]:
                     "minor_status": report.minor_status}}
 
     return call.runtime.transaction(work)
+
+
+def read_log(runtime: Any, pilot: Any) -> PilotLog:
+    """The pilot's stored log; NotFoundError or ConflictError saying why there is none."""
+    if pilot.log_state is None and pilot.native_id is not None:
+        raise ConflictError(f"pilot {pilot.reference} has not ended yet ({pilot.status}): its "
+                            "log is kept once its compute element says it ended")
+    if pilot.log_state is None:
+        raise NotFoundError(f"pilot {pilot.reference} was not submitted by the site director, "
+                            "which keeps the logs of its own pilots only")
+    if pilot.log_state != STORED or pilot.log_id is None:
+        raise NotFoundError(f"pilot {pilot.reference} has no log: "
+                            f"{pilot.log_note or pilot.log_state}")
+    try:
+        return unpack_log(runtime.sandbox_store().get(pilot.log_id),
+                          limit=runtime.settings.agents.pilot_log_bytes)
+    except FileNotFoundError:
+        raise NotFoundError(f"pilot {pilot.reference}'s log was removed after the retention "
+                            "period of sandboxes") from None
+
+
+@endpoint(bp, "GET", "/<reference>/log", tag="pilots", roles=(USER, OPERATOR),
+          summary="An ended pilot's standard output and error (the ends of each), as its "
+                  "compute element gave them back; a user sees the logs of pilots that ran "
+                  "their jobs",
+          responses={200: ("The pilot's log", schemas.PILOT_LOG)})
+def get_pilot_log(call: Call, reference: str) -> dict[str, Any]:
+    principal = call.principal
+
+    def work(session: Session) -> Any:
+        pilot = pilot_of_vo(session, principal.vo, reference)
+        if principal.role == USER and not ran_jobs_of(session, principal.vo, reference,
+                                                      principal.subject):
+            # A pilot that ran none of the user's jobs is none of their business: as if it
+            # did not exist.
+            raise NotFoundError(f"pilot {reference} does not exist in VO {principal.vo}")
+        session.expunge(pilot)
+        return pilot
+
+    pilot = call.runtime.transaction(work)
+    log = read_log(call.runtime, pilot)
+    return {"reference": pilot.reference, "status": pilot.status, "reason": pilot.reason,
+            "exit_code": pilot.exit_code, "note": pilot.log_note, "stdout": log.stdout,
+            "stderr": log.stderr}
+
+
+@endpoint(bp, "POST", "/<reference>/kill", tag="pilots", roles=(OPERATOR,),
+          summary="Kill a pilot through its compute element: the site director passes the "
+                  "request on at its next turn, and the pilot becomes Aborted once the CE "
+                  "took it (its jobs are rescheduled when they fall silent)",
+          responses={202: ("The request is noted", schemas.PILOT_SUMMARY)})
+def kill_pilot(call: Call, reference: str) -> tuple[dict[str, Any], int]:
+    if reference in RESERVED_REFERENCES:
+        raise Problem(404, f"pilot {reference} does not exist in VO {call.principal.vo}")
+    pilot = call.runtime.transaction(lambda session: pilot_summary(request_kill(
+        session, call.principal.vo, reference, by=call.principal.subject, now=call.now)))
+    return pilot, 202

@@ -104,7 +104,13 @@ PILOT_FIELDS: dict[str, Schema] = {
     "reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
     "status": STRING, "reason": STRING, "executor": nullable(STRING),
     "native_id": nullable(STRING), "submitted_at": TIME, "last_seen_at": TIME,
-    "updated_at": TIME,
+    "updated_at": TIME, "exit_code": nullable(INTEGER),
+    "log": {"type": "string", "enum": ["followed", "stored", "unavailable", "none"],
+            "description": "followed: the director still follows the pilot through its CE "
+                           "(its log is kept once the CE says it ended); stored: GET "
+                           ".../log gives it; unavailable: log_note says why; none: the "
+                           "director did not submit it"},
+    "log_note": STRING, "kill_requested_by": nullable(STRING),
 }
 PILOT_SUMMARY = obj(PILOT_FIELDS)
 PILOT_LIST = obj({"pilots": {"type": "array", "items": PILOT_SUMMARY},
@@ -116,6 +122,10 @@ PILOT_RECORD = obj({
     "last_report": nullable(obj({"job_id": ID, "at": TIME, "status": STRING,
                                  "minor_status": STRING})),
 })
+PILOT_LOG = obj({"reference": STRING, "status": STRING, "reason": STRING,
+                 "exit_code": nullable(INTEGER), "note": STRING, "stdout": STRING,
+                 "stderr": STRING},
+                ("reference", "status", "stdout", "stderr"))
 SUBMIT_POOLS = obj({"site": STRING, "ce": STRING, "queue": STRING,
                     "submit_pools": STRINGS}, ("submit_pools",))
 

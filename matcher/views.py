@@ -26,4 +26,14 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "queue": pilot.queue, "status": pilot.status, "reason": pilot.reason,
             "executor": pilot.executor, "native_id": pilot.native_id,
             "submitted_at": iso(pilot.submitted_at), "last_seen_at": iso(pilot.last_seen_at),
-            "updated_at": iso(pilot.updated_at)}
+            "updated_at": iso(pilot.updated_at), "exit_code": pilot.exit_code,
+            "log": log_state(pilot), "log_note": pilot.log_note,
+            "kill_requested_by": pilot.kill_requested_by}
+
+
+def log_state(pilot: Any) -> str:
+    """Where the pilot's log stands: followed, stored, unavailable, or none (a pilot the
+    director did not submit)."""
+    if pilot.log_state is not None:
+        return str(pilot.log_state)
+    return "followed" if pilot.native_id is not None else "none"

@@ -1,18 +1,22 @@
 """/ui/pilots and /ui/pilots/<reference>: pilots per queue and status, a pilot's record, its
-jobs and what it last said."""
+jobs, what it last said and its log; killing it through its compute element (behind a
+confirmation)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from flask import Response
+from flask import Response, redirect, request, url_for
 
 from matcher.dashboard.overview import status_class
 from matcher.dashboard.taskqueues import int_arg, text_arg
 from matcher.dashboard.web import Page, bp, page, query_url, render
+from matcher.pilots import read_log
 from matcher.problems import Problem
 from taskqueue.database import Session
+from taskqueue.errors import ConflictError, NotFoundError
 from taskqueue.models import DirectorQueue
+from taskqueue.pilotlogs import request_kill
 from taskqueue.pilots import (
     ALIVE_STATES,
     PILOT_STATES,
@@ -67,14 +71,43 @@ def pilot(p: Page, reference: str) -> Response:
 
     def work(session: Session) -> dict[str, Any]:
         found = pilot_of_vo(session, p.vo, reference)
+        session.expunge(found)
         return {"pilot": found, "jobs": jobs_of_pilot(session, p.vo, reference),
                 "report": last_pilot_report(session, p.vo, reference),
                 "director": session.get(DirectorQueue, (found.site, found.ce, found.queue))}
 
     data = p.runtime.transaction(work)
+    found = data["pilot"]
     jobs = data["jobs"]
     beats = [j.heartbeat_at for j in jobs if j.heartbeat_at is not None]
-    return render("pilot.html", viewer=p.viewer, pilot=data["pilot"], jobs=jobs,
+    try:
+        log, no_log = read_log(p.runtime, found), ""
+    except (NotFoundError, ConflictError) as exc:
+        log, no_log = None, str(exc)
+    return render("pilot.html", viewer=p.viewer, pilot=found, jobs=jobs,
                   director=data["director"], last_beat=max(beats) if beats else None,
-                  report=data["report"],
-                  status_class=status_class)
+                  report=data["report"], log=log, no_log=no_log,
+                  can_kill=found.status in ALIVE_STATES and found.native_id is not None
+                  and found.kill_requested_by is None,
+                  done=request.args.get("done", ""), status_class=status_class)
+
+
+@bp.route("/pilot-kill/<path:reference>", methods=["GET", "POST"])
+@page(operator=True)
+def pilot_kill(p: Page, reference: str) -> Response:
+    if len(reference) > 255 or "\x00" in reference:
+        raise Problem(404, "no pilot has such a reference")
+    back = url_for("ui.pilot", reference=reference)
+    if request.method == "GET":
+        found = p.runtime.transaction(lambda s: pilot_of_vo(s, p.vo, reference))
+        return render("confirm.html", viewer=p.viewer, title=f"Kill pilot {reference}?",
+                      action=url_for("ui.pilot_kill", reference=reference), back=back,
+                      button="Kill", danger=True, reason_label="",
+                      text=f"Pilot {reference} ({found.status} at {found.site} / {found.ce}) "
+                           "is killed through its compute element at the site director's "
+                           "next turn; the jobs it holds are rescheduled once they fall "
+                           "silent.")
+    principal = p.viewer.principal
+    p.runtime.transaction(lambda s: request_kill(s, p.vo, reference, by=principal.subject,
+                                                 now=p.now))
+    return redirect(f"{back}?done=kill")  # type: ignore[return-value]
