@@ -103,9 +103,11 @@ class ComputeElements:
     """The CEs of one agent process, each built once and kept (a PSI/J executor watches its
     pilots for the life of the process), and each CE's back-off after it failed."""
 
-    def __init__(self, workdir: Path, agents: Any) -> None:
+    def __init__(self, workdir: Path, agents: Any, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.workdir = workdir
         self.agents = agents
+        self.clock = clock
         self._built: dict[CEConfig, ComputeElement] = {}
         #: CE name → (failures in a row, monotonic time before which it is left alone).
         self._backoff: dict[str, tuple[int, float]] = {}
@@ -118,14 +120,14 @@ class ComputeElements:
     def resting(self, config: CEConfig) -> bool:
         """Whether the CE failed lately and is left alone for now."""
         entry = self._backoff.get(config.name)
-        return entry is not None and time.monotonic() < entry[1]
+        return entry is not None and self.clock() < entry[1]
 
     def failed(self, config: CEConfig) -> int:
         """Note a failure of the CE: it is left alone for ``failure_backoff`` seconds,
         doubling per failure in a row (at most 16 times); returns the failures in a row."""
         failures = self._backoff.get(config.name, (0, 0.0))[0] + 1
         pause = self.agents.failure_backoff * min(16, 2 ** (failures - 1))
-        self._backoff[config.name] = (failures, time.monotonic() + pause)
+        self._backoff[config.name] = (failures, self.clock() + pause)
         return failures
 
     def answered(self, config: CEConfig) -> None:
