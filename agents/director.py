@@ -32,7 +32,15 @@ from pathlib import Path
 from typing import Any
 
 from agents.ce.base import TOKEN_FILE, CEError, PilotSpec
-from agents.ce.registry import CE_PARAMETERS, CEConfig, CEConfigError, ComputeElements, ce_config
+from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
+from agents.ce.registry import (
+    CE_PARAMETERS,
+    SHIP_PILOT,
+    CEConfig,
+    CEConfigError,
+    ComputeElements,
+    ce_config,
+)
 from agents.context import AgentContext
 from optimizers.classads import expression_check
 from optimizers.queueresources import labels, resource_for_queue
@@ -267,7 +275,14 @@ class Director:
             value = params.get(key)
             if isinstance(value, str) and value:
                 environment[name] = value
-        command = list(a.pilot_command) or [sys.executable, "-m", "pilot.cli"]
+        files: dict[str, bytes] = {}
+        if a.pilot_command:
+            command = list(a.pilot_command)
+        elif target.compute.kind in SHIP_PILOT:
+            command = ["/usr/bin/env", "python3", BUNDLE_FILE]
+            files[BUNDLE_FILE] = pilot_bundle()
+        else:
+            command = [sys.executable, "-m", "pilot.cli"]
         wall = _int(params.get("WallTime"), _int(params.get("MaxCPUTime"), 60))
         queue_name = params.get("BatchQueue")
         account = params.get("Account")
@@ -277,7 +292,7 @@ class Director:
             token=self._token(target, reference),
             memory_mb=target.memory_mb, wall_minutes=wall,
             queue_name=queue_name if isinstance(queue_name, str) else None,
-            account=account if isinstance(account, str) else None)
+            account=account if isinstance(account, str) else None, files=files)
 
     def _token(self, target: QueueTarget, reference: str) -> str:
         """A token for this pilot alone: its VO, its site, its reference."""

@@ -304,8 +304,9 @@ class AgentSettings:
     pilot_idle_timeout: int = 120
     #: Where PSI/J's local executor runs pilots, and batch pilots write their output.
     pilot_workdir: str = "work/pilots"
-    #: The command that starts a pilot on the worker node (default: this Python with
-    #: -m pilot.cli, right for the local executor and a shared software area).
+    #: The command that starts a pilot on the worker node. Default: for PSI/J executors this
+    #: Python with -m pilot.cli (right for the local executor and a shared software area);
+    #: for ARC-CEs the pilot bundle shipped with each pilot, run by the node's python3.
     pilot_command: tuple[str, ...] = ()
     #: Give pilots their queue's SubmitPools (true), or let them ask the matcher themselves.
     pass_submit_pools: bool = True

@@ -43,6 +43,9 @@ class PilotSpec:
     #: them.
     queue_name: str | None = None
     account: str | None = None
+    #: Files the pilot needs in its folder besides its token (the pilot bundle, when the
+    #: worker nodes do not have gridpilot), by name.
+    files: dict[str, bytes] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)

@@ -185,6 +185,8 @@ class PsijCE:
         folder = self.folder(spec.reference)
         folder.mkdir(parents=True, exist_ok=True)
         write_private_file(folder / TOKEN_FILE, spec.token + "\n")
+        for name, data in spec.files.items():
+            (folder / name).write_bytes(data)
         memory = spec.memory_mb * 1024 * 1024 if spec.memory_mb else None
         if self.executor_name in CORES_AS_PROCESSES:
             # PSI/J's PBS and LSF templates ask for one CPU per process: the pilot's cores are

@@ -24,6 +24,9 @@ from typing import Any
 from agents.ce.base import ComputeElement
 
 ARC = "arc"
+#: The kinds whose worker nodes do not share the director's installation: their pilots take
+#: the pilot bundle along (agents.ce.bundle) unless ``[agents] pilot_command`` says otherwise.
+SHIP_PILOT = frozenset({ARC})
 #: Queue parameters that configure the CE, not the worker nodes.
 CE_PARAMETERS = frozenset({"Executor", "Endpoint", "TokenFile", "ProxyFile", "CABundle"})
 

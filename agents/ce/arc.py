@@ -1,0 +1,194 @@
+"""Pilots through an ARC-CE's REST interface (agents.ce.arcrest is the client).
+
+A pilot is one ARC job: its ADL description names the pilot's command, cores, memory, wall
+time and queue, its standard output and error (kept in the session directory), and one input
+file, the pilot's token, which is uploaded into the session directory after the submission:
+the CE starts the job only once it is there, and the token is never in a description (the
+CE shows those to its operators). The states of all of a CE's pilots come in one request;
+an ended pilot's exit code and the CE's reason for a failure come from A-REX's own files of
+the job. The CE's errors become the director's: unreachable or 5xx (retry later), refused
+credentials (the message names the CE and the credential file), refused requests, and
+pilots the CE does not know (Lost).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+from agents.ce import adl
+from agents.ce.arcrest import (
+    FINAL_STATES,
+    UNKNOWN,
+    ArcAuthError,
+    ArcError,
+    ArcRestClient,
+    ArcUnavailable,
+    ArcUnknownJob,
+    ArcUnreachable,
+    pilot_status,
+)
+from agents.ce.base import (
+    STDERR_FILE,
+    STDOUT_FILE,
+    TOKEN_FILE,
+    CECredentialError,
+    CEError,
+    CEPilot,
+    CERefused,
+    CEState,
+    CEUnavailable,
+    PilotOutput,
+    PilotSpec,
+    PilotUnknown,
+)
+from agents.ce.registry import CEConfig
+
+T = TypeVar("T")
+_EXIT_CODE = re.compile(r"^exitcode=(-?\d+)\s*$", re.MULTILINE)
+
+
+def ce_error(exc: ArcError) -> CEError:
+    """The director's error for what the ARC client raised."""
+    message = str(exc)
+    if isinstance(exc, ArcUnreachable | ArcUnavailable):
+        return CEUnavailable(message)
+    if isinstance(exc, ArcAuthError):
+        return CECredentialError(message)
+    if isinstance(exc, ArcUnknownJob):
+        return PilotUnknown(message)
+    return CERefused(message)
+
+
+class ArcCE:
+    """One ARC-CE, with one credential (a token file or a proxy)."""
+
+    def __init__(self, config: CEConfig, *, timeout: float) -> None:
+        self.name = config.name
+        self.client = ArcRestClient(
+            config.endpoint,
+            token_file=Path(config.token_file) if config.token_file else None,
+            proxy_file=Path(config.proxy_file) if config.proxy_file else None,
+            ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
+            timeout=timeout)
+
+    def _call(self, work: Callable[[], T]) -> T:
+        try:
+            return work()
+        except ArcError as exc:
+            raise ce_error(exc) from exc
+
+    # -- the interface -----------------------------------------------------------------------
+
+    def submit(self, specs: Sequence[PilotSpec]) -> list[str | CEError]:
+        descriptions: list[str] = []
+        out: list[str | CEError] = []
+        for spec in specs:
+            try:
+                descriptions.append(description(spec))
+            except adl.DescriptionError as exc:
+                raise CERefused(f"{self.name}: pilot {spec.reference} cannot be described: "
+                                f"{exc}") from exc
+        results = self._call(lambda: self.client.submit(descriptions))
+        for spec, result in zip(specs, results, strict=True):
+            if isinstance(result, ArcError):
+                out.append(ce_error(result))
+                continue
+            try:
+                for name, data in spec.files.items():
+                    self.client.upload(result, name, data)
+                # The token last: the CE starts the job once its last input is there.
+                self.client.upload(result, TOKEN_FILE, (spec.token + "\n").encode())
+            except ArcError as exc:
+                # A job without its token would wait for it until the CE gives up: gone now.
+                self._forget([result])
+                out.append(ce_error(exc))
+                continue
+            out.append(result)
+        return out
+
+    def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
+        by_id = {p.native_id: p.reference for p in pilots}
+        found = self._call(lambda: self.client.statuses(list(by_id)))
+        out: dict[str, CEState] = {}
+        for job_id, arc_state in found.items():
+            reference = by_id.get(job_id)
+            status = pilot_status(arc_state)
+            if reference is None or status is None:
+                continue  # a state this client does not know: the record stays as it is
+            if arc_state == UNKNOWN:
+                out[reference] = CEState("Lost", f"{self.client.ce} does not know it")
+            elif arc_state in FINAL_STATES:
+                out[reference] = self._ended(job_id, arc_state, status)
+            else:
+                out[reference] = CEState(status)
+        return out
+
+    def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
+        by_id = {p.native_id: p.reference for p in pilots}
+        answers = self._call(lambda: self.client.kill(list(by_id)))
+        return {by_id[job_id]: None if error is None else ce_error(error)
+                for job_id, error in answers.items() if job_id in by_id}
+
+    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
+        files = self._call(lambda: self.client.session_files(pilot.native_id))
+        streams: list[bytes] = []
+        truncated = False
+        for name in (STDOUT_FILE, STDERR_FILE):
+            if name not in files:
+                streams.append(b"")
+                continue
+            data = self._call(partial(self.client.download, pilot.native_id, name, limit))
+            truncated = truncated or files[name] > limit
+            streams.append(data)
+        return PilotOutput(streams[0], streams[1], truncated)
+
+    def clean(self, pilots: Sequence[CEPilot]) -> None:
+        self._forget([p.native_id for p in pilots])
+
+    # -- what ended ----------------------------------------------------------------------------
+
+    def _ended(self, job_id: str, arc_state: str, status: str) -> CEState:
+        """An ended job: its exit code (A-REX's diag file) and, when it failed, why."""
+        reason = ""
+        if arc_state == "FAILED":
+            text = self._file_of(job_id, "failed")
+            reason = (text.strip().splitlines() or ["the CE says FAILED"])[0]
+        elif arc_state == "KILLED":
+            reason = "killed on the CE"
+        elif arc_state == "WIPED":
+            reason = "the CE wiped its session before it was followed to its end"
+        match = _EXIT_CODE.search(self._file_of(job_id, "diag"))
+        exit_code = int(match.group(1)) if match else None
+        return CEState(status, reason[:255], exit_code)
+
+    def _file_of(self, job_id: str, name: str) -> str:
+        try:
+            return self.client.diagnose(job_id, name)
+        except ArcUnknownJob:
+            return ""  # the file is not there
+
+    def _forget(self, job_ids: list[str]) -> None:
+        """Kill (when still alive) and clean the jobs; what the CE no longer knows is gone
+        already."""
+        if not job_ids:
+            return
+        errors = self._call(lambda: self.client.clean(job_ids))
+        alive = [j for j, e in errors.items() if e is not None
+                 and not isinstance(e, ArcUnknownJob)]
+        if alive:
+            self._call(lambda: self.client.kill(alive))
+
+
+def description(spec: PilotSpec) -> str:
+    """The pilot's ADL description: its command and environment, its queue's cores, memory,
+    wall time and batch queue; its token (and its bundle) as input files it gets by
+    upload."""
+    return adl.job_description(
+        spec.executable, spec.arguments, name=f"gridpilot-{spec.reference}"[:64],
+        queue=spec.queue_name, cores=spec.cores, memory_mb=spec.memory_mb,
+        wall_minutes=max(1, spec.wall_minutes), environment=spec.environment,
+        input_files=[*spec.files, TOKEN_FILE], stdout=STDOUT_FILE, stderr=STDERR_FILE)

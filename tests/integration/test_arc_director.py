@@ -1,0 +1,301 @@
+"""The site director through a REAL ARC-CE (tools/arc-localhost: A-REX 6.17 on loopback, its
+fork back end): a user's job runs in a pilot the director submitted over ARC's REST interface,
+with a token and with an X.509 proxy; the pilot is shipped as the pilot bundle and run by the
+node's python3 under the CE's local account; the director follows it to its end, keeps its log
+(which ``gridpilot-client pilot-log`` prints) and cleans it from the CE. An operator's kill goes
+through the CE; a CE that goes down while its pilot runs is followed again once it is back,
+and its job is run once.
+
+Each test has a SQLite database of its own (what is tested here is the CE path, which does not
+depend on the database; the director's database work is tested on every backend elsewhere).
+Skipped locally when A-REX cannot start; failing where CI or GRIDPILOT_TEST_REQUIRE_SERVERS=1
+is set (tests/integration/arc.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from sqlalchemy import select
+
+from agents.ce.arc import ArcCE
+from agents.ce.arcrest import UNKNOWN
+from agents.ce.registry import ComputeElements
+from agents.context import AgentContext
+from agents.director import Director, compute_elements
+from agents.pilotstatus import FollowReport, PilotFollower
+from gridpilot import schema
+from gridpilot.devserver import matcher_server
+from taskqueue.database import make_engine, make_session_factory
+from taskqueue.models import Job, Pilot
+from taskqueue.settings import Settings
+from taskqueue.tokens import issue_token
+from tests.integration.arc import LocalCe, local_ce, write_secret
+
+SECRET = "arc-director-tests-signing-secret-0123456789"
+SITE, CE, QUEUE = "ARC.Local.test", "localhost", "fork"
+ROOT = Path(__file__).resolve().parents[2]
+#: How long a pilot's way through the CE may take (the CE notices a job's end within about
+#: 20 s, and its information provider refreshes every 10 s).
+PATIENCE = 300
+
+RESOURCES = """\
+[JobDescription]
+VO = "list"
+
+[Sites."{site}"]
+VO = "lhcb"
+HS06 = 10.0
+MaxCPUTime = 60
+
+[Sites."{site}".CEs."{ce}"]
+Executor = "arc"
+Endpoint = "{endpoint}"
+{credential}
+CABundle = "{ca}"
+BatchQueue = "{queue}"
+
+[Sites."{site}".CEs."{ce}".Queues.{queue}]
+NumberOfProcessors = 1
+WallTime = 30
+"""
+
+
+@pytest.fixture(scope="session")
+def arc_ce() -> LocalCe:
+    return local_ce()
+
+
+@dataclass
+class ArcGrid:
+    base: str
+    ctx: AgentContext
+    ces: ComputeElements
+    director: Director
+    follower: PilotFollower
+    user: requests.Session
+    url: str
+
+    def submit(self, executable: str, arguments: str) -> int:
+        jdl = (f'[ Executable = "{executable}"; Arguments = "{arguments}"; CPUTime = 60; '
+               f'Site = "{SITE}" ]')
+        answer = self.user.post(f"{self.base}/api/v1/jobs", data=jdl.encode(), timeout=30,
+                                headers={"Content-Type": "text/plain"})
+        assert answer.status_code == 201, answer.text
+        (job_id,) = answer.json()["job_ids"]
+        return int(job_id)
+
+    def job(self, job_id: int) -> dict[str, Any]:
+        answer = self.user.get(f"{self.base}/api/v1/jobs/{job_id}", timeout=30)
+        assert answer.status_code == 200, answer.text
+        data: dict[str, Any] = answer.json()
+        return data
+
+    def pilot(self) -> Pilot:
+        with self.ctx.factory() as session:
+            (pilot,) = session.scalars(select(Pilot)).all()
+            session.expunge(pilot)
+            return pilot
+
+    def follow_until(self, what: str, check: Callable[[], bool], *,
+                     allow_failures: bool = False) -> FollowReport:
+        deadline = time.monotonic() + PATIENCE
+        while True:
+            report = self.follower.turn()
+            assert allow_failures or not report.failed, report.line()
+            if check():
+                return report
+            if time.monotonic() > deadline:
+                p = self.pilot()
+                pytest.fail(f"timed out waiting until {what}: pilot {p.reference} "
+                            f"{p.status} ({p.reason}); last turn: {report.line()}")
+            time.sleep(2)
+
+    def arc(self) -> ArcCE:
+        (ce,) = self.ces._built.values()
+        assert isinstance(ce, ArcCE)
+        return ce
+
+
+def operator_token() -> str:
+    return issue_token(SECRET, subject="olga", role="operator", vo="lhcb", group="lhcb_admin",
+                       lifetime=3600)
+
+
+@contextmanager
+def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, **agents: Any
+             ) -> Iterator[ArcGrid]:
+    if credential == "token":
+        line = f'TokenFile = "{write_secret(tmp_path / "ce.token", arc_ce.token())}"'
+    else:
+        line = f'ProxyFile = "{arc_ce.proxy}"'
+    resources = tmp_path / "resources.toml"
+    resources.write_text(RESOURCES.format(site=SITE, ce=CE, queue=QUEUE, credential=line,
+                                          endpoint=arc_ce.endpoint, ca=arc_ce.ca_bundle))
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    try:
+        with matcher_server(url, SECRET, resources, tmp_path) as base:
+            base_settings = Settings()
+            settings = replace(
+                base_settings, database=replace(base_settings.database, url=url),
+                resources=replace(base_settings.resources, file=str(resources)),
+                matcher=replace(base_settings.matcher, url=base),
+                auth=replace(base_settings.auth, secret=SECRET),
+                agents=replace(base_settings.agents, pilot_workdir=str(tmp_path / "pilots"),
+                               pilot_idle_timeout=5, **agents))
+            ctx = AgentContext(settings, make_session_factory(engine), secret=SECRET)
+            ces = compute_elements(ctx)
+            user = requests.Session()
+            user.headers["Authorization"] = "Bearer " + issue_token(
+                SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
+                lifetime=3600)
+            with user:
+                yield ArcGrid(base, ctx, ces, Director(ctx, ces), PilotFollower(ctx, ces),
+                              user, url)
+    finally:
+        engine.dispose()
+
+
+def pilot_log_command(base: str, reference: str) -> subprocess.CompletedProcess[str]:
+    """The installed ``gridpilot-client pilot-log``, as an operator runs it."""
+    command = Path(sys.executable).parent / "gridpilot-client"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GRIDPILOT_", "BEARER"))}
+    return subprocess.run([str(command), "--url", base, "--token", operator_token(),
+                           "pilot-log", reference], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+@pytest.mark.parametrize("credential", ["token", "proxy"])
+def test_a_job_runs_in_a_pilot_the_director_sent_through_arc(
+        arc_ce: LocalCe, tmp_path: Path, credential: str) -> None:
+    with arc_grid(arc_ce, tmp_path, credential) as grid:
+        job_id = grid.submit("/bin/echo", f"hello from ARC with a {credential}")
+        report = grid.director.cycle()
+        assert report.submitted == {f"{SITE}/{CE}/{QUEUE}": 1}, report.line()
+        pilot = grid.pilot()
+        assert (pilot.executor, pilot.status) == ("arc", "Submitted")
+        assert pilot.native_id and len(pilot.native_id) > 8
+
+        grid.follow_until("the job is Done and the pilot's log kept", lambda: (
+            grid.job(job_id)["status"] in ("Done", "Failed")
+            and grid.pilot().log_state is not None))
+        job = grid.job(job_id)
+        assert (job["status"], job["exit_code"]) == ("Done", 0), job
+        assert job["pilot_reference"] == pilot.reference
+        output = grid.user.get(f"{grid.base}/api/v1/jobs/{job_id}/output", timeout=30).json()
+        assert f"hello from ARC with a {credential}" in output["output_tail"]
+        ended = grid.pilot()
+        assert (ended.status, ended.exit_code, ended.log_state) == ("Done", 0, "stored"), (
+            ended.status, ended.reason, ended.log_note)
+
+        shown = pilot_log_command(grid.base, pilot.reference)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        assert shown.stdout.startswith(f"pilot {pilot.reference}: Done, exit code 0")
+        assert "--- standard error" in shown.stdout
+        # The pilot's own log lines: it matched the job and ran it.
+        assert str(job_id) in shown.stdout.split("--- standard error", 1)[1]
+        # The CE forgot the pilot once its log was kept.
+        assert grid.arc().client.statuses([pilot.native_id]) == {pilot.native_id: UNKNOWN}
+
+
+def test_an_operator_kills_a_pilot_through_arc_and_its_job_is_not_run_twice(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    with arc_grid(arc_ce, tmp_path, "token") as grid:
+        job_id = grid.submit("/bin/sleep", "600")
+        grid.director.cycle()
+        grid.follow_until("the job runs", lambda: grid.job(job_id)["status"] == "Running")
+        reference = grid.pilot().reference
+        answer = requests.post(f"{grid.base}/api/v1/pilots/{reference}/kill", timeout=30,
+                               headers={"Authorization": f"Bearer {operator_token()}"})
+        assert answer.status_code == 202, answer.text
+        report = grid.follower.turn()
+        assert report.killed == 1, report.line()
+        assert grid.pilot().status == "Aborted"
+        grid.follow_until("the CE says the pilot ended",
+                          lambda: grid.pilot().log_state is not None)
+        pilot = grid.pilot()
+        assert pilot.status == "Aborted" and "olga" in pilot.reason
+        # The job the pilot held is its own still: no other pilot got it (it is rescheduled
+        # by the watchdog once it falls silent).
+        job = grid.job(job_id)
+        assert (job["status"], job["pilot_reference"]) == ("Running", reference)
+        with grid.ctx.factory() as session:
+            assert session.scalar(select(Job.reschedule_count).where(Job.id == job_id)) == 0
+
+
+def test_the_director_asks_the_ce_for_all_its_pilots_at_once(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    """Three pilots (stand-ins that speak to nobody), one status request per turn."""
+    with arc_grid(arc_ce, tmp_path, "token", pilot_command=("/bin/sh", "-c", "sleep 2")) as g:
+        for _ in range(3):
+            g.submit("/bin/true", "")
+        assert sum(g.director.cycle().submitted.values()) == 3
+        seen: list[str] = []
+        g.arc().client._session.hooks["response"].append(
+            lambda r, *a, **k: seen.append(f"{r.request.method} {r.request.url}"))
+        g.follower.turn()
+        assert [s for s in seen if "action=status" in s] == [
+            f"POST {g.arc().client.endpoint}/rest/1.0/jobs?action=status"], seen
+        g.follow_until("the three pilots ended", lambda: all(
+            p.log_state is not None for p in _pilots(g)))
+        assert {p.status for p in _pilots(g)} == {"Done"}
+
+
+def _pilots(grid: ArcGrid) -> list[Pilot]:
+    with grid.ctx.factory() as session:
+        rows = list(session.scalars(select(Pilot)))
+        session.expunge_all()
+        return rows
+
+
+def arc_localhost(action: str) -> None:
+    done = subprocess.run([str(ROOT / "tools" / "arc-localhost"), action], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, f"arc-localhost {action}: {done.stdout}{done.stderr}"
+
+
+def test_a_ce_down_while_its_pilot_runs_is_followed_again_once_back(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    with arc_grid(arc_ce, tmp_path, "token", failure_backoff=1) as grid:
+        job_id = grid.submit("/bin/sleep", "20")
+        grid.director.cycle()
+        grid.follow_until("the job runs", lambda: grid.job(job_id)["status"] == "Running")
+        reference = grid.pilot().reference
+        arc_localhost("down")
+        try:
+            report = grid.follower.turn()
+            (failure,) = report.failed.values()
+            assert "failure 1 in a row" in failure, report.line()
+            # The record stays as it was; the queue shows the CE's failure.
+            assert grid.pilot().status == "Running"
+            again = grid.director.cycle()
+            assert f"{SITE}/{CE}/{QUEUE}" in again.skipped, again.line()
+            # The pilot goes on without its CE: it reports the job to the matcher itself.
+            deadline = time.monotonic() + PATIENCE
+            while grid.job(job_id)["status"] != "Done":
+                assert time.monotonic() < deadline, grid.job(job_id)
+                time.sleep(1)
+        finally:
+            arc_localhost("up")
+        time.sleep(1.5)  # the back-off (1 s, doubled once) is over
+        grid.follow_until("the CE's word on the pilot is back", lambda: (
+            grid.pilot().log_state is not None), allow_failures=True)
+        pilot = grid.pilot()
+        assert (pilot.reference, pilot.status, pilot.log_state) == (reference, "Done",
+                                                                    "stored")
+        # The job ran once, in that pilot.
+        job = grid.job(job_id)
+        assert (job["status"], job["pilot_reference"]) == ("Done", reference)
+        assert [h["status"] for h in job["history"]].count("Running") == 1, job["history"]
