@@ -37,7 +37,7 @@ from agents.pilotstatus import FollowReport, PilotFollower
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import Job, Pilot
+from taskqueue.models import DirectorQueue, Job, Pilot
 from taskqueue.settings import Settings
 from taskqueue.tokens import issue_token
 from tests.integration.arc import LocalCe, local_ce, write_secret
@@ -299,3 +299,36 @@ def test_a_ce_down_while_its_pilot_runs_is_followed_again_once_back(
         job = grid.job(job_id)
         assert (job["status"], job["pilot_reference"]) == ("Done", reference)
         assert [h["status"] for h in job["history"]].count("Running") == 1, job["history"]
+
+
+def test_a_token_the_ce_refuses_fails_the_submission_naming_the_ce_and_the_file(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    with arc_grid(arc_ce, tmp_path, "token") as grid:
+        token_file = tmp_path / "ce.token"
+        for bad in (arc_ce.token(lifetime=-60), arc_ce.token(audience="https://elsewhere")):
+            write_secret(token_file, bad)
+            grid.submit("/bin/true", "")
+            report = grid.director.cycle()
+            (reason,) = report.failed.values()
+            assert "localhost:8443" in reason and str(token_file) in reason, reason
+            failed = [p for p in _pilots(grid) if p.status == "Failed"]
+            assert failed and all(str(token_file) in p.reason for p in failed)
+            with grid.ctx.factory() as session:
+                session.execute(Pilot.__table__.delete())
+                session.execute(DirectorQueue.__table__.delete())
+                session.commit()
+        # A good token again (the file is read again when it changes): pilots go.
+        write_secret(token_file, arc_ce.token())
+        assert sum(grid.director.cycle().submitted.values()) == 1
+
+
+def test_a_pilot_the_ce_runs_and_that_fails_says_why(arc_ce: LocalCe, tmp_path: Path) -> None:
+    with arc_grid(arc_ce, tmp_path, "token", pilot_command=(
+            "/bin/sh", "-c", "echo 'gridpilot-pilot: exit 3: the stand-in gives up' >&2; "
+                             "exit 3")) as grid:
+        grid.submit("/bin/true", "")
+        grid.director.cycle()
+        grid.follow_until("the pilot ended", lambda: grid.pilot().log_state is not None)
+        pilot = grid.pilot()
+        assert (pilot.status, pilot.exit_code) == ("Failed", 3), (pilot.status, pilot.reason)
+        assert pilot.reason == "exit code 3: gridpilot-pilot: exit 3: the stand-in gives up"

@@ -253,3 +253,28 @@ def test_a_pilot_that_said_it_ended_is_let_go_when_its_ce_never_confirms(
 class _Quiet(SilentCE):
     def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
         return {}
+
+
+def test_pilot_logs_leave_with_the_sandboxes_after_the_retention_period(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    from agents.sandboxcleanup import clean_up_sandboxes
+    from taskqueue.pilotlogs import pack_log, record_log
+    from taskqueue.sandboxstore import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    then = datetime.now(UTC) - timedelta(days=30)
+    ctx = local_context(db, settings, tmp_path)
+    for ref, when in (("old", then), ("new", datetime.now(UTC))):
+        ctx.transaction(partial(record_new_pilots, vo="lhcb", site=SITE, ce=CE, queue=QUEUE,
+                                executor="local", references=[ref], now=when))
+        ctx.transaction(partial(record_submission, reference=ref, native_id=ref, now=when))
+        log_id, packed = pack_log(f"{ref} out".encode(), b"")
+        store.put(log_id, packed)
+        ctx.transaction(partial(record_log, vo="lhcb", reference=ref, log_id=log_id,
+                                size=len(packed), note="", now=when))
+    summary = clean_up_sandboxes(ctx, store)
+    assert summary.startswith("1 sandbox(es) removed"), summary
+    with db.factory() as session:
+        logs = dict(session.execute(select(Pilot.reference, Pilot.log_id)).all())
+    assert store.size(logs["old"] or "") is None
+    assert store.size(logs["new"] or "") is not None
