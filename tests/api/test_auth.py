@@ -6,14 +6,20 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import jwt
 import pytest
+from flask import Flask
 
 import matcher.app  # noqa: F401  (registers every blueprint, so OPERATIONS is complete)
 from matcher.api import OPERATIONS, Operation
+from matcher.runtime import runtime_of
 from pilot.archive import Member, pack, sandbox_id
+from taskqueue.pilotlogs import pack_log, record_log
+from taskqueue.pilots import record_new_pilots, record_submission
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import (
     HELLO_JDL,
@@ -68,6 +74,9 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
         lambda w: Req("/api/v1/jobs/delete", json_body={"job_ids": [w.waiting]}),
     ("GET", "/api/v1/pilots"): lambda w: Req("/api/v1/pilots", query={"status": "Running"}),
     ("GET", "/api/v1/pilots/<reference>"): lambda w: Req(f"/api/v1/pilots/{PILOT_REF}"),
+    ("GET", "/api/v1/pilots/<reference>/log"): lambda w: Req(f"/api/v1/pilots/{PILOT_REF}/log"),
+    ("POST", "/api/v1/pilots/<reference>/kill"):
+        lambda w: Req(f"/api/v1/pilots/{PILOT_REF}/kill"),
     ("GET", "/api/v1/jobs/<int:job_id>"): lambda w: Req(f"/api/v1/jobs/{w.waiting}"),
     ("GET", "/api/v1/jobs/<int:job_id>/output"):
         lambda w: Req(f"/api/v1/jobs/{w.waiting}/output"),
@@ -136,11 +145,25 @@ def _op_id(op: Operation) -> str:
 
 
 @pytest.fixture()
-def world(client: Api, user_token: str, own_pilot_token: str, operator_token: str) -> World:
+def world(client: Api, app: Flask, user_token: str, own_pilot_token: str,
+          operator_token: str) -> World:
     client.ok("PUT", f"/api/v1/sandboxes/{SANDBOX_ID}", user_token, status=201, data=SANDBOX,
               content_type="application/gzip")
     matched = client.submit_jdl(user_token, f'[Executable = "/bin/cat"; '
                                             f'InputSandbox = {{"{SANDBOX_ID}"}};]')[0]
+    # pilot-1 was submitted by the site director (so an operator may kill it through its
+    # CE), and a log of it is kept (which alice may read: it holds her job).
+    runtime = runtime_of(app)
+    now = datetime.now(UTC)
+    runtime.transaction(partial(record_new_pilots, vo=VO, site=SITE, ce=CERN_CONDOR["ce"],
+                                queue=CERN_CONDOR["queue"], executor="local",
+                                references=[PILOT_REF], now=now))
+    runtime.transaction(partial(record_submission, reference=PILOT_REF, native_id="1",
+                                now=now))
+    log_id, packed = pack_log(b"pilot output", b"")
+    runtime.sandbox_store().put(log_id, packed)
+    runtime.transaction(partial(record_log, vo=VO, reference=PILOT_REF, log_id=log_id,
+                                size=len(packed), note="", now=now))
     client.ok("PUT", f"/api/v1/pilots/{PILOT_REF}", own_pilot_token,
               json_body={**CERN_CONDOR, "status": "Running"})
     assert [p["job_id"] for p in client.match(own_pilot_token)["jobs"]] == [matched]
