@@ -86,6 +86,11 @@ PILOT_STATUS: dict[str, str] = {
 #: The states a job ends in.
 FINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED", "WIPED", UNKNOWN})
 
+#: The files A-REX keeps about a job in its control directory (REST: jobs/ID/diagnose/NAME).
+DIAGNOSE_FILES = ("failed", "errors", "diag", "description", "local", "comment", "status",
+                  "acl", "xml", "input", "output", "input_status", "output_status",
+                  "statistics")
+
 #: A delegation is renewed when it has less than this left, or less than half its life.
 RENEW_BEFORE = timedelta(hours=1)
 #: The longest delegation asked for (never longer than the proxy it comes from).
@@ -194,7 +199,9 @@ class ArcRestClient:
     """One ARC-CE, reached at ``endpoint`` (``https://host:port/arex``; a URL with no path gets
     ``/arex``), with a token file or a proxy file (exactly one of them), checking the CE's
     certificate against ``ca_bundle`` (a PEM file; None: the system's CAs). ``timeout`` bounds
-    each request, in seconds. Thread-safe."""
+    each request, in seconds. Threads may share a client; when the credential file changes,
+    the connections are closed, and a request of another thread still on one of them fails as
+    ArcUnreachable (retryable)."""
 
     def __init__(self, endpoint: str, *, token_file: Path | None = None,
                  proxy_file: Path | None = None, ca_bundle: Path | None = None,
@@ -291,11 +298,13 @@ class ArcRestClient:
         """One request; an answer outside ``expect`` becomes the matching ArcError."""
         if versioned:
             path = f"{self.rest_version()}/{path}"
-        auth = self._auth()
+        with self._lock:
+            auth = self._auth()
+            session = self._session
         headers = {"Accept": "application/json", **auth.pop("headers", {}),
                    **kwargs.pop("headers", {})}
         try:
-            response = self._session.request(method, self._url(path), headers=headers,
+            response = session.request(method, self._url(path), headers=headers,
                                              verify=self._verify, timeout=self.timeout,
                                              **auth, **kwargs)
         except requests.exceptions.SSLError as exc:
@@ -626,7 +635,11 @@ class ArcRestClient:
 
     def diagnose(self, job_id: str, name: str = "failed", limit: int = 65536) -> str:
         """One of A-REX's own files about the job (``failed``: why it failed; ``errors``: the
-        job manager's log of it; ``diag``: its resource usage and exit code)."""
+        job manager's log of it; ``diag``: its resource usage and exit code; the others of
+        DIAGNOSE_FILES)."""
+        if name not in DIAGNOSE_FILES:
+            raise ValueError(f"A-REX keeps no {name!r} file about a job; it keeps "
+                             f"{', '.join(DIAGNOSE_FILES)}")
         response = self._request("GET", f"jobs/{quote(job_id, safe='')}/diagnose/{name}",
                                  job_id=job_id, headers={"Accept": "text/plain"})
         return response.content[:limit].decode("utf-8", "replace")
