@@ -295,7 +295,8 @@ def _user_of_the_test_ca(arc_ce: LocalCe, name: str) -> Credential:
     """A user certificate the test CA signs, whose subject the CE does not allow."""
     ca_cert = x509.load_pem_x509_certificate((arc_ce.ca_bundle).read_bytes())
     ca_key = serialization.load_pem_private_key(
-        (arc_ce.ca_dir / "ARC-TestCA-gridpilot-key.pem").read_bytes(), password=None)
+        arc_ce.ca_bundle.with_name(f"{arc_ce.ca_bundle.stem}-key.pem").read_bytes(),
+        password=None)
     assert isinstance(ca_key, rsa.RSAPrivateKey)
     key = _other_key()
     now = datetime.now(UTC)
