@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 import requests
@@ -305,8 +305,8 @@ class ArcRestClient:
                    **kwargs.pop("headers", {})}
         try:
             response = session.request(method, self._url(path), headers=headers,
-                                             verify=self._verify, timeout=self.timeout,
-                                             **auth, **kwargs)
+                                       verify=self._verify, timeout=self.timeout, **auth,
+                                       **kwargs)
         except requests.exceptions.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
@@ -318,7 +318,6 @@ class ArcRestClient:
         if response.status_code in expect:
             return response
         self._raise_for(response, method, path, job_id)
-        raise AssertionError("unreachable")
 
     def _tls_error(self, exc: requests.exceptions.SSLError) -> ArcError:
         """A TLS handshake that failed: the CE's certificate not trusted, or (with a proxy)
@@ -337,12 +336,12 @@ class ArcRestClient:
                               ce=self.ce)
 
     def _raise_for(self, response: requests.Response, method: str, path: str,
-                   job_id: str | None) -> None:
+                   job_id: str | None) -> NoReturn:
         status, reason = response.status_code, (response.reason or "").strip()
         if reason.upper() == "OK":  # A-REX's 404 for a job it does not know says "OK"
             reason = ""
         said = reason or response.text[:200].strip() or "no reason given"
-        where = f"{self.ce}: {method} {path}"
+        where = f"{self.ce}: {method} {urlsplit(response.url).path or path}"
         if status in (401, 403):
             kind = "token" if self._token is not None else "proxy"
             raise ArcAuthError(f"{self.ce} refused the {kind} in {self.credential_file} "
@@ -356,11 +355,16 @@ class ArcRestClient:
                                  reason=said)
         raise ArcRefused(f"{where}: {status} {said}", ce=self.ce, status=status, reason=said)
 
-    @staticmethod
-    def _json(response: requests.Response) -> dict[str, Any]:
+    def _json(self, response: requests.Response) -> dict[str, Any]:
         if not response.content.strip():
             return {}
-        data = response.json()
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ArcUnavailable(f"{self.ce}: {response.request.method} {response.url} answered "
+                                 f"{response.headers.get('Content-Type', 'something')}, not "
+                                 f"JSON: {response.text[:200]!r}", ce=self.ce,
+                                 status=response.status_code) from exc
         return data if isinstance(data, dict) else {}
 
     def rest_version(self) -> str:

@@ -452,3 +452,14 @@ def test_a_ce_that_hangs_times_out_as_unreachable(arc_ce: LocalCe, token_file: P
         with pytest.raises(ArcUnreachable) as err:
             client.statuses(None)
         assert err.value.retryable
+
+
+def test_a_url_that_is_no_arc_ce_is_refused_with_what_it_answered(arc_ce: LocalCe,
+                                                                  token_file: Path) -> None:
+    # The issuer's HTTPS server, with a certificate the bundle trusts, is no A-REX.
+    client = ArcRestClient(f"{arc_ce.issuer}/arex", token_file=token_file,
+                           ca_bundle=arc_ce.ca_bundle)
+    with pytest.raises(ArcRefused) as err:
+        client.statuses(None)
+    assert err.value.status == 404 and not err.value.retryable
+    assert str(err.value) == "localhost:8444: GET /arex/rest: 404 Not Found"
