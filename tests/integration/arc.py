@@ -61,6 +61,9 @@ class LocalCe:
     audience: str
     local_user: str
     work_dir: Path
+    #: The Python a pilot runs with on this CE (its jobs cannot reach /root, where a
+    #: virtualenv's interpreter may live).
+    worker_python: str
 
     def signing_key(self, kid: str = "gridpilot-1") -> Path:
         return self.issuer_dir / "keys" / f"{kid}.pem"
@@ -120,7 +123,8 @@ def _started() -> LocalCe | str:
                    user_key=Path(get("USER_KEY")), proxy=Path(get("PROXY")),
                    issuer=get("ISSUER"), issuer_dir=Path(get("ISSUER_DIR")),
                    token_file=Path(get("TOKEN_FILE")), audience=get("AUDIENCE"),
-                   local_user=get("LOCAL_USER"), work_dir=Path(get("DIR")))
+                   local_user=get("LOCAL_USER"), work_dir=Path(get("DIR")),
+                   worker_python=get("WORKER_PYTHON"))
 
 
 def local_ce() -> LocalCe:

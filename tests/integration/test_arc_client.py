@@ -154,6 +154,20 @@ def test_a_proxy_submits_with_a_delegated_proxy_the_job_can_use(arc_ce: LocalCe)
     client.clean([job])
 
 
+def test_a_job_of_the_ce_runs_the_projects_pilot(arc_ce: LocalCe, client: ArcRestClient
+                                                ) -> None:
+    """What a pilot on this CE needs: the worker node's Python finds requests and the
+    project's pilot package, as the account jobs run as."""
+    root = str(Path(__file__).resolve().parents[2])
+    [job] = client.submit([job_description(arc_ce.worker_python, ["-m", "pilot.cli", "--help"],
+                                           queue=QUEUE, wall_minutes=10,
+                                           environment={"PYTHONPATH": root})])
+    assert isinstance(job, str), job
+    assert wait_for_states(client, [job], lambda s: s in FINAL_STATES)[job] == "FINISHED"
+    assert client.download(job, "pilot.out").startswith(b"usage: gridpilot-pilot")
+    client.clean([job])
+
+
 def test_one_request_answers_the_states_of_a_bulk_then_kill_ends_them(
         client: ArcRestClient) -> None:
     ids = client.submit([sleeper(), sleeper(), sleeper()])
