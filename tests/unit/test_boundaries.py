@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "pilot": {"pilot", "requests"},
     # The user's side: the wire format is the only part of the pilot package it may use.
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
-    "agents": {"agents", "taskqueue", "optimizers", "psij"},
+    # requests and cryptography: the ARC-CE REST client (agents/ce/arcrest.py).
+    "agents": {"agents", "taskqueue", "optimizers", "psij", "requests", "cryptography"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
     # The site simulator drives the pilot's own decision code; matplotlib draws its plots.
     "simulator": {"simulator", "pilot", "matplotlib"},
@@ -47,6 +48,19 @@ def test_package_imports_only_what_it_may(package: str) -> None:
         extra = _imports(path) - STDLIB - ALLOWED[package]
         if extra:
             bad[str(path.relative_to(ROOT))] = sorted(extra)
+    assert bad == {}
+
+
+def test_the_arc_client_imports_only_requests_and_cryptography() -> None:
+    """The ARC-CE client and its helpers know nothing of the project's database or services."""
+    bad = {}
+    for name in ("arcrest", "adl", "x509proxy"):
+        path = ROOT / "agents" / "ce" / f"{name}.py"
+        used = {m for m in _modules_imported(path) if m.split(".")[0] not in STDLIB}
+        extra = {m for m in used if m.split(".")[0] not in {"requests", "cryptography"}
+                 and m != "agents.ce" and not m.startswith("agents.ce.")}
+        if extra:
+            bad[name] = sorted(extra)
     assert bad == {}
 
 

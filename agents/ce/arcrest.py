@@ -1,0 +1,650 @@
+"""A client of an ARC-CE's REST interface (A-REX 6: REST 1.0; A-REX 7: 1.0 and 1.1): pilots
+submitted in bulk, their states in one request, kill, clean, files into and out of their
+session directories, and the X.509 delegation a proxy-authenticated client keeps on the CE.
+
+Standard library, ``requests`` and ``cryptography`` only: the CE layer of the site director
+builds on it, and it knows nothing of gridpilot's database.
+
+Credentials. A client authenticates with a bearer token (a WLCG-profile JWT, read from its file
+again whenever the file changes) or with an X.509 proxy file (TLS client certificate). A CE
+keeps jobs per identity: the jobs submitted with a token (identity "issuer/subject") are not
+the jobs of a proxy (its certificate subject), so one CE is always spoken to with one kind of
+credential.
+
+Delegation. A job's delegated credential is what the CE (and the job) use on the submitter's
+behalf, for data staging. With a proxy the client delegates one (the CE sends a certificate
+request, the client signs it with the proxy), names it in every job it submits, renews it
+before it ends and creates a new one when the CE has lost it; a submission refused because of
+its delegation is retried once with a new one. With a token A-REX 6.17 needs no delegation
+(pilots stage no data through the CE) and cannot take one (its delegations are X.509 only),
+so none is made.
+
+States. :data:`PILOT_STATUS` maps every ARC REST state to the project's pilot statuses; a job
+the CE does not know (never had, or forgot) reads :data:`UNKNOWN` and maps to Lost. A job's
+state in an answer to :meth:`ArcRestClient.statuses` with ids is what the CE's information
+provider last saw (it refreshes every minute by default: a change shows up that much later,
+and tells a job the batch system queues, QUEUING, from one it runs); the listing of all jobs
+(``statuses(None)``) is the job manager's state now, where a job in the batch system reads
+RUNNING whether it runs or waits there.
+
+Answers of A-REX 6.17 to know about: a list of one element comes as the element itself, an
+empty list as an empty body; errors carry their message in the HTTP reason phrase, not in the
+body; per-job results carry their own "status-code" as a string.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, NoReturn
+from urllib.parse import quote, urlsplit
+
+import requests
+
+from agents.ce import adl
+from agents.ce.x509proxy import CredentialError, load_credential, sign_proxy_request
+
+log = logging.getLogger(__name__)
+
+#: A job the CE does not know: never submitted there, or forgotten (cleaned, wiped, lost).
+UNKNOWN = "UNKNOWN"
+
+#: Every state of A-REX's REST interface, and the pilot status it means. Before the batch
+#: system has the job (ACCEPTING to SUBMITTING) it is Submitted; queued or held there,
+#: Waiting: both count against a queue's cap of waiting pilots, so a CE that does not start
+#: pilots stops getting new ones. A job that ended in the batch system but whose session the
+#: CE still finishes (EXECUTED, FINISHING), or that is being killed, still runs: a pilot
+#: status never moves back, so the final one waits for the CE's final state.
+PILOT_STATUS: dict[str, str] = {
+    "ACCEPTING": "Submitted",    # A-REX has the description (job manager: ACCEPTED)
+    "ACCEPTED": "Submitted",     # ... and waits (for the client's input files, or a limit)
+    "PREPARING": "Submitted",    # staging input data in
+    "PREPARED": "Submitted",     # staged in, waiting for a submission slot
+    "SUBMITTING": "Submitted",   # being handed to the batch system
+    "QUEUING": "Waiting",        # in the batch system's queue
+    "HELD": "Waiting",           # held in the batch system
+    "RUNNING": "Running",        # running in the batch system
+    "EXITINGLRMS": "Running",    # ending in the batch system
+    "OTHER": "Running",          # in the batch system, in a state A-REX does not name
+    "EXECUTED": "Running",       # out of the batch system, waiting to be finished
+    "FINISHING": "Running",      # staging output data out
+    "KILLING": "Running",        # being killed
+    "FINISHED": "Done",          # ended; its exit code is the pilot's business
+    "FAILED": "Failed",          # failed (its reason: diagnose(job, "failed"))
+    "KILLED": "Aborted",         # killed on request
+    "WIPED": "Lost",             # its session is gone: how it ended is not known any more
+    UNKNOWN: "Lost",             # the CE does not know it
+}
+#: The states a job ends in.
+FINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED", "WIPED", UNKNOWN})
+
+#: The files A-REX keeps about a job in its control directory (REST: jobs/ID/diagnose/NAME).
+DIAGNOSE_FILES = ("failed", "errors", "diag", "description", "local", "comment", "status",
+                  "acl", "xml", "input", "output", "input_status", "output_status",
+                  "statistics")
+
+#: A delegation is renewed when it has less than this left, or less than half its life.
+RENEW_BEFORE = timedelta(hours=1)
+#: The longest delegation asked for (never longer than the proxy it comes from).
+DELEGATION_LIFETIME = timedelta(hours=24)
+#: How much of a file download() reads by default.
+DOWNLOAD_LIMIT = 1024 * 1024
+
+
+def pilot_status(arc_state: str) -> str | None:
+    """The pilot status an ARC REST state means; None for a state this client does not know
+    (a newer CE's), which should leave the pilot's record as it is."""
+    return PILOT_STATUS.get(arc_state)
+
+
+# -- errors -------------------------------------------------------------------------------------
+
+class ArcError(Exception):
+    """Something an ARC-CE did not do. ``retryable``: the same call may work later."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, ce: str, status: int | None = None,
+                 reason: str = "") -> None:
+        super().__init__(message)
+        self.ce = ce
+        self.status = status
+        #: What the CE said (its HTTP reason phrase or per-job reason), or "".
+        self.reason = reason
+
+
+class ArcUnreachable(ArcError):
+    """No answer: connection refused or reset, timeout, a TLS handshake that failed."""
+
+    retryable = True
+
+
+class ArcUnavailable(ArcError):
+    """The CE answered with a server error (5xx): broken or overloaded for now."""
+
+    retryable = True
+
+
+class ArcAuthError(ArcError):
+    """The CE refused the credential (401/403), or the credential cannot be used at all (an
+    expired token, an unreadable proxy): fix the credential, retrying does not help."""
+
+    def __init__(self, message: str, *, ce: str, credential: Path | None,
+                 status: int | None = None, reason: str = "") -> None:
+        super().__init__(message, ce=ce, status=status, reason=reason)
+        self.credential = credential
+
+
+class ArcRefused(ArcError):
+    """The CE refused the request (another 4xx, or a job it would not create)."""
+
+
+class ArcUnknownJob(ArcError):
+    """The CE does not know the job: never had it, or lost it."""
+
+    def __init__(self, message: str, *, ce: str, job_id: str, status: int | None = None,
+                 reason: str = "") -> None:
+        super().__init__(message, ce=ce, status=status, reason=reason)
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class CeInfo:
+    """What a CE says about itself."""
+
+    #: A-REX's version ("6.17.0"), from its information document ("" when it has none yet).
+    version: str
+    #: The REST interface versions it serves ("1.0"; A-REX 7: "1.0", "1.1").
+    rest_versions: tuple[str, ...]
+    #: Its queues (GLUE2 ComputingShare names).
+    queues: tuple[str, ...]
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A-REX's JSON: a list of one comes as the element, an empty list as nothing."""
+    if value is None or value == "":
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _token_expiry(token: str) -> int | None:
+    """The ``exp`` claim of a JWT, read without verifying it (the CE verifies)."""
+    try:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        exp = claims.get("exp") if isinstance(claims, dict) else None
+    except (IndexError, ValueError):
+        return None
+    return exp if isinstance(exp, int) else None
+
+
+@dataclass
+class _FileState:
+    """A credential file and what it held when last read."""
+
+    path: Path
+    stamp: tuple[int, int, int] | None = None
+    value: str = ""
+
+
+class ArcRestClient:
+    """One ARC-CE, reached at ``endpoint`` (``https://host:port/arex``; a URL with no path gets
+    ``/arex``), with a token file or a proxy file (exactly one of them), checking the CE's
+    certificate against ``ca_bundle`` (a PEM file; None: the system's CAs). ``timeout`` bounds
+    each request, in seconds. Threads may share a client; when the credential file changes,
+    the connections are closed, and a request of another thread still on one of them fails as
+    ArcUnreachable (retryable)."""
+
+    def __init__(self, endpoint: str, *, token_file: Path | None = None,
+                 proxy_file: Path | None = None, ca_bundle: Path | None = None,
+                 timeout: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+        if (token_file is None) == (proxy_file is None):
+            raise ValueError("an ARC-CE client needs exactly one of token_file and proxy_file")
+        parts = urlsplit(endpoint)
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError(f"an ARC-CE endpoint is an https URL, not {endpoint!r}")
+        self.endpoint = endpoint.rstrip("/") if parts.path not in ("", "/") else (
+            endpoint.rstrip("/") + "/arex")
+        self.ce = parts.netloc
+        self.timeout = timeout
+        self._clock = clock
+        self._verify: str | bool = str(ca_bundle) if ca_bundle is not None else True
+        self._token = _FileState(token_file) if token_file is not None else None
+        self._proxy = _FileState(proxy_file) if proxy_file is not None else None
+        self._lock = threading.RLock()
+        self._session = requests.Session()
+        self._rest_version: str | None = None
+        self._delegation: tuple[str, datetime, datetime] | None = None
+        self._proxy_end: datetime | None = None
+
+    @property
+    def credential_file(self) -> Path:
+        state = self._token or self._proxy
+        assert state is not None
+        return state.path
+
+    def close(self) -> None:
+        self._session.close()
+
+    def _new_session(self) -> None:
+        """Close the connections made with the old credential; keep the response hooks."""
+        hooks = self._session.hooks
+        self._session.close()
+        self._session = requests.Session()
+        self._session.hooks = hooks
+
+    # -- credentials ----------------------------------------------------------------------
+
+    def _reread(self, state: _FileState) -> bool:
+        """Read the file again if it changed since; returns whether it did."""
+        try:
+            st = state.path.stat()
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp == state.stamp:
+                return False
+            state.value = state.path.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ArcAuthError(f"{self.ce}: cannot read the credential file {state.path}: "
+                               f"{exc}", ce=self.ce, credential=state.path) from exc
+        state.stamp = stamp
+        return True
+
+    def _auth(self) -> dict[str, Any]:
+        """The request arguments that authenticate: a bearer header, or the proxy as the TLS
+        client certificate (a new proxy file closes the connections made with the old one)."""
+        with self._lock:
+            if self._token is not None:
+                if self._reread(self._token):
+                    # A-REX keeps the identity it mapped for the life of a connection: a new
+                    # token is only looked at on a new connection.
+                    self._new_session()
+                token = self._token.value
+                if not token:
+                    raise ArcAuthError(f"{self.ce}: the token file {self._token.path} is empty",
+                                       ce=self.ce, credential=self._token.path)
+                exp = _token_expiry(token)
+                if exp is not None and exp <= self._clock():
+                    when = datetime.fromtimestamp(exp, UTC)
+                    raise ArcAuthError(f"{self.ce}: the token in {self._token.path} expired at "
+                                       f"{when:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
+                                       credential=self._token.path)
+                return {"headers": {"Authorization": f"Bearer {token}"}}
+            assert self._proxy is not None
+            if self._reread(self._proxy):
+                self._proxy_end = self._load_proxy().not_after
+                self._new_session()
+            if self._proxy_end is not None and self._proxy_end.timestamp() <= self._clock():
+                raise ArcAuthError(f"{self.ce}: the proxy in {self._proxy.path} expired at "
+                                   f"{self._proxy_end:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
+                                   credential=self._proxy.path)
+            return {"cert": str(self._proxy.path)}
+
+    # -- HTTP -----------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        return f"{self.endpoint}/rest/{path}" if path else f"{self.endpoint}/rest"
+
+    def _request(self, method: str, path: str, *, versioned: bool = True,
+                 job_id: str | None = None, expect: Sequence[int] = (200, 201, 202, 204),
+                 **kwargs: Any) -> requests.Response:
+        """One request; an answer outside ``expect`` becomes the matching ArcError."""
+        if versioned:
+            path = f"{self.rest_version()}/{path}"
+        with self._lock:
+            auth = self._auth()
+            session = self._session
+        headers = {"Accept": "application/json", **auth.pop("headers", {}),
+                   **kwargs.pop("headers", {})}
+        try:
+            response = session.request(method, self._url(path), headers=headers,
+                                       verify=self._verify, timeout=self.timeout, **auth,
+                                       **kwargs)
+        except requests.exceptions.SSLError as exc:
+            raise self._tls_error(exc) from exc
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise ArcUnreachable(f"{self.ce}: no answer from {self.endpoint} ({exc})",
+                                 ce=self.ce) from exc
+        except requests.exceptions.RequestException as exc:
+            raise ArcUnreachable(f"{self.ce}: request to {self.endpoint} failed: {exc}",
+                                 ce=self.ce) from exc
+        if response.status_code in expect:
+            return response
+        self._raise_for(response, method, path, job_id)
+
+    def _tls_error(self, exc: requests.exceptions.SSLError) -> ArcError:
+        """A TLS handshake that failed: the CE's certificate not trusted, or (with a proxy)
+        the CE refusing the proxy, which it does in the handshake (an alert, or closing)."""
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text:
+            bundle = Path(self._verify) if isinstance(self._verify, str) else None
+            return ArcAuthError(f"{self.ce}: its certificate is not trusted by "
+                                f"{bundle or 'the system CAs'} ({text})", ce=self.ce,
+                                credential=bundle)
+        if self._proxy is not None and ("ALERT" in text or "EOF" in text):
+            return ArcAuthError(f"{self.ce} refused the proxy in {self._proxy.path} during the "
+                                f"TLS handshake ({text})", ce=self.ce,
+                                credential=self._proxy.path)
+        return ArcUnreachable(f"{self.ce}: TLS with {self.endpoint} failed ({text})",
+                              ce=self.ce)
+
+    def _raise_for(self, response: requests.Response, method: str, path: str,
+                   job_id: str | None) -> NoReturn:
+        status, reason = response.status_code, (response.reason or "").strip()
+        if reason.upper() == "OK":  # A-REX's 404 for a job it does not know says "OK"
+            reason = ""
+        said = reason or response.text[:200].strip() or "no reason given"
+        where = f"{self.ce}: {method} {urlsplit(response.url).path or path}"
+        if status in (401, 403):
+            kind = "token" if self._token is not None else "proxy"
+            raise ArcAuthError(f"{self.ce} refused the {kind} in {self.credential_file} "
+                               f"({status} {said})", ce=self.ce,
+                               credential=self.credential_file, status=status, reason=said)
+        if status == 404 and job_id is not None and not self._job_known(job_id):
+            raise ArcUnknownJob(f"{self.ce} does not know job {job_id} ({said})", ce=self.ce,
+                                job_id=job_id, status=status, reason=said)
+        if status >= 500:
+            raise ArcUnavailable(f"{where}: {status} {said}", ce=self.ce, status=status,
+                                 reason=said)
+        raise ArcRefused(f"{where}: {status} {said}", ce=self.ce, status=status, reason=said)
+
+    def _json(self, response: requests.Response) -> dict[str, Any]:
+        if not response.content.strip():
+            return {}
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise ArcUnavailable(f"{self.ce}: {response.request.method} {response.url} answered "
+                                 f"{response.headers.get('Content-Type', 'something')}, not "
+                                 f"JSON: {response.text[:200]!r}", ce=self.ce,
+                                 status=response.status_code) from exc
+        return data if isinstance(data, dict) else {}
+
+    def rest_version(self) -> str:
+        """The REST version spoken: 1.1 where the CE serves it, else 1.0 (asked once)."""
+        with self._lock:
+            if self._rest_version is None:
+                versions = self._versions()
+                self._rest_version = "1.1" if "1.1" in versions else "1.0"
+            return self._rest_version
+
+    def _versions(self) -> tuple[str, ...]:
+        data = self._json(self._request("GET", "", versioned=False))
+        return tuple(str(v) for v in _as_list(data.get("version")))
+
+    # -- the CE ---------------------------------------------------------------------------
+
+    def info(self) -> CeInfo:
+        """The CE's version, REST versions and queues (two requests)."""
+        versions = self._versions()
+        data = self._json(self._request("GET", "info"))
+        service = data.get("Domains", {}).get("AdminDomain", {}).get("Services", {}).get(
+            "ComputingService", {})
+        version = ""
+        for endpoint in _as_list(service.get("ComputingEndpoint")):
+            if isinstance(endpoint, dict) and endpoint.get("ImplementationVersion"):
+                version = str(endpoint["ImplementationVersion"])
+                break
+        queues = tuple(str(share.get("Name")) for share in _as_list(service.get(
+            "ComputingShare")) if isinstance(share, dict) and share.get("Name"))
+        return CeInfo(version, versions, queues)
+
+    # -- delegation -----------------------------------------------------------------------
+
+    def delegation(self) -> str | None:
+        """The delegation jobs are submitted with: None with a token; with a proxy, the one
+        this client made, renewed once half its life or all but RENEW_BEFORE has passed (it
+        is signed with the proxy file as it is then, so a renewed proxy file makes the
+        delegation longer again), made again when the CE lost it."""
+        if self._proxy is None:
+            return None
+        with self._lock:
+            now = datetime.fromtimestamp(self._clock(), UTC)
+            if self._delegation is not None:
+                delegation_id, made, ends = self._delegation
+                if delegation_id not in self.delegations():
+                    # A-REX 6 takes a job naming a delegation it lost, and gives it no proxy.
+                    log.info("%s: the CE lost delegation %s; making a new one", self.ce,
+                             delegation_id)
+                elif ends - now > max(RENEW_BEFORE, (ends - made) / 2):
+                    return delegation_id
+                else:
+                    try:
+                        return self._renew(delegation_id)
+                    except (ArcRefused, ArcUnavailable) as exc:
+                        log.info("%s: delegation %s could not be renewed (%s); making a new "
+                                 "one", self.ce, delegation_id, exc)
+            return self._create_delegation()
+
+    def delegations(self) -> list[str]:
+        """The ids of the delegations the CE holds for this client's identity."""
+        data = self._json(self._request("GET", "delegations"))
+        return [str(d["id"]) for d in _as_list(data.get("delegation"))
+                if isinstance(d, dict) and "id" in d]
+
+    def _load_proxy(self) -> Any:
+        assert self._proxy is not None
+        try:
+            return load_credential(self._proxy.path)
+        except CredentialError as exc:
+            raise ArcAuthError(f"{self.ce}: the proxy {self._proxy.path} cannot be used: {exc}",
+                               ce=self.ce, credential=self._proxy.path) from exc
+
+    def _sign(self, request_pem: bytes, delegation_id: str) -> str:
+        proxy = self._load_proxy()
+        now = datetime.fromtimestamp(self._clock(), UTC)
+        try:
+            chain = sign_proxy_request(request_pem, proxy, lifetime=DELEGATION_LIFETIME, now=now)
+        except CredentialError as exc:
+            raise ArcAuthError(f"{self.ce}: cannot sign delegation {delegation_id} with "
+                               f"{self.credential_file}: {exc}", ce=self.ce,
+                               credential=self.credential_file) from exc
+        self._request("PUT", f"delegations/{quote(delegation_id, safe='')}", data=chain,
+                      headers={"Content-Type": "application/x-pem-file"})
+        ends = min(now + DELEGATION_LIFETIME, proxy.not_after)
+        self._delegation = (delegation_id, now, ends)
+        return delegation_id
+
+    def _create_delegation(self) -> str:
+        response = self._request("POST", "delegations", params={"action": "new"},
+                                 expect=(201,))
+        location = response.headers.get("Location", "")
+        delegation_id = location.rstrip("/").rsplit("/", 1)[-1]
+        if not delegation_id:
+            raise ArcRefused(f"{self.ce}: a new delegation came without its id (Location "
+                             f"{location!r})", ce=self.ce)
+        self._sign(response.content, delegation_id)
+        log.info("%s: delegation %s made", self.ce, delegation_id)
+        return delegation_id
+
+    def _renew(self, delegation_id: str) -> str:
+        response = self._request("POST", f"delegations/{quote(delegation_id, safe='')}",
+                                 params={"action": "renew"}, expect=(200, 201))
+        self._sign(response.content, delegation_id)
+        log.info("%s: delegation %s renewed", self.ce, delegation_id)
+        return delegation_id
+
+    def forget_delegation(self) -> None:
+        """Make the next submission create a new delegation."""
+        with self._lock:
+            self._delegation = None
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def submit(self, descriptions: Sequence[str]) -> list[str | ArcError]:
+        """Create jobs from ADL descriptions (see :mod:`agents.ce.adl`), in one request: for
+        each description, in order, the new job's id or the error that refused it. A job
+        refused because of its delegation is submitted once more with a new delegation. An
+        error for the whole request (the CE unreachable, the credential refused) is raised."""
+        if not descriptions:
+            return []
+        results = self._submit(list(descriptions), self.delegation())
+        retry = [i for i, r in enumerate(results)
+                 if isinstance(r, ArcRefused) and "delegation" in r.reason.lower()]
+        if retry and self._proxy is not None:
+            log.info("%s: %d job(s) refused for their delegation (%s); submitting them again "
+                     "with a new one", self.ce, len(retry), results[retry[0]])
+            with self._lock:
+                self._delegation = None
+            again = self._submit([descriptions[i] for i in retry], self.delegation())
+            for i, result in zip(retry, again, strict=True):
+                results[i] = result
+        return results
+
+    def _submit(self, descriptions: list[str], delegation_id: str | None
+                ) -> list[str | ArcError]:
+        params: dict[str, str] = {"action": "new"}
+        if delegation_id is not None:
+            if self.rest_version() == "1.0":
+                descriptions = [adl.with_delegation(d, delegation_id) for d in descriptions]
+            else:
+                params["delegation_id"] = delegation_id
+        body = adl.bulk(descriptions)
+        response = self._request("POST", "jobs", params=params, data=body.encode(),
+                                 headers={"Content-Type": "application/xml"}, expect=(201,))
+        answers = _as_list(self._json(response).get("job"))
+        if len(answers) != len(descriptions):
+            # A-REX answers one error for a bulk it could not read at all.
+            reason = "; ".join(str(a.get("reason", "")) for a in answers
+                               if isinstance(a, dict)) or "no answer per job"
+            return [ArcRefused(f"{self.ce} refused the submission: {reason}", ce=self.ce,
+                               reason=reason) for _ in descriptions]
+        results: list[str | ArcError] = []
+        for answer in answers:
+            code, reason = str(answer.get("status-code", "")), str(answer.get("reason", ""))
+            if code == "201" and answer.get("id"):
+                results.append(str(answer["id"]))
+            else:
+                results.append(ArcRefused(f"{self.ce} refused a job: {code} {reason}",
+                                          ce=self.ce, status=int(code) if code.isdigit()
+                                          else None, reason=reason))
+        return results
+
+    def _manage(self, action: str, ids: Sequence[str]) -> list[dict[str, Any]]:
+        body = {"job": [{"id": job_id} for job_id in ids]}
+        response = self._request("POST", "jobs", params={"action": action}, json=body,
+                                 expect=(201,))
+        answers = [a for a in _as_list(self._json(response).get("job")) if isinstance(a, dict)]
+        if len(answers) != len(ids):
+            raise ArcRefused(f"{self.ce}: {action} of {len(ids)} job(s) answered "
+                             f"{len(answers)}", ce=self.ce)
+        return answers
+
+    def _job_known(self, job_id: str) -> bool:
+        """Whether the CE knows the job (its 404 for a job's file says "Not found" either
+        way)."""
+        return str(self._manage("status", [job_id])[0].get("status-code")) != "404"
+
+    def statuses(self, ids: Iterable[str] | None = None) -> dict[str, str]:
+        """ARC REST states in one request: of the jobs ``ids`` (the information provider's
+        view; a job the CE does not know reads UNKNOWN), or of every job of this client's
+        identity when ``ids`` is None (the job manager's view, see the module's notes)."""
+        if ids is None:
+            response = self._request("GET", "jobs", params={"state": ",".join(
+                s for s in PILOT_STATUS if s != UNKNOWN)})
+            return {str(j["id"]): str(j.get("state", "")) for j in _as_list(
+                self._json(response).get("job")) if isinstance(j, dict) and "id" in j}
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        found: dict[str, str] = {}
+        for job_id, answer in zip(wanted, self._manage("status", wanted), strict=True):
+            code = str(answer.get("status-code", ""))
+            state = str(answer.get("state", ""))
+            found[job_id] = UNKNOWN if code == "404" or state in ("", "None") else state
+        return found
+
+    def _outcomes(self, action: str, ids: Iterable[str]) -> dict[str, ArcError | None]:
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        outcome: dict[str, ArcError | None] = {}
+        for job_id, answer in zip(wanted, self._manage(action, wanted), strict=True):
+            code, reason = str(answer.get("status-code", "")), str(answer.get("reason", ""))
+            if code.startswith("2"):
+                outcome[job_id] = None
+            elif code == "404":
+                outcome[job_id] = ArcUnknownJob(f"{self.ce} does not know job {job_id} "
+                                                f"({reason})", ce=self.ce, job_id=job_id,
+                                                status=404, reason=reason)
+            else:
+                outcome[job_id] = ArcRefused(f"{self.ce} would not {action} job {job_id}: "
+                                             f"{code} {reason}", ce=self.ce, reason=reason,
+                                             status=int(code) if code.isdigit() else None)
+        return outcome
+
+    def kill(self, ids: Iterable[str]) -> dict[str, ArcError | None]:
+        """Ask the CE to kill the jobs (one request); per job None (queued for killing) or
+        the error (unknown job, or a job that cannot be killed any more)."""
+        return self._outcomes("kill", ids)
+
+    def clean(self, ids: Iterable[str]) -> dict[str, ArcError | None]:
+        """Ask the CE to remove ended jobs and their session directories (one request); per
+        job None or the error. A job that has not ended cannot be cleaned: kill it first."""
+        return self._outcomes("clean", ids)
+
+    # -- session directories --------------------------------------------------------------
+
+    def _session_path(self, job_id: str, name: str = "") -> str:
+        path = f"jobs/{quote(job_id, safe='')}/session"
+        return f"{path}/{quote(adl.check_file_name(name))}" if name else path
+
+    def upload(self, job_id: str, name: str, data: bytes) -> None:
+        """Write a file into the job's session directory (an input file its description
+        declares: the CE starts the job once all of them are there)."""
+        self._request("PUT", self._session_path(job_id, name), job_id=job_id, data=data,
+                      headers={"Content-Type": "application/octet-stream"})
+
+    def session_files(self, job_id: str) -> dict[str, int]:
+        """The files of the job's session directory (top level) and their sizes."""
+        response = self._request("GET", self._session_path(job_id), job_id=job_id,
+                                 headers={"Accept": "application/xml"})
+        if not response.content.strip():
+            return {}
+        try:
+            root = ET.fromstring(response.content)
+        except ET.ParseError as exc:
+            raise ArcRefused(f"{self.ce}: the listing of job {job_id}'s session directory "
+                             f"is not XML ({exc})", ce=self.ce) from exc
+        return {str(f.text): int(f.get("size", "0")) for f in root.iter("file") if f.text}
+
+    def download(self, job_id: str, name: str, limit: int = DOWNLOAD_LIMIT) -> bytes:
+        """A file of the job's session directory (its stdout, stderr), at most its last
+        ``limit`` bytes."""
+        if limit < 1:
+            raise ValueError(f"a download limit is at least one byte, not {limit}")
+        path = self._session_path(job_id, name)
+        head = self._request("HEAD", path, job_id=job_id)
+        size = int(head.headers.get("Content-Length", "0") or 0)
+        headers = {"Accept": "*/*"}
+        if size > limit:
+            headers["Range"] = f"bytes={size - limit}-{size - 1}"
+        response = self._request("GET", path, job_id=job_id, headers=headers, stream=True,
+                                 expect=(200, 206))
+        chunks, got = [], 0
+        for chunk in response.iter_content(65536):
+            chunks.append(chunk)
+            got += len(chunk)
+            if got >= limit:
+                break
+        response.close()
+        return b"".join(chunks)[:limit]
+
+    def diagnose(self, job_id: str, name: str = "failed", limit: int = 65536) -> str:
+        """One of A-REX's own files about the job (``failed``: why it failed; ``errors``: the
+        job manager's log of it; ``diag``: its resource usage and exit code; the others of
+        DIAGNOSE_FILES)."""
+        if name not in DIAGNOSE_FILES:
+            raise ValueError(f"A-REX keeps no {name!r} file about a job; it keeps "
+                             f"{', '.join(DIAGNOSE_FILES)}")
+        response = self._request("GET", f"jobs/{quote(job_id, safe='')}/diagnose/{name}",
+                                 job_id=job_id, headers={"Accept": "text/plain"})
+        return response.content[:limit].decode("utf-8", "replace")
+

@@ -1,0 +1,36 @@
+"""What the ARC REST client refuses before it sends anything (agents.ce.arcrest)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agents.ce.arcrest import ArcRestClient
+
+
+def test_a_client_needs_an_https_endpoint_and_one_credential(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    with pytest.raises(ValueError, match="exactly one"):
+        ArcRestClient("https://ce.example.org/arex")
+    with pytest.raises(ValueError, match="exactly one"):
+        ArcRestClient("https://ce.example.org/arex", token_file=token, proxy_file=token)
+    for endpoint in ("http://ce.example.org/arex", "ce.example.org", "https:///arex"):
+        with pytest.raises(ValueError, match="https URL"):
+            ArcRestClient(endpoint, token_file=token)
+
+
+def test_an_endpoint_without_a_path_is_the_ces_arex(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    assert ArcRestClient("https://ce.example.org:8443", token_file=token).endpoint == \
+        "https://ce.example.org:8443/arex"
+    assert ArcRestClient("https://ce.example.org/arex/", token_file=token).endpoint == \
+        "https://ce.example.org/arex"
+
+
+def test_only_the_files_arex_keeps_about_a_job_are_asked_for(tmp_path: Path) -> None:
+    client = ArcRestClient("https://ce.example.org/arex", token_file=tmp_path / "token")
+    with pytest.raises(ValueError, match="keeps no"):
+        client.diagnose("job", "../../etc/passwd")
+    with pytest.raises(ValueError, match="at least one byte"):
+        client.download("job", "pilot.out", limit=0)
