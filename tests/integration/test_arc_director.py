@@ -332,3 +332,28 @@ def test_a_pilot_the_ce_runs_and_that_fails_says_why(arc_ce: LocalCe, tmp_path: 
         pilot = grid.pilot()
         assert (pilot.status, pilot.exit_code) == ("Failed", 3), (pilot.status, pilot.reason)
         assert pilot.reason == "exit code 3: gridpilot-pilot: exit 3: the stand-in gives up"
+
+
+def test_a_pilot_the_ce_lost_is_lost_and_never_counted_as_running(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    with arc_grid(arc_ce, tmp_path, "token", pilot_command=("/bin/sh", "-c", "sleep 600")
+                  ) as grid:
+        grid.submit("/bin/true", "")
+        grid.director.cycle()
+        pilot = grid.pilot()
+        assert pilot.native_id
+        # The CE forgets the job behind the director's back (an operator of the site wiped
+        # it, the CE was reinstalled ...).
+        client = grid.arc().client
+        client.kill([pilot.native_id])
+        deadline = time.monotonic() + PATIENCE
+        while client.clean([pilot.native_id])[pilot.native_id] is not None:
+            assert time.monotonic() < deadline, "the CE did not let the job be cleaned"
+            time.sleep(2)
+        report = grid.follower.turn()
+        assert not report.failed, report.line()
+        lost = grid.pilot()
+        assert lost.status == "Lost" and "does not know it" in lost.reason
+        assert lost.log_state == "unavailable"
+        # Not counted as running: the director sends a new pilot for the job still waiting.
+        assert sum(grid.director.cycle().submitted.values()) == 1
