@@ -33,14 +33,8 @@ from typing import Any
 
 from agents.ce.base import TOKEN_FILE, CEError, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
-from agents.ce.registry import (
-    CE_PARAMETERS,
-    SHIP_PILOT,
-    CEConfig,
-    CEConfigError,
-    ComputeElements,
-    ce_config,
-)
+from agents.ce.config import CE_PARAMETERS, SHIP_PILOT, CEConfig, CEConfigError, ce_config
+from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from optimizers.classads import expression_check
 from optimizers.queueresources import labels, resource_for_queue

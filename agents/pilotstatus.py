@@ -24,7 +24,8 @@ from datetime import timedelta
 from functools import partial
 
 from agents.ce.base import CEError, CEPilot, CEState, ComputeElement, PilotUnknown
-from agents.ce.registry import CEConfig, CEConfigError, ComputeElements, ce_config
+from agents.ce.config import CEConfig, CEConfigError, ce_config
+from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from taskqueue.database import Session
 from taskqueue.errors import NotFoundError

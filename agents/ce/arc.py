@@ -45,7 +45,7 @@ from agents.ce.base import (
     PilotSpec,
     PilotUnknown,
 )
-from agents.ce.registry import CEConfig
+from agents.ce.config import CEConfig
 
 T = TypeVar("T")
 _EXIT_CODE = re.compile(r"^exitcode=(-?\d+)\s*$", re.MULTILINE)

@@ -39,8 +39,9 @@ import requests
 from sqlalchemy import select
 
 from agents.ce.base import TOKEN_FILE, CEError, CEPilot, CERefused, CEState, PilotOutput, PilotSpec
+from agents.ce.config import CEConfig
 from agents.ce.psij import PsijCE
-from agents.ce.registry import CEConfig, ComputeElements
+from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from agents.director import Director, compute_elements, targets
 from agents.pilotstatus import PilotFollower

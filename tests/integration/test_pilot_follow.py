@@ -17,7 +17,8 @@ import pytest
 from sqlalchemy import select
 
 from agents.ce.base import CEError, CEPilot, CEState, CEUnavailable, PilotOutput, PilotSpec
-from agents.ce.registry import CEConfig, ComputeElements
+from agents.ce.config import CEConfig
+from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from agents.director import Director, compute_elements
 from agents.pilotstatus import PilotFollower

@@ -31,8 +31,9 @@ import requests
 from sqlalchemy import select
 
 from agents.ce.base import ComputeElement
+from agents.ce.config import CEConfig
 from agents.ce.psij import PsijCE
-from agents.ce.registry import CEConfig, ComputeElements
+from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from agents.director import Director
 from agents.pilotstatus import PilotFollower

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.files import read_tail, write_private_file
-from agents.ce.registry import CEConfig, CEConfigError, ce_config
 from taskqueue.pilotlogs import exit_reason, pack_log, unpack_log
 
 Q = "Site.A/ce.a/q"
