@@ -56,11 +56,17 @@ done
 """
 
 
-def local_context(db: Database, settings: Settings, tmp_path: Path, **agents: Any
-                  ) -> AgentContext:
+#: A stand-in pilot that only waits to be killed, with no child process: PSI/J's local
+#: executor kills a process's children first, and one that exits in between (a `sleep` of the
+#: loop above) makes its reaper thread raise and retry.
+SLEEPER = 'echo "stand-in pilot $$ started"; exec sleep 600'
+
+
+def local_context(db: Database, settings: Settings, tmp_path: Path, *,
+                  stand_in: str = STAND_IN, **agents: Any) -> AgentContext:
     resources = batch_resources(tmp_path, batch_ce(executor="local", ce=CE, queue=QUEUE))
     return AgentContext(agent_settings(settings, tmp_path, resources, pilot_status_interval=1,
-                                       pilot_command=("/bin/sh", "-c", STAND_IN), **agents),
+                                       pilot_command=("/bin/sh", "-c", stand_in), **agents),
                         db.factory, secret=SECRET)
 
 
@@ -79,7 +85,7 @@ def the_pilot(db: Database) -> Pilot:
 
 def test_an_operator_s_kill_reaches_the_running_pilot_through_its_ce(
         db: Database, settings: Settings, tmp_path: Path) -> None:
-    ctx = local_context(db, settings, tmp_path)
+    ctx = local_context(db, settings, tmp_path, stand_in=SLEEPER)
     submit_jobs(ctx, echo_jobs(SITE, 1))
     ces = compute_elements(ctx)
     follower = PilotFollower(ctx, ces)
@@ -109,8 +115,11 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     # A zombie (exited, not yet reaped by PSI/J's thread) is as good as gone.
-    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-        return f.read().split(")")[-1].split()[0] != "Z"
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:  # reaped in between
+        return False
 
 
 def test_a_pilot_that_fails_says_why_in_its_own_words(
@@ -121,8 +130,11 @@ def test_a_pilot_that_fails_says_why_in_its_own_words(
     follower = PilotFollower(ctx, ces)
     Director(ctx, ces).cycle()
     reference = the_pilot(db).reference
-    (tmp_path / "pilots" / reference / "end").write_text(
-        "5 gridpilot-pilot: exit 5: the matcher at http://127.0.0.1:9 was never reached\n")
+    # Written whole, then renamed: the stand-in never reads half of it.
+    end = tmp_path / "pilots" / reference / "end.new"
+    end.write_text("5 gridpilot-pilot: exit 5: the matcher at http://127.0.0.1:9 was never "
+                   "reached\n")
+    end.rename(end.with_name("end"))
     follow_until(follower, "the pilot's end is seen",
                  lambda: the_pilot(db).log_state is not None)
     pilot = the_pilot(db)
