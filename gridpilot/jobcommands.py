@@ -20,7 +20,7 @@ from optimizers.chain import (
     submissions_from_text,
     submit,
 )
-from optimizers.description import JobDescriptionError, unknown_field_warnings
+from optimizers.description import JobDescriptionError, description_warnings
 from optimizers.jobexplain import explain_job
 from optimizers.resources import load_resources
 from taskqueue.database import engine_for, make_session_factory, run_in_transaction
@@ -55,7 +55,7 @@ def submit_files(settings: Settings, files: tuple[Path, ...], as_json: bool,
             found = submissions_from_text(text, fmt)
         except JobDescriptionError as exc:
             raise InvalidInputError(f"{path}: {exc.message}") from exc
-        for warning in unknown_field_warnings(s.description for s in found):
+        for warning in description_warnings(s.description for s in found):
             click.echo(f"{path}: warning: {warning}", err=True)
         submissions.extend(found)
     ctx = _context(settings)
