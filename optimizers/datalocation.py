@@ -64,6 +64,14 @@ def site_storage(site: Site, vo: str) -> frozenset[str]:
     return frozenset(found)
 
 
+def unknown_storage(config: ResourcesConfig, vo: str, ses: Iterable[str]) -> list[str]:
+    """A warning for each storage element no configured site reads from (for ``vo``): its
+    replicas let no job run anywhere until one does."""
+    known = frozenset().union(*(site_storage(site, vo) for site in config.sites.values()))
+    return [f"no site of {config.origin} lists the storage element {se} (SE or CloseSE): "
+            "jobs cannot use its replicas" for se in sorted(set(ses) - known)]
+
+
 @dataclass(frozen=True)
 class DataPlacement:
     """Where a job's files let it run: ``sites``, or why nowhere (``reason``)."""
