@@ -27,6 +27,7 @@ from optimizers.parametric import (
     MAX_PARAMETRIC_JOBS,
     expand,
     substitute,
+    templated,
 )
 from taskqueue.definitions import DEFAULT_JOB_TYPE
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
@@ -201,12 +202,14 @@ def build_descriptions(raw: Raw, extra: Mapping[str, JSONValue]) -> list[JobDesc
         warnings.append("_PARAM_ (gLite's placeholder) is replaced by each job's parameter "
                         "(DIRAC leaves it as it is and uses %s)")
     extra_raw: Raw = {name: (name, value) for name, value in extra.items()}
+    in_raw, in_extra = templated(raw), templated(extra_raw)
     jobs = []
     for index, values in enumerate(expansion.jobs):
-        job_extra = {name: value for name, (_label, value)
-                     in substitute(extra_raw, values, index, count).items()}
-        jobs.append(_build(_dirac_values(substitute(raw, values, index, count)), job_extra,
-                           expansion.parameter(index), warnings))
+        job_extra = ({name: value for name, (_label, value)
+                      in substitute(extra_raw, values, index, count, in_extra).items()}
+                     if in_extra else extra)
+        jobs.append(_build(_dirac_values(substitute(raw, values, index, count, in_raw)),
+                           job_extra, expansion.parameter(index), warnings))
     return jobs
 
 

@@ -252,13 +252,24 @@ def as_text(value: ParameterValue) -> str:
 # --- placeholders ----------------------------------------------------------------------------
 
 
-def substitute(raw: Raw, values: Mapping[str, ParameterValue], index: int, count: int) -> Raw:
+def templated(raw: Raw) -> frozenset[str]:
+    """The fields of ``raw`` that hold a placeholder (the others are the same in every job)."""
+    return frozenset(name for name, (_label, value) in raw.items()
+                     if name.split(".")[0] not in PARAMETRIC
+                     and ("%" in repr(value) or "_PARAM_" in repr(value)))
+
+
+def substitute(raw: Raw, values: Mapping[str, ParameterValue], index: int, count: int,
+               fields: frozenset[str] | None = None) -> Raw:
     """``raw`` for job ``index`` of ``count``: every placeholder replaced in every field but
-    the parametric ones."""
+    the parametric ones (in ``fields`` only, when given: :func:`templated`)."""
     width = len(str(count - 1))
     out: Raw = {}
     for name, (label, value) in raw.items():
         if name.split(".")[0] in PARAMETRIC:
+            continue
+        if fields is not None and name not in fields:
+            out[name] = (label, value)
             continue
         out[name] = (label, _replace(value, values, str(index).zfill(width), in_list=False))
     return out
