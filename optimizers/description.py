@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from optimizers.expressions import ExpressionError, analyse
+from optimizers.expressions import ExpressionError, analyse, attributes_read
 from optimizers.gridattributes import FOREIGN, foreign_notes
 from optimizers.jobfields import PARAMETRIC, JobDescriptionError, Raw
 from optimizers.jobfields import show as _show
@@ -282,7 +282,8 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         input_data=_input_data(raw, warnings),
         parameter=parameter,
         extra=dict(extra),
-        warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw))),
+        warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw)
+                                     + _expression_notes(expression))),
     )
 
 
@@ -314,6 +315,29 @@ def _input_data(raw: Raw, warnings: list[str]) -> tuple[str, ...]:
         if name not in out:
             out.append(name)
     return tuple(out)
+
+
+#: What every pilot's resource description gives an expression (optimizers.classads); a
+#: pilot may describe more, from its own resource description.
+_DESCRIBED = frozenset(name.lower() for name in (
+    "VO", "Site", "CE", "Queue", "Platform", "Tags", "CPUTime", "NumberOfProcessors", "Memory",
+    "MaxRAM"))
+
+
+def _expression_notes(expression: str | None) -> list[str]:
+    """A warning when a Requirements expression reads attributes gridpilot's pilots do not
+    describe (gLite's GlueCE... attributes): the job waits for a pilot that gives them."""
+    if expression is None:
+        return []
+    unknown = list(dict.fromkeys(
+        name for name in attributes_read(expression)
+        if "." in name and name.split(".", 1)[1].lower() not in _DESCRIBED))
+    if not unknown:
+        return []
+    return [f"Requirements reads {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''},"
+            " which gridpilot's pilots do not describe unless their resource description "
+            "gives it: the job runs only where one does (pilots describe VO, Site, CE, Queue, "
+            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM)"]
 
 
 def _sandbox_notes(raw: Raw) -> list[str]:
