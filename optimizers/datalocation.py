@@ -20,6 +20,7 @@ from typing import Protocol
 from optimizers.resources import ResourcesConfig, Site
 from taskqueue.database import Session
 from taskqueue.replicas import replica_sites
+from taskqueue.settings import CatalogueSettings
 
 #: Site parameters: the storage elements at the site, and those it reads from nearby.
 LOCAL_SE = "SE"
@@ -52,6 +53,15 @@ class DatabaseCatalogue:
     def locate(self, session: Session, vo: str, lfns: Sequence[str]
                ) -> Mapping[str, frozenset[str]]:
         return replica_sites(session, vo, lfns)
+
+
+def catalogue_for(settings: CatalogueSettings) -> ReplicaCatalogue:
+    """The catalogue ``[catalogue] backend`` names (Rucio's client is imported only then)."""
+    if settings.backend == "rucio":
+        from optimizers.ruciocatalogue import RucioCatalogue
+
+        return RucioCatalogue(settings)
+    return DatabaseCatalogue()
 
 
 def site_storage(site: Site, vo: str) -> frozenset[str]:
