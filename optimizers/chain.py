@@ -1,4 +1,4 @@
-"""The optimizer chain: sanity → requirements → scheduling → insertion.
+"""The optimizer chain: sanity → requirements → data → scheduling → insertion.
 
 Every job a user submits goes through it between Received and Waiting, inline at submission
 and, for jobs that come back (rescheduled) or were stored by another process, in batches by
@@ -10,6 +10,8 @@ the step and a reason a person can act on as its minor status.
   submission for new jobs, again here for stored ones);
 - requirements (RFC 7): the job's ``Requirements`` section becomes a SubmitPool, stored with
   the queues that meet it; the job's sites are intersected with those queues' sites;
+- data: a job with input files (InputData, LFN: sandbox entries) keeps only the sites that
+  reach a replica of every one (optimizers.datalocation), or fails naming the files;
 - scheduling: CPU time, processors, memory, sites, platforms, tags, SubmitPool and ClassAd
   expression become the job's task-queue requirements (the task queue buckets them);
 - insertion: the job joins the task queue of its definition and becomes Waiting.

@@ -90,13 +90,18 @@ class DataPlacement:
     reason: str | None = None
 
 
-def place(config: ResourcesConfig, vo: str, lfns: Sequence[str],
+def storage_of(config: ResourcesConfig, vo: str) -> dict[str, frozenset[str]]:
+    """Each configured site's storage elements (its own and its close ones) for ``vo``."""
+    return {name: site_storage(site, vo) for name, site in config.sites.items()}
+
+
+def place(storage: Mapping[str, frozenset[str]], lfns: Sequence[str],
           replicas: Mapping[str, frozenset[str]], catalogue: str) -> DataPlacement:
-    """The sites that reach a replica of every file of ``lfns``."""
+    """The sites (of ``storage``: :func:`storage_of`) that reach a replica of every file of
+    ``lfns``."""
     missing = [lfn for lfn in lfns if not replicas.get(lfn)]
     if missing:
         return DataPlacement(frozenset(), f"no replica of {_files(missing)} in {catalogue}")
-    storage = {name: site_storage(site, vo) for name, site in config.sites.items()}
     sites = frozenset(name for name, ses in storage.items()
                       if all(replicas[lfn] & ses for lfn in lfns))
     if sites:
@@ -135,7 +140,8 @@ def locate_jobs(session: Session, catalogue: ReplicaCatalogue, config: Resources
             wanted.setdefault(vo, set()).update(lfns)
             keys.add((vo, lfns))
     found = {vo: catalogue.locate(session, vo, sorted(lfns)) for vo, lfns in wanted.items()}
-    return {(vo, lfns): place(config, vo, lfns, found[vo], catalogue.name)
+    storage = {vo: storage_of(config, vo) for vo in wanted}
+    return {(vo, lfns): place(storage[vo], lfns, found[vo], catalogue.name)
             for vo, lfns in keys}
 
 

@@ -27,6 +27,8 @@ _STRUCTURE = re.compile(r"[\[\]{}();]")
 NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=")
 #: Attributes whose value is a ClassAd expression evaluated against the resource.
 EXPRESSIONS = ("requirements", "rank")
+#: Deepest list in a list whose bare words are quoted (the reader refuses deeper nesting).
+MAX_LIST_DEPTH = 16
 #: The prefix of the name a dotted name is given for the ClassAd library.
 DOTTED_PREFIX = "gridpilot_dotted_"
 
@@ -107,16 +109,18 @@ def dirac_forms(ad_text: str, ad_code: str) -> tuple[str, dict[str, str]]:
         if name.lower() in EXPRESSIONS:
             continue
         start = 1 + a + m.end()
-        edits.extend(_bare_values(ad_code, start, 1 + b, top=True))
+        edits.extend(_bare_values(ad_code, start, 1 + b, top=True, depth=0))
     out = ad_text
     for start, end, replacement in reversed(edits):
         out = out[:start] + replacement + out[end:]
     return out, renamed
 
 
-def _bare_values(code: str, start: int, end: int, *, top: bool) -> list[tuple[int, int, str]]:
+def _bare_values(code: str, start: int, end: int, *, top: bool, depth: int
+                 ) -> list[tuple[int, int, str]]:
     """Edits quoting the bare words of the value ``code[start:end]``: the value itself, or
-    the items of a list (lists in lists too). Anything else is left to ClassAd."""
+    the items of a list (lists in lists too, down to :data:`MAX_LIST_DEPTH`). Anything else is
+    left to ClassAd."""
     text = code[start:end]
     first = start + len(text) - len(text.lstrip())
     last = start + len(text.rstrip())
@@ -124,10 +128,11 @@ def _bare_values(code: str, start: int, end: int, *, top: bool) -> list[tuple[in
         return []
     value = code[first:last]
     if value.startswith("{") and value.endswith("}"):
-        items = _list_items(code, first + 1, last - 1)
+        items = _list_items(code, first + 1, last - 1) if depth < MAX_LIST_DEPTH else None
         if items is None:
             return []
-        return [edit for a, b in items for edit in _bare_values(code, a, b, top=False)]
+        return [edit for a, b in items
+                for edit in _bare_values(code, a, b, top=False, depth=depth + 1)]
     if _is_bare(value, top=top):
         return [(first, last, '"' + value + '"')]
     return []
