@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from optimizers.chain import ChainContext
+from optimizers.datalocation import ReplicaCatalogue, catalogue_for
 from optimizers.resources import ResourcesConfig, load_resources
 from taskqueue.database import Session, SessionFactory, run_in_transaction
 from taskqueue.settings import Settings
@@ -32,6 +33,7 @@ class AgentContext:
     clock: Callable[[], datetime] = utcnow
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("agents"))
     _resources: tuple[float, ResourcesConfig] | None = None
+    _catalogue: ReplicaCatalogue | None = None
 
     def now(self) -> datetime:
         return self.clock()
@@ -48,4 +50,7 @@ class AgentContext:
         return self._resources[1]
 
     def chain_context(self) -> ChainContext:
-        return ChainContext(self.settings, self.resources(), self.now(), random.Random())
+        if self._catalogue is None:
+            self._catalogue = catalogue_for(self.settings.catalogue)
+        return ChainContext(self.settings, self.resources(), self.now(), random.Random(),
+                            self._catalogue)

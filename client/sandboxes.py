@@ -2,9 +2,15 @@
 InputSandbox lists are packed into one archive, uploaded (unless the service has it already)
 and replaced by the sandbox id; and a job's output sandbox is fetched and unpacked.
 
-Entries that are sandbox ids, ``LFN:`` names or parametric templates (``%s``) are left as
-they are. Relative names are read from the folder of the description file; the archive
-holds each file under its own name (a folder with everything in it).
+Entries that are sandbox ids, ``LFN:`` names or made from a job's parameter or id (``%s``,
+``%n``, ``%(A)s``, ``_PARAM_``, ``%j``: each job would name another file) are left as they
+are. ``file://`` URIs name local files. Relative names are read from the folder of the
+description file; the archive holds each file under its own name (a folder with everything in
+it).
+
+A JDL's InputSandbox is found as the service reads it: outside strings and comments (``//``,
+``#``, ``/* */``), quoted or bare (``InputSandbox = {jobDescription.xml, /home/u/f.py};``, as
+DIRAC's Job API writes it), whatever characters the names hold.
 """
 
 from __future__ import annotations
@@ -22,9 +28,12 @@ import requests
 from client.service import Service, ServiceError
 from pilot.archive import Member, is_sandbox_id, pack, unpack
 
-#: ``InputSandbox = {"a", "b"}`` or ``InputSandbox = "a"`` in a JDL (any letter case).
-_JDL_INPUT = re.compile(r'(?i)(\bInputSandbox\s*=\s*)(\{[^{}]*\}|"(?:[^"\\]|\\.)*")')
-_STRING = re.compile(r'"((?:[^"\\]|\\.)*)"')
+#: A JDL's tokens: strings, comments, punctuation, and words (names, paths: a "/" that does
+#: not start a comment belongs to the word).
+_TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*|#[^\n]*|/\*.*?\*/|[\[\]{}();=,]'
+                    r'|(?:[^\s\[\]{}();=,"#/]|/(?![/*]))+', re.DOTALL)
+#: A name made from a job's parameter, index or id: another file for each job.
+_TEMPLATE = re.compile(r"%[snj]|%\(\w+\)s|_PARAM_")
 
 
 class SandboxFileError(ValueError):
@@ -32,22 +41,30 @@ class SandboxFileError(ValueError):
 
 
 def is_local(entry: str) -> bool:
-    return not (is_sandbox_id(entry) or entry[:4].upper() == "LFN:" or "%" in entry)
+    """Whether an InputSandbox entry is a local file the client uploads."""
+    return not (is_sandbox_id(entry) or entry[:4].upper() == "LFN:"
+                or _TEMPLATE.search(entry) is not None)
+
+
+def local_path(entry: str) -> str:
+    """The path a local entry names (a ``file://`` URI's path, or the entry itself)."""
+    return entry[len("file://"):] if entry[:7].lower() == "file://" else entry
 
 
 def pack_local(names: list[str], base: Path) -> bytes:
     """One archive of the local files (and folders) ``names``, read relative to ``base``."""
     members: dict[str, Member] = {}
-    for name in names:
+    for given in names:
+        name = local_path(given)
         path = Path(name) if os.path.isabs(name) else base / name
         if path.is_dir():
             for root, _dirs, files in os.walk(path):
                 for f in sorted(files):
                     full = Path(root) / f
                     arc = f"{path.name}/{full.relative_to(path).as_posix()}"
-                    members[arc] = _member(arc, full, name)
+                    members[arc] = _member(arc, full, given)
         else:
-            members[path.name] = _member(path.name, path, name)
+            members[path.name] = _member(path.name, path, given)
     return pack(members.values())
 
 
@@ -88,21 +105,73 @@ def with_uploaded_inputs(text: str, fmt: str, base: Path,
     for their archive (one archive for all of them: the jobs of a bulk share it)."""
     if fmt == "json":
         return _json_inputs(text, base, store)
-    match = list(_JDL_INPUT.finditer(text))
-    if not match:
-        return text
-    entries = [_unquote(s) for m in match for s in _STRING.findall(m.group(2))]
-    local = [e for e in entries if is_local(e)]
+    found = jdl_input_sandboxes(text)
+    local = list(dict.fromkeys(e for _start, _end, entries in found for e in entries
+                               if is_local(e)))
     if not local:
         return text
     sid = store(pack_local(local, base))
+    out = text
+    for start, end, entries in reversed(found):
+        kept = [e for e in entries if not is_local(e)]
+        listed = ", ".join(json.dumps(e, ensure_ascii=False) for e in [*kept, sid])
+        out = out[:start] + "{" + listed + "}" + out[end:]
+    return out
 
-    def rewrite(m: re.Match[str]) -> str:
-        kept = [e for e in (_unquote(s) for s in _STRING.findall(m.group(2)))
-                if not is_local(e)]
-        return m.group(1) + "{" + ", ".join(json.dumps(e) for e in [*kept, sid]) + "}"
 
-    return _JDL_INPUT.sub(rewrite, text)
+def jdl_input_sandboxes(text: str) -> list[tuple[int, int, list[str]]]:
+    """Each top-level InputSandbox value of a JDL: its span in ``text`` and its entries."""
+    tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)
+              if not m.group().startswith(("//", "#", "/*"))]
+    top = 1 if tokens and tokens[0][0] == "[" else 0
+    found: list[tuple[int, int, list[str]]] = []
+    depth = 0
+    i = 0
+    while i < len(tokens):
+        word = tokens[i][0]
+        if (depth == top and word.lower() == "inputsandbox" and i + 2 < len(tokens)
+                and tokens[i + 1][0] == "="):
+            value = _sandbox_value(tokens, i + 2)
+            if value is not None:
+                found.append(value[:3])
+                i = value[3]
+                continue
+        if word in "[{(" and len(word) == 1:
+            depth += 1
+        elif word in "]})" and len(word) == 1:
+            depth -= 1
+        i += 1
+    return found
+
+
+def _sandbox_value(tokens: list[tuple[str, int, int]], i: int
+                   ) -> tuple[int, int, list[str], int] | None:
+    """The value starting at token ``i``: a string, a word, or a list of them (span, entries,
+    the token after it); None for anything else (the service will say what is wrong)."""
+    first, start, end = tokens[i]
+    if first != "{":
+        return (start, end, [_text(first)], i + 1) if first not in "[]{}();=," else None
+    entries: list[str] = []
+    j = i + 1
+    while j < len(tokens):
+        token, _s, token_end = tokens[j]
+        if token == "}":
+            return start, token_end, entries, j + 1
+        if token == ",":
+            j += 1
+            continue
+        if len(token) == 1 and token in "[]{}();=":
+            return None
+        entries.append(_text(token))
+        j += 1
+    return None
+
+
+def _text(token: str) -> str:
+    """A string token's text, or a bare word as it is."""
+    if token.startswith('"'):
+        return _unquote(token[1:-1])
+    return token
 
 
 def _json_inputs(text: str, base: Path, store: Callable[[bytes], str]) -> str:

@@ -199,6 +199,91 @@ def sandboxes_cleanup(settings: Settings) -> None:
     click.echo(clean_up_sandboxes(AgentContext(settings, factory)))
 
 
+@cli.group()
+def replicas() -> None:
+    """The replica catalogue: which storage elements hold each file (jobs with InputData run
+    only at sites that reach a replica of every one of their files)."""
+
+
+@replicas.command("add")
+@click.option("--vo", required=True, help="The VO whose files these are.")
+@click.option("--se", default=None, help="The storage element of every LFN given.")
+@click.argument("lfns", nargs=-1)
+@click.option("--from", "source", type=click.File("r"), default=None,
+              help="Lines of 'LFN SE' to register ('-' for standard input).")
+@click.pass_obj
+@_friendly
+def replicas_add(settings: Settings, vo: str, se: str | None, lfns: tuple[str, ...],
+                 source: Any) -> None:
+    """Register replicas: LFNS at --se, and/or the 'LFN SE' lines of --from."""
+    from optimizers.datalocation import unknown_storage
+    from optimizers.resources import load_resources
+    from taskqueue.replicas import add_replicas
+
+    pairs = _replica_lines(source) if source is not None else []
+    if lfns:
+        if se is None:
+            raise click.UsageError("LFNs on the command line need --se")
+        pairs += [(lfn, se) for lfn in lfns]
+    if not pairs:
+        raise click.UsageError("give LFNs with --se, or --from FILE")
+    factory = make_session_factory(engine_for(settings.database))
+    added = run_in_transaction(factory, lambda s: add_replicas(s, vo, pairs,
+                                                               now=datetime.now(UTC)))
+    click.echo(f"{added} new replicas ({len(pairs) - added} known already)")
+    for warning in unknown_storage(load_resources(Path(settings.resources.file)), vo,
+                                   {se for _lfn, se in pairs}):
+        click.echo(f"warning: {warning}", err=True)
+
+
+def _replica_lines(source: Any) -> list[tuple[str, str]]:
+    pairs = []
+    for number, line in enumerate(source, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) != 2:
+            raise click.UsageError(f"{source.name} line {number}: expected 'LFN SE', got "
+                                   f"{line.strip()!r}")
+        pairs.append((words[0], words[1]))
+    return pairs
+
+
+@replicas.command("remove")
+@click.option("--vo", required=True, help="The VO whose files these are.")
+@click.option("--se", default=None, help="Only the replicas at this storage element.")
+@click.argument("lfns", nargs=-1, required=True)
+@click.pass_obj
+@_friendly
+def replicas_remove(settings: Settings, vo: str, se: str | None, lfns: tuple[str, ...]) -> None:
+    """Forget the replicas of LFNS (at --se only, when given)."""
+    from taskqueue.replicas import remove_replicas
+
+    factory = make_session_factory(engine_for(settings.database))
+    removed = run_in_transaction(factory, lambda s: remove_replicas(s, vo, lfns, se=se))
+    click.echo(f"{removed} replicas removed")
+
+
+@replicas.command("list")
+@click.option("--vo", required=True, help="The VO whose files to list.")
+@click.option("--se", default=None, help="Only the replicas at this storage element.")
+@click.option("--prefix", default=None, help="Only files whose LFN starts with this.")
+@click.option("--limit", type=click.IntRange(1), default=1000, show_default=True)
+@click.argument("lfns", nargs=-1)
+@click.pass_obj
+@_friendly
+def replicas_list(settings: Settings, vo: str, se: str | None, prefix: str | None,
+                  limit: int, lfns: tuple[str, ...]) -> None:
+    """List replicas (LFN and storage element), of LFNS or all."""
+    from taskqueue.replicas import list_replicas
+
+    factory = make_session_factory(engine_for(settings.database))
+    rows = run_in_transaction(factory, lambda s: list_replicas(
+        s, vo, lfns=lfns, se=se, prefix=prefix, limit=limit))
+    for r in rows:
+        click.echo(f"{r.lfn} {r.se}")
+
+
 @cli.command("submit")
 @click.argument("files", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))

@@ -20,7 +20,8 @@ from optimizers.chain import (
     submissions_from_text,
     submit,
 )
-from optimizers.description import JobDescriptionError, unknown_field_warnings
+from optimizers.datalocation import catalogue_for
+from optimizers.description import JobDescriptionError, description_warnings
 from optimizers.jobexplain import explain_job
 from optimizers.resources import load_resources
 from taskqueue.database import engine_for, make_session_factory, run_in_transaction
@@ -38,7 +39,7 @@ def _factory(settings: Settings) -> sessionmaker[Session]:
 
 def _context(settings: Settings) -> ChainContext:
     return ChainContext(settings, load_resources(Path(settings.resources.file)),
-                        datetime.now(UTC), random.Random())
+                        datetime.now(UTC), random.Random(), catalogue_for(settings.catalogue))
 
 
 def submit_files(settings: Settings, files: tuple[Path, ...], as_json: bool,
@@ -55,7 +56,7 @@ def submit_files(settings: Settings, files: tuple[Path, ...], as_json: bool,
             found = submissions_from_text(text, fmt)
         except JobDescriptionError as exc:
             raise InvalidInputError(f"{path}: {exc.message}") from exc
-        for warning in unknown_field_warnings(s.description for s in found):
+        for warning in description_warnings(s.description for s in found):
             click.echo(f"{path}: warning: {warning}", err=True)
         submissions.extend(found)
     ctx = _context(settings)
@@ -119,7 +120,8 @@ def explain(settings: Settings, job_id: int, queue: str | None, resource_file: P
         job = session.get(Job, job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} does not exist")
-        result = explain_job(session, settings, resources, job, queue=queue, resource=resource)
+        result = explain_job(session, settings, resources, job, queue=queue, resource=resource,
+                             catalogue=catalogue_for(settings.catalogue))
         lines = [f"job {job.id} ({job.status}) against "
                  + (f"queue {queue}" if queue else f"resource {resource_file}") + ":"]
         lines += [f"  [{'ok' if r.holds else 'NO'}] {r.rule}: {r.detail}" for r in result.rules]

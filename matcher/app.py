@@ -14,6 +14,7 @@ from matcher import (
     operator,
     pilots,
     problems,
+    replicas,
     sandboxes,
     service,
     taskqueues,
@@ -37,7 +38,7 @@ def create_app(settings: Settings) -> Flask:
     app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)),
                                           IdentityProviders(settings.auth.issuers))
     for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
-               whoami.bp, dashboard.bp, sandboxes.bp):
+               whoami.bp, dashboard.bp, sandboxes.bp, replicas.bp):
         app.register_blueprint(bp)
     problems.install(app)
     app.before_request(_start_clock)

@@ -16,7 +16,7 @@ from matcher.problems import Problem
 from matcher.submitsandboxes import check_inputs, input_sandboxes, link_inputs
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
-from optimizers.description import unknown_field_warnings
+from optimizers.description import description_warnings
 from taskqueue.database import Session
 from taskqueue.jobcontrol import delete_job
 from taskqueue.jobs import (
@@ -59,7 +59,7 @@ def submit_jobs(call: Call) -> tuple[dict[str, Any], int]:
                 for job_id, (status, minor) in sorted(outcome.items())]
 
     jobs = call.runtime.transaction(work)
-    warnings = unknown_field_warnings(s.description for s in submissions)
+    warnings = description_warnings(s.description for s in submissions)
     return {"job_ids": [j["job_id"] for j in jobs], "jobs": jobs, "warnings": warnings}, 201
 
 

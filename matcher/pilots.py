@@ -104,7 +104,8 @@ def match(call: Call) -> dict[str, Any]:
 def payload(job: Any) -> JobPayload:
     """What a pilot needs to run ``job``, from its stored description."""
     try:
-        desc = DESCRIPTIONS.get(job.description, job.description_format, job.bulk_index)
+        desc = DESCRIPTIONS.get(job.description, job.description_format,
+                                job.bulk_index).for_job(job.id)
     except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
         raise Problem(500, f"job {job.id}'s stored description cannot be read: {exc}") from exc
     return JobPayload(

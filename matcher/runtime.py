@@ -18,6 +18,7 @@ from flask import Flask
 from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
 from optimizers.chain import ChainContext
+from optimizers.datalocation import ReplicaCatalogue, catalogue_for
 from optimizers.resources import ResourcesConfig, load_resources
 from taskqueue.database import (
     Session,
@@ -49,6 +50,7 @@ class Runtime:
     _health: tuple[int, HealthProbe] | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _store: SandboxStore | None = None
+    _catalogue: ReplicaCatalogue | None = None
     #: The process's random draws (queue keys), seeded afresh in each forked worker.
     _rng: tuple[int, random.Random] | None = None
 
@@ -116,7 +118,14 @@ class Runtime:
         return cached[1]
 
     def chain_context(self, now: datetime) -> ChainContext:
-        return ChainContext(self.settings, self.resources(), now, self.random())
+        return ChainContext(self.settings, self.resources(), now, self.random(),
+                            self.catalogue())
+
+    def catalogue(self) -> ReplicaCatalogue:
+        """Where replicas are looked up ([catalogue] settings), made on first use."""
+        if self._catalogue is None:
+            self._catalogue = catalogue_for(self.settings.catalogue)
+        return self._catalogue
 
     def random(self) -> random.Random:
         """The process's random generator (the chain's draws, the matcher's draw of task

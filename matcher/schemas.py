@@ -241,3 +241,16 @@ SANDBOX_ANSWER = obj({"sandbox_id": STRING, "uploaded": {"type": "boolean"},
 SANDBOX_STORED = obj({"sandbox_id": STRING, "size": COUNT}, ("sandbox_id", "size"))
 SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
     {"vo": STRING, "sandboxes": COUNT, "bytes": {"type": "integer", "minimum": 0}})}})
+
+#: The replica catalogue (/api/v1/replicas).
+LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1028}
+SE_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 64}
+REPLICA = obj({"lfn": LFN, "se": SE_NAME, "registered_at": TIME}, ("lfn", "se"))
+REPLICAS_ADD = obj({"replicas": {"type": "array", "items": obj({"lfn": LFN, "se": SE_NAME},
+                                                                ("lfn", "se")),
+                                 "minItems": 1, "maxItems": 10_000}}, ("replicas",))
+REPLICAS_REMOVE = obj({"lfns": {"type": "array", "items": LFN, "minItems": 1,
+                                "maxItems": 10_000},
+                       "se": SE_NAME}, ("lfns",))
+REPLICAS_CHANGED = obj({"added": COUNT, "removed": COUNT, "warnings": STRINGS})
+REPLICA_LIST = obj({"replicas": {"type": "array", "items": REPLICA}}, ("replicas",))

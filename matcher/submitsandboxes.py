@@ -36,10 +36,13 @@ def input_sandboxes(submissions: Sequence[Submission]) -> Inputs:
                               "sandbox id is sb:sha256: and 64 lower-case hex digits")
             else:
                 where = "" if s.bulk_index is None else f" (job {s.bulk_index} of the bulk)"
+                client = ("gridpilot-client submit uploads the files an InputSandbox names, "
+                          "but not a name made from each job's parameter: list the files "
+                          "themselves" if s.description.parameter is not None else
+                          "gridpilot-client submit does")
                 raise Problem(422, f"InputSandbox lists the local file {entry!r}{where}, which "
-                              "was not uploaded: upload it first (gridpilot-client submit "
-                              "does, or POST /api/v1/sandboxes) and list the sandbox id "
-                              "instead", file=entry)
+                              f"was not uploaded: upload it first ({client}; or POST "
+                              "/api/v1/sandboxes) and list the sandbox id instead", file=entry)
         out.append(ids)
     return out
 

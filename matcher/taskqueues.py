@@ -81,7 +81,8 @@ def explain(call: Call) -> dict[str, Any]:
     def work(session: Session) -> dict[str, Any]:
         job = accessible_job(session, call.principal, body["job_id"])
         result = explain_job(session, call.runtime.settings, resources, job,
-                             queue=body.get("queue"), resource=resource)
+                             queue=body.get("queue"), resource=resource,
+                             catalogue=call.runtime.catalogue())
         return {"job_id": job.id, "can_run": result.can_run,
                 "rules": [{"rule": r.rule, "holds": r.holds, "detail": r.detail}
                           for r in result.rules]}

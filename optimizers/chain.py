@@ -1,4 +1,4 @@
-"""The optimizer chain: sanity → requirements → scheduling → insertion.
+"""The optimizer chain: sanity → requirements → data → scheduling → insertion.
 
 Every job a user submits goes through it between Received and Waiting, inline at submission
 and, for jobs that come back (rescheduled) or were stored by another process, in batches by
@@ -10,6 +10,8 @@ the step and a reason a person can act on as its minor status.
   submission for new jobs, again here for stored ones);
 - requirements (RFC 7): the job's ``Requirements`` section becomes a SubmitPool, stored with
   the queues that meet it; the job's sites are intersected with those queues' sites;
+- data: a job with input files (InputData, LFN: sandbox entries) keeps only the sites that
+  reach a replica of every one (optimizers.datalocation), or fails naming the files;
 - scheduling: CPU time, processors, memory, sites, platforms, tags, SubmitPool and ClassAd
   expression become the job's task-queue requirements (the task queue buckets them);
 - insertion: the job joins the task queue of its definition and becomes Waiting.
@@ -27,6 +29,12 @@ from datetime import datetime
 from typing import Any
 
 from optimizers.classads import canonical_expression, never_holds, why_not
+from optimizers.datalocation import (
+    DatabaseCatalogue,
+    DataPlacement,
+    ReplicaCatalogue,
+    locate_jobs,
+)
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
@@ -36,7 +44,14 @@ from taskqueue.bulk import insert_rows
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements
 from taskqueue.errors import InvalidRequirementsError
-from taskqueue.jobs import NewJob, Passage, add_jobs, apply_transition, lock_received_jobs
+from taskqueue.jobs import (
+    NewJob,
+    Passage,
+    add_jobs,
+    apply_transition,
+    lock_received_jobs,
+    name_jobs,
+)
 from taskqueue.models import tq_jobs_table
 from taskqueue.queues import (
     WAITING_MINOR_STATUS,
@@ -70,6 +85,8 @@ class ChainContext:
     resources: ResourcesConfig
     now: datetime
     rng: random.Random = field(default_factory=random.Random)
+    #: Where the replicas of jobs' input files are looked up (the data step).
+    catalogue: ReplicaCatalogue = field(default_factory=DatabaseCatalogue)
 
 
 @dataclass(frozen=True)
@@ -216,6 +233,9 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
             for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True)])
     if plan is not None:
         finish_queues(session, ctx.settings, plan)
+    name_jobs(session, [(job_id, s.description.for_job(job_id).job_name or "")
+                        for job_id, s in zip(ids, submissions, strict=True)
+                        if s.description.job_name and "%j" in s.description.job_name])
     result = ChainResult(stored=list(ids))
     for i, job_id in enumerate(ids):
         outcome = decided[i]
@@ -231,12 +251,16 @@ def _decide(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription
     """The chain's verdict on each job (by the key given with it): the requirements it waits
     with, or why it failed."""
     pools = _requirements_step(session, jobs, ctx)
+    data = locate_jobs(session, ctx.catalogue, ctx.resources,
+                       ((identity.vo, desc.input_data) for _, identity, desc in jobs))
     out: dict[int, JobRequirements | str] = {}
     # The jobs of a bulk mostly share their scheduling fields: each distinct set is decided
     # once (the arguments, names and environment that make the jobs differ play no part).
     seen: dict[tuple[Any, ...], JobRequirements | str] = {}
     for key, identity, desc in jobs:
         outcome = pools.get(key)
+        if desc.input_data and not isinstance(outcome, str):
+            outcome = _data_step(desc, outcome, data[(identity.vo, desc.input_data)])
         if isinstance(outcome, str):
             out[key] = outcome
             continue
@@ -355,6 +379,21 @@ def _requirements_step(session: Session, jobs: Sequence[tuple[int, Identity, Job
             else:
                 out[job_id] = _Placement(pool_id, sites)
     return out
+
+
+def _data_step(desc: JobDescription, placement: _Placement | None,
+               data: DataPlacement) -> _Placement | str:
+    """The job's sites narrowed to those that reach its input files (optimizers.datalocation),
+    or why it cannot run anywhere."""
+    if data.reason is not None:
+        return f"InputData: {data.reason}"
+    placement = placement or _Placement(None, None)
+    chosen = placement.sites if placement.sites is not None else desc.sites
+    sites = (chosen & data.sites if chosen else data.sites) - desc.banned_sites
+    if not sites:
+        return ("InputData: the sites that reach its input files ("
+                f"{', '.join(sorted(data.sites))}) are not among the sites it may run at")
+    return _Placement(placement.submit_pool, sites)
 
 
 def _configured_resources(config: ResourcesConfig, vo: str) -> list[tuple[str, Resource]]:

@@ -13,23 +13,32 @@ import difflib
 import math
 import re
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from optimizers.expressions import ExpressionError, analyse
+from optimizers.expressions import ExpressionError, analyse, attributes_read
+from optimizers.gridattributes import FOREIGN, foreign_notes
+from optimizers.jobfields import PARAMETRIC, JobDescriptionError, Raw
+from optimizers.jobfields import show as _show
+from optimizers.parametric import (
+    MAX_EXPANDED_BYTES,
+    MAX_PARAMETER,
+    MAX_PARAMETRIC_JOBS,
+    expand,
+    substitute,
+    templated,
+)
 from taskqueue.definitions import DEFAULT_JOB_TYPE
 from taskqueue.errors import InvalidInputError, InvalidRequirementsError
+from taskqueue.replicas import normal_lfn
 from taskqueue.submitpools import canonical_requirements
+
+__all__ = ["MAX_EXPANDED_BYTES", "MAX_PARAMETER", "MAX_PARAMETRIC_JOBS", "JobDescriptionError",
+           "Raw"]
 
 #: Largest job description accepted, in bytes of UTF-8.
 MAX_DESCRIPTION_BYTES = 64 * 1024
-#: Most jobs one parametric description may expand into, and most bytes of text they may
-#: hold together (a 60 KB description times 10,000 jobs would take gigabytes).
-MAX_PARAMETRIC_JOBS = 10_000
-MAX_EXPANDED_BYTES = 16 * 1024 * 1024
-#: Largest absolute value a numeric parameter may reach.
-MAX_PARAMETER = 1e15
 DEFAULT_CPU_TIME = 86_400
 #: Largest CPU time (s) and memory (MB) a job may ask for: 68 years, 1 PB (the memory bucket
 #: of the largest value still fits the 32-bit column).
@@ -41,15 +50,6 @@ MAX_JOB_GROUP = 128
 DEFAULT_PRIORITY = 1
 
 JSONValue = str | int | float | bool | None | list["JSONValue"] | dict[str, "JSONValue"]
-Raw = dict[str, tuple[str, Any]]
-
-
-class JobDescriptionError(InvalidInputError):
-    """A job description is malformed; ``field`` names the offending field, if there is one."""
-
-    def __init__(self, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,33 @@ class JobDescription:
     requirements: Mapping[str, Any] | None = None
     #: A gLite-style ClassAd Requirements expression, as canonical ClassAd text.
     requirements_expression: str | None = None
+    #: The files (LFNs, without "LFN:") the job reads from grid storage (InputData): it runs
+    #: only where every one has a replica (the chain's data step).
+    input_data: tuple[str, ...] = ()
     #: The parameter this job was expanded for, in a parametric bulk.
     parameter: str | None = None
     #: Fields gridpilot does not interpret: kept and passed to the payload.
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
+    #: What the submitter should know: where gridpilot reads the description differently
+    #: from DIRAC or gLite, or uses it otherwise than they do.
+    warnings: tuple[str, ...] = ()
+
+    def for_job(self, job_id: int) -> JobDescription:
+        """The description with DIRAC's ``%j`` (the job's id) replaced, as a payload runs it."""
+        def text(value: Any) -> Any:
+            if isinstance(value, str):
+                return value.replace("%j", str(job_id))
+            if isinstance(value, list | tuple):
+                return type(value)(text(v) for v in value)
+            if isinstance(value, dict):
+                return {k: text(v) for k, v in value.items()}
+            return value
+        return replace(
+            self, executable=text(self.executable), arguments=text(self.arguments),
+            environment=text(dict(self.environment)), directory=text(self.directory),
+            stdout=text(self.stdout), stderr=text(self.stderr),
+            input_sandbox=text(self.input_sandbox), output_sandbox=text(self.output_sandbox),
+            job_name=text(self.job_name), extra=text(dict(self.extra)))
 
 
 #: Canonical field names (JDL spelling) → the key the description uses. Lookup is
@@ -97,30 +120,42 @@ KNOWN_FIELDS = (
     "Executable", "Arguments", "Environment", "Directory", "StdOutput", "StdError",
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
-    "MaxNumberOfProcessors", "MaxRAM", "Requirements", "Parameters", "ParameterStart",
-    "ParameterStep", "ParameterFactor", "GridCE",
+    "MaxNumberOfProcessors", "MaxRAM", "Requirements", "GridCE", "InputData",
+    "DataRequirements", *PARAMETRIC,
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
 CANONICAL["bannedsites"] = "BannedSite"
 CANONICAL["tag"] = "Tags"
 CANONICAL["gridces"] = "GridCE"
+#: DIRAC's Job API writes the environment as ExecutionEnvironment = {"A=1", "B=2"}.
+CANONICAL["executionenvironment"] = "Environment"
 
-#: Fields in which a parametric job's ``%s`` (the parameter) and ``%n`` (its index) are replaced.
-_TEMPLATED = ("Executable", "Arguments", "JobName", "StdOutput", "StdError", "InputSandbox",
-              "OutputSandbox", "Environment", "Directory")
 _NAME = re.compile(r"^[A-Za-z0-9_.:+-]{1,64}$")
+#: Fields that hold names (lists of them): a string with commas is a list, as DIRAC reads it.
+_LABEL_LISTS = ("Site", "BannedSite", "Platform", "Tags", "GridCE", "InputData")
+#: Fields that hold lists: an empty string in them is no item.
+_LISTS = (*_LABEL_LISTS, "InputSandbox", "OutputSandbox")
+#: gLite's kinds of job: not job types of the VO.
+_GLITE_KINDS = {"normal": "Normal", "parametric": "Parametric"}
 
 
-def unknown_field_warnings(jobs: Iterable[JobDescription]) -> list[str]:
-    """One warning per field of ``jobs`` gridpilot does not know, naming the known field it
-    is closest to (a misspelt ``NumberOfProcesors`` is not a request for processors)."""
-    warnings = []
+def description_warnings(jobs: Iterable[JobDescription]) -> list[str]:
+    """What the submitter of ``jobs`` should know, once each: the jobs' own warnings, then one
+    per field gridpilot does not know, naming the known field it is closest to (a misspelt
+    ``NumberOfProcesors`` is not a request for processors)."""
+    warnings: list[str] = []
     seen: set[str] = set()
     for job in jobs:
+        for warning in job.warnings:
+            if warning not in seen:
+                seen.add(warning)
+                warnings.append(warning)
         for name in job.extra:
             if name in seen:
                 continue
             seen.add(name)
+            if name.lower() in FOREIGN:
+                continue  # the job's warnings say what becomes of it
             close = difflib.get_close_matches(name.lower(), list(CANONICAL), n=1, cutoff=0.75)
             hint = (f"did you mean {CANONICAL[close[0]]}? " if close else "")
             warnings.append(f"the attribute {name!r} is not one gridpilot knows: {hint}it is "
@@ -129,29 +164,90 @@ def unknown_field_warnings(jobs: Iterable[JobDescription]) -> list[str]:
 
 
 def canonical_name(name: str) -> str | None:
+    """The field a name stands for (case-insensitive), or None for one gridpilot does not
+    know; a named parametric sequence keeps its name: ``parameterstart.A`` is
+    ``ParameterStart.A``."""
+    head, dot, sequence = name.partition(".")
+    if dot:
+        field_name = CANONICAL.get(head.lower())
+        if field_name in PARAMETRIC and re.fullmatch(r"\w+", sequence):
+            return f"{field_name}.{sequence}"
+        return None
     return CANONICAL.get(name.lower())
 
 
 def build_descriptions(raw: Raw, extra: Mapping[str, JSONValue]) -> list[JobDescription]:
-    """Validate ``raw`` fields into one description, or one per parameter of a parametric job."""
-    parameters = _parameters(raw)
-    if parameters is None:
-        return [_build(raw, extra, None)]
-    per_job = sum(len(repr(raw[name][1])) for name in _TEMPLATED if name in raw)
-    if per_job * len(parameters) > MAX_EXPANDED_BYTES:
+    """Validate ``raw`` fields into one description, or one per parameter of a parametric job
+    (optimizers.parametric)."""
+    raw = _dirac_values(raw)
+    warnings = foreign_notes(extra)
+    glite = _glite_kind(raw, warnings)
+    expansion = expand(raw, glite)
+    if expansion is None:
+        if glite:
+            raise JobDescriptionError(
+                'JobType = "Parametric" needs Parameters (a list of values, or where the '
+                "range of numbers stops)", raw.get("JobType", ("JobType", None))[0])
+        return [_build(raw, extra, None, warnings)]
+    count = len(expansion.jobs)
+    per_job = len(repr(extra)) + sum(len(repr(value)) for _label, value in raw.values())
+    if per_job * count > MAX_EXPANDED_BYTES:
         label = raw["Parameters"][0]
         raise JobDescriptionError(
-            f"{label}: {len(parameters)} jobs of about {per_job} bytes each would be "
-            f"{per_job * len(parameters) // (1024 * 1024)} MB of job descriptions; at most "
+            f"{label}: {count} jobs of about {per_job} bytes each would be "
+            f"{per_job * count // (1024 * 1024)} MB of job descriptions; at most "
             f"{MAX_EXPANDED_BYTES // (1024 * 1024)} MB can be submitted at once", label)
+    warnings += expansion.warnings
+    if not glite and "_PARAM_" in repr(raw) + repr(extra):
+        warnings.append("_PARAM_ (gLite's placeholder) is replaced by each job's parameter "
+                        "(DIRAC leaves it as it is and uses %s)")
+    extra_raw: Raw = {name: (name, value) for name, value in extra.items()}
+    in_raw, in_extra = templated(raw), templated(extra_raw)
     jobs = []
-    for index, value in enumerate(parameters):
-        text = _format_number(value) if not isinstance(value, str) else value
-        jobs.append(_build(_substitute(raw, text, index), extra, text))
+    for index, values in enumerate(expansion.jobs):
+        job_extra = ({name: value for name, (_label, value)
+                      in substitute(extra_raw, values, index, count, in_extra).items()}
+                     if in_extra else extra)
+        jobs.append(_build(_dirac_values(substitute(raw, values, index, count, in_raw)),
+                           job_extra, expansion.parameter(index), warnings))
     return jobs
 
 
-def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> JobDescription:
+def _dirac_values(raw: Raw) -> Raw:
+    """``raw`` with DIRAC's forms of "nothing" and of lists read as DIRAC reads them: an empty
+    string is no value (``Site = "";``), an empty item no item (``InputSandbox = {""};``), and
+    a string with commas in a field of names is their list (``Site = "LCG.A.fr,LCG.B.fr"``)."""
+    out: Raw = {}
+    for name, (label, value) in raw.items():
+        if name in _LABEL_LISTS and isinstance(value, str) and "," in value:
+            value = [part.strip() for part in value.split(",")]
+        if name in _LISTS and isinstance(value, list):
+            value = [v for v in value if not (isinstance(v, str) and not v.strip())]
+            if not value:
+                continue
+        if isinstance(value, str) and not value.strip() and name != "Executable":
+            continue
+        out[name] = (label, value)
+    return out
+
+
+def _glite_kind(raw: Raw, warnings: list[str]) -> bool:
+    """Whether the job is a gLite parametric job; a gLite kind of job (``JobType =
+    "Normal"``) is taken out of ``raw``: it is not a job type of the VO."""
+    if "JobType" not in raw:
+        return False
+    label, value = raw["JobType"]
+    kind = _GLITE_KINDS.get(value.lower()) if isinstance(value, str) else None
+    if kind is None:
+        return False
+    del raw["JobType"]
+    warnings.append(f'{label} = "{value}" is gLite\'s kind of job, not a job type: the job\'s '
+                    f'type is {DEFAULT_JOB_TYPE} (DIRAC would take "{value}" as its type)')
+    return kind == "Parametric"
+
+
+def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
+           warnings: list[str]) -> JobDescription:
     executable = _string(raw, "Executable", required=True)
     assert executable is not None
     processors, max_processors = _processors(raw)
@@ -183,9 +279,75 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None) -> J
         max_processors=max_processors,
         requirements=requirements,
         requirements_expression=expression,
+        input_data=_input_data(raw, warnings),
         parameter=parameter,
         extra=dict(extra),
+        warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw)
+                                     + _expression_notes(expression))),
     )
+
+
+def _input_data(raw: Raw, warnings: list[str]) -> tuple[str, ...]:
+    """The LFNs of InputData, of gLite's DataRequirements and of the InputSandbox (DIRAC
+    treats its LFN: entries as input data too), each once, without "LFN:"."""
+    lfns = list(_strings(raw, "InputData"))
+    lfns += [e for e in _strings(raw, "InputSandbox") if e[:4].upper() == "LFN:"]
+    if "DataRequirements" in raw:
+        label, value = raw["DataRequirements"]
+        sections = value if isinstance(value, list) else [value]
+        for i, section in enumerate(sections):
+            if not isinstance(section, Mapping):
+                raise JobDescriptionError(
+                    f"{label} item {i} must be a section [ InputData = {{...}}; ... ], got "
+                    f"{_show(section)}", label)
+            for key, files in section.items():
+                if key.lower() == "inputdata":
+                    lfns += _strings({key: (f"{label}.{key}", files)}, key)
+        warnings.append(f"{label}: the InputData files it lists decide where the job runs, "
+                        "from gridpilot's replica catalogue (DataCatalog is not used)")
+    out: list[str] = []
+    for lfn in lfns:
+        try:
+            name = normal_lfn(lfn)
+        except InvalidInputError as exc:
+            label = raw.get("InputData", raw.get("DataRequirements", ("InputData", None)))[0]
+            raise JobDescriptionError(f"{label}: {exc.message}", label) from exc
+        if name not in out:
+            out.append(name)
+    return tuple(out)
+
+
+#: What every pilot's resource description gives an expression (optimizers.classads); a
+#: pilot may describe more, from its own resource description.
+_DESCRIBED = frozenset(name.lower() for name in (
+    "VO", "Site", "CE", "Queue", "Platform", "Tags", "CPUTime", "NumberOfProcessors", "Memory",
+    "MaxRAM"))
+
+
+def _expression_notes(expression: str | None) -> list[str]:
+    """A warning when a Requirements expression reads attributes gridpilot's pilots do not
+    describe (gLite's GlueCE... attributes): the job waits for a pilot that gives them."""
+    if expression is None:
+        return []
+    unknown = list(dict.fromkeys(
+        name for name in attributes_read(expression)
+        if "." in name and name.split(".", 1)[1].lower() not in _DESCRIBED))
+    if not unknown:
+        return []
+    return [f"Requirements reads {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''},"
+            " which gridpilot's pilots do not describe unless their resource description "
+            "gives it: the job runs only where one does (pilots describe VO, Site, CE, Queue, "
+            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM)"]
+
+
+def _sandbox_notes(raw: Raw) -> list[str]:
+    """A warning for the InputSandbox entries in grid storage (DIRAC downloads them)."""
+    lfns = [e for e in _strings(raw, "InputSandbox") if e[:4].upper() == "LFN:"]
+    if not lfns:
+        return []
+    return [f"InputSandbox lists {lfns[0]}{' and more LFN: entries' if len(lfns) > 1 else ''}"
+            ": gridpilot does not download files from grid storage for the job (the job "
+            "fetches them itself), but sends it only where they have a replica, as InputData"]
 
 
 def _processors(raw: Raw) -> tuple[int, int | None]:
@@ -238,82 +400,6 @@ class Expression:
     """A ClassAd expression given as the value of a field (gLite-style Requirements)."""
 
     text: str
-
-
-def _parameters(raw: Raw) -> list[str | int | float] | None:
-    if "Parameters" not in raw:
-        for name in ("ParameterStart", "ParameterStep", "ParameterFactor"):
-            if name in raw:
-                raise JobDescriptionError(
-                    f"{raw[name][0]} is only meaningful with Parameters (a list of values or a "
-                    "number of jobs)", raw[name][0])
-        return None
-    label, value = raw["Parameters"]
-    if isinstance(value, list):
-        if not value:
-            raise JobDescriptionError(f"{label} must not be an empty list", label)
-        if len(value) > MAX_PARAMETRIC_JOBS:
-            raise JobDescriptionError(
-                f"{label} lists {len(value)} values; at most {MAX_PARAMETRIC_JOBS} jobs can be "
-                "submitted at once", label)
-        for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, str | int | float):
-                raise JobDescriptionError(
-                    f"{label} item {i} must be a string or a number, got {_show(item)}", label)
-        return list(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise JobDescriptionError(
-            f"{label} must be a list of values or a positive number of jobs, got {_show(value)}",
-            label)
-    if value > MAX_PARAMETRIC_JOBS:
-        raise JobDescriptionError(
-            f"{label} asks for {value} jobs; at most {MAX_PARAMETRIC_JOBS} jobs can be "
-            "submitted at once", label)
-    start = _number(raw, "ParameterStart", 0)
-    step = _number(raw, "ParameterStep", 1)
-    factor = _number(raw, "ParameterFactor", 1)
-    values: list[str | int | float] = []
-    current = start
-    for i in range(value):
-        if abs(current) > MAX_PARAMETER:
-            label = raw.get("ParameterFactor", raw.get("ParameterStep", (label, None)))[0]
-            raise JobDescriptionError(
-                f"{label} makes parameter {i} exceed {MAX_PARAMETER:.0e}; use smaller "
-                "values or fewer jobs", label)
-        values.append(_tidy(current))
-        # from the start each time when the factor is 1: no rounding errors pile up
-        current = start + (i + 1) * step if factor == 1 else current * factor + step
-    return values
-
-
-def _tidy(value: int | float) -> int | float:
-    """A float parameter without the last-digit noise of binary arithmetic (0.1 * 3)."""
-    return float(f"{value:.12g}") if isinstance(value, float) else value
-
-
-def _substitute(raw: Raw, parameter: str, index: int) -> Raw:
-    out = dict(raw)
-    for name in _TEMPLATED:
-        if name in raw:
-            label, value = raw[name]
-            out[name] = (label, _replace_in(value, parameter, index))
-    return out
-
-
-def _replace_in(value: Any, parameter: str, index: int) -> Any:
-    if isinstance(value, str):
-        return value.replace("%s", parameter).replace("%n", str(index))
-    if isinstance(value, list):
-        return [_replace_in(v, parameter, index) for v in value]
-    if isinstance(value, dict):
-        return {k: _replace_in(v, parameter, index) for k, v in value.items()}
-    return value
-
-
-def _format_number(value: int | float) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _string(raw: Raw, name: str, *, required: bool = False) -> str | None:
@@ -491,28 +577,7 @@ def _as_integer(value: Any) -> int | None:
     return None
 
 
-def _number(raw: Raw, name: str, default: int | float) -> int | float:
-    if name not in raw:
-        return default
-    label, value = raw[name]
-    if isinstance(value, bool) or not isinstance(value, int | float) or (
-            isinstance(value, float) and not math.isfinite(value)):
-        raise JobDescriptionError(f"{label} must be a number, got {_show(value)}", label)
-    return value
-
-
-def _show(value: Any) -> str:
-    """A value as the user would recognise it in an error message (short)."""
-    if isinstance(value, Expression):
-        text = value.text
-    elif isinstance(value, str):
-        text = '"' + value.replace('"', '\\"') + '"'
-    elif isinstance(value, bool):
-        text = "true" if value else "false"
-    elif value is None:
-        text = "nothing"
-    elif isinstance(value, Sequence | Mapping) and not isinstance(value, str):
-        text = repr(value)
-    else:
-        text = str(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+def _format_number(value: int | float) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)

@@ -4,7 +4,7 @@ The ClassAd library is lenient and fragile with untrusted text: it drops text af
 ``]``, keeps the last of two attributes with the same name, reads integers beyond 2**63-1 as 0,
 gives one message without a position for every syntax error, and can crash on self-referring or
 huge expressions. So before the library sees a JDL, gridpilot checks it itself on a copy whose
-strings and comments are blanked out (:func:`_code_only`): size, encoding, one outer ``[ ]``
+strings and comments are blanked out (optimizers.jdltext): size, encoding, one outer ``[ ]``
 with nothing after it, each attribute named once, integers in range. Evaluation is depth-limited
 and every library exception becomes a :class:`JobDescriptionError` naming the field.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
 from typing import Any
 
 from optimizers.description import (
@@ -27,6 +26,7 @@ from optimizers.description import (
     canonical_name,
 )
 from optimizers.expressions import ExpressionError, attributes_read
+from optimizers.jdltext import NAME, code_only, depths, dirac_forms, segments, without_comments
 
 # The bindings read an HTCondor configuration at import; gridpilot needs none.
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
@@ -35,29 +35,30 @@ import classad2
 #: Deepest nesting of sections and lists accepted (a self-reference would be endless).
 MAX_DEPTH = 16
 _MAX_INT = 2**63 - 1
-_NAME = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.]*)\s*=")
 _BIG_INT = re.compile(r"(?<![\w.])\d{19,}(?![\w.])")
 
 
 def parse_jdl(text: str) -> list[JobDescription]:
     """The jobs a JDL describes: one, or one per parameter of a parametric JDL."""
-    ad = read_classad(text)
+    ad, renamed = read_classad(text)
     raw: Raw = {}
     extra: dict[str, JSONValue] = {}
     for key in ad:
-        name = canonical_name(key)
+        label = renamed.get(key, key)
+        name = canonical_name(label)
         if name is None:
-            extra[key] = _plain(ad, key)
+            extra[label] = _plain(ad, key, label)
             continue
         if name in raw:
             raise JobDescriptionError(
-                f"{key} and {raw[name][0]} name the same field; give it once", key)
-        raw[name] = (key, _field_value(ad, key, name))
+                f"{label} and {raw[name][0]} name the same field; give it once", label)
+        raw[name] = (label, _field_value(ad, key, name, label))
     return build_descriptions(raw, extra)
 
 
-def read_classad(text: str) -> classad2.ClassAd:
-    """Parse untrusted ClassAd text into a ClassAd, or raise a JobDescriptionError."""
+def read_classad(text: str) -> tuple[classad2.ClassAd, dict[str, str]]:
+    """Parse untrusted JDL text into a ClassAd, or raise a JobDescriptionError; with the
+    original of each dotted name the ad holds under another name (optimizers.jdltext)."""
     if not isinstance(text, str):
         raise JobDescriptionError(f"a JDL must be text, got {type(text).__name__}")
     try:
@@ -72,69 +73,34 @@ def read_classad(text: str) -> classad2.ClassAd:
             f"the JDL is {size} bytes long; at most {MAX_DESCRIPTION_BYTES} are accepted")
     if "\x00" in text:
         raise JobDescriptionError("the JDL contains a NUL character")
-    code = _code_only(text)
+    code = code_only(text)
     if not code.strip():
         raise JobDescriptionError("the JDL is empty" + (" (it holds only comments)"
                                                         if text.strip() else ""))
-    ad_text, ad_code = _outer_ad(text, code)
+    hint = " (a ']' inside a // comment does not count)" if "//" in text else ""
+    ad_text, ad_code = _outer_ad(without_comments(text), code, hint)
     _check_attributes(ad_text, ad_code)
+    ad_text, renamed = dirac_forms(ad_text, ad_code)
     try:
         value = classad2.ExprTree(ad_text).eval()
     except classad2.ClassAdException:
         value = None
     if not isinstance(value, classad2.ClassAd):
         raise JobDescriptionError(_syntax_error(ad_text))
-    return value
+    return value, renamed
 
 
-_BLANKED = re.compile(r'"(?:\\.|[^"\\])*(?:"|$)|//[^\n]*|/\*.*?(?:\*/|$)', re.DOTALL)
-
-
-def _code_only(text: str) -> str:
-    """``text`` with the contents of strings and comments blanked (same length, newlines
-    kept), so that brackets, semicolons, names and numbers can be found by position."""
-    def blank(m: re.Match[str]) -> str:
-        found = m.group()
-        if "\n" not in found:
-            if found.startswith('"'):
-                closed = len(found) > 1 and found.endswith('"') and not found.endswith('\\"')
-                return '"' + " " * (len(found) - 1 - closed) + ('"' if closed else "")
-            return " " * len(found)
-        if found.startswith('"'):
-            inside = re.sub(r"[^\n]", " ", found[1:-1] if len(found) > 1 and found.endswith('"')
-                            and not found.endswith('\\"') else found[1:])
-            return '"' + inside + ('"' if len(inside) + 1 < len(found) else "")
-        return re.sub(r"[^\n]", " ", found)
-    return _BLANKED.sub(blank, text)
-
-
-_STRUCTURE = re.compile(r"[\[\]{}();]")
-
-
-def _depths(code: str) -> Iterator[tuple[int, str, int]]:
-    """Each bracket, brace, parenthesis and semicolon of blanked code, with the nesting depth
-    after it (a regex finds them: a Python loop over every character is several times slower)."""
-    depth = 0
-    for m in _STRUCTURE.finditer(code):
-        c = m.group()
-        if c in "[{(":
-            depth += 1
-        elif c in "]})":
-            depth -= 1
-        yield m.start(), c, depth
-
-
-def _outer_ad(text: str, code: str) -> tuple[str, str]:
+def _outer_ad(text: str, code: str, hint: str) -> tuple[str, str]:
     """The text of the one ClassAd, and its blanked form: ``[ … ]`` as given (nothing may
     follow it), or the bare attribute list wrapped in brackets."""
     start = len(code) - len(code.lstrip())
     if not code.startswith("[", start):
-        stray = next((i for i, _c, depth in _depths(code) if depth < 0), None)
+        stray = next((i for i, _c, depth in depths(code) if depth < 0), None)
         if stray is not None:
             raise JobDescriptionError(
                 f"the JDL has an unmatched '{code[stray]}' at line {_line(text, stray)}")
         return f"[{text}\n]", f"[{code}\n]"
-    for i, c, depth in _depths(code):
+    for i, c, depth in depths(code):
         if depth == 0 and c in "]})":
             rest = code[i + 1:]
             if rest.strip():
@@ -145,7 +111,6 @@ def _outer_ad(text: str, code: str) -> tuple[str, str]:
                     f"\"{shown}\" (every attribute belongs inside the [ ])")
             return text[start:i + 1], code[start:i + 1]
     located = _locate_error(text, start + 1, len(text))
-    hint = " (a ']' inside a // comment does not count)" if "//" in text else ""
     raise JobDescriptionError(
         located or f"the JDL is not valid ClassAd syntax: the opening '[' is never closed{hint}")
 
@@ -154,25 +119,13 @@ def _line(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
-def _segments(code: str) -> list[tuple[int, int]]:
-    """Spans of the top-level attributes of an ad's inside (split at ';' at depth 0)."""
-    spans: list[tuple[int, int]] = []
-    start = 0
-    for i, c, depth in _depths(code):
-        if c == ";" and depth == 0:
-            spans.append((start, i))
-            start = i + 1
-    spans.append((start, len(code)))
-    return [(a, b) for a, b in spans if code[a:b].strip()]
-
-
 def _check_attributes(ad_text: str, code: str) -> None:
     """Each top-level attribute once (names are case-insensitive), integers in range."""
     offset = 1
     inner = code[offset:-1]
     seen: dict[str, str] = {}
-    for a, b in _segments(inner):
-        m = _NAME.match(inner[a:b])
+    for a, b in segments(inner):
+        m = NAME.match(inner[a:b])
         if m is None:
             continue  # the syntax check reports it
         name = m.group(1)
@@ -198,9 +151,9 @@ def _syntax_error(ad_text: str) -> str:
 def _locate_error(text: str, begin: int, end: int) -> str | None:
     """The first top-level attribute of ``text[begin:end]`` that does not parse on its own,
     with its line, or None."""
-    code = _code_only(text)[begin:end]
+    code = code_only(text)[begin:end]
     inner = text[begin:end]
-    for a, b in _segments(code):
+    for a, b in segments(code):
         try:
             classad2.ExprTree(f"[{inner[a:b]}\n]").eval()
         except classad2.ClassAdException:
@@ -222,28 +175,28 @@ def _evaluate(ad: classad2.ClassAd, key: str, label: str) -> Any:
             label) from exc
 
 
-def _field_value(ad: classad2.ClassAd, key: str, name: str) -> Any:
+def _field_value(ad: classad2.ClassAd, key: str, name: str, label: str) -> Any:
     if name == "Requirements":
-        value = _evaluate(ad, key, key)
+        value = _evaluate(ad, key, label)
         if isinstance(value, bool) and _reads_resource(str(ad.lookup(key))):
             # Evaluated here with no resource, other.Name is undefined: "other.A == 1 ||
             # other.B is undefined" comes out true and "... && other.B isnt undefined"
             # false. What reads the resource is decided at match time, not now.
             return Expression(str(ad.lookup(key)))
         if isinstance(value, classad2.ClassAd):
-            return {k: _data(value, k, f"{key}.{k}", 1) for k in value}
+            return {k: _data(value, k, f"{label}.{k}", 1) for k in value}
         if value is True:
             return {}  # "Requirements = true": no requirement at all
         if value is False:
             raise JobDescriptionError(
-                f"{key} = false: no resource could ever run this job", key)
+                f"{label} = false: no resource could ever run this job", label)
         if isinstance(value, classad2.Value):
             return Expression(str(ad.lookup(key)))  # refers to the resource: other.*
         raise JobDescriptionError(
-            f"{key} must be a section of requirements ([ Name = value; ... ]) or a ClassAd "
+            f"{label} must be a section of requirements ([ Name = value; ... ]) or a ClassAd "
             f"expression such as other.MaxRAM >= 2000 (not in quotes), got {ad.lookup(key)}",
-            key)
-    return _data(ad, key, key, 0)
+            label)
+    return _data(ad, key, label, 0)
 
 
 def _reads_resource(expression: str) -> bool:
@@ -298,12 +251,12 @@ def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int) -> Any
     return str(value)
 
 
-def _plain(ad: classad2.ClassAd, key: str) -> JSONValue:
+def _plain(ad: classad2.ClassAd, key: str, label: str) -> JSONValue:
     """An unknown field for the payload: its value, or its expression's one-line text."""
     try:
         value = ad.eval(key)
         if not isinstance(value, classad2.Value):
-            converted: JSONValue = _convert(value, key, ad, 0)
+            converted: JSONValue = _convert(value, label, ad, 0)
             return converted
     except (classad2.ClassAdException, JobDescriptionError):
         pass

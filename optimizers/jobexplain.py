@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from optimizers.chain import stored_description
 from optimizers.classads import expression_check, why_not
+from optimizers.datalocation import DatabaseCatalogue, ReplicaCatalogue, explain_site
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, explain_requirements
@@ -32,8 +33,10 @@ class Explanation:
 
 
 def explain_job(session: Session, settings: Settings, resources: ResourcesConfig, job: Job, *,
-                queue: str | None = None, resource: Resource | None = None) -> Explanation:
-    """Each rule for ``job`` against ``queue`` ("SITE/CE/QUEUE") or ``resource``."""
+                queue: str | None = None, resource: Resource | None = None,
+                catalogue: ReplicaCatalogue | None = None) -> Explanation:
+    """Each rule for ``job`` against ``queue`` ("SITE/CE/QUEUE") or ``resource``; a job with
+    input files adds the data rule (does the site reach a replica of each?)."""
     if (queue is None) == (resource is None):
         raise InvalidInputError("explain needs either a queue (SITE/CE/QUEUE) or a resource")
     definition, desc = _definition_of(session, job, settings)
@@ -51,7 +54,22 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
                for r in explain_match(definition, resource, expression_check(resource))]
     if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
         results = [r for r in results if r.rule != "SubmitPool"]
-    return Explanation(results + rfc7)
+    data = (_data_rule(session, resources, job.vo, desc, resource, catalogue
+                       or DatabaseCatalogue()) if desc.input_data else [])
+    return Explanation(results + rfc7 + data)
+
+
+def _data_rule(session: Session, resources: ResourcesConfig, vo: str, desc: JobDescription,
+               resource: Resource, catalogue: ReplicaCatalogue) -> list[RuleResult]:
+    """The data rule: a site of the resource reaches a replica of every input file."""
+    replicas = catalogue.locate(session, vo, list(desc.input_data))
+    if not resource.site:
+        return [RuleResult("InputData", False, "InputData: the resource names no site, and the "
+                           f"job runs only where its {len(desc.input_data)} input file(s) are")]
+    verdicts = [explain_site(resources, vo, site, desc.input_data, replicas)
+                for site in sorted(resource.site)]
+    held = [detail for holds, detail in verdicts if holds]
+    return [RuleResult("InputData", bool(held), held[0] if held else verdicts[0][1])]
 
 
 def _named(result: RuleResult, expression: str | None, resource: Resource) -> RuleResult:

@@ -55,5 +55,10 @@ class DatabaseUnavailableError(GridpilotError):
     reached; nothing was committed, and the same work may succeed a little later."""
 
 
+class CatalogueUnavailableError(DatabaseUnavailableError):
+    """The replica catalogue (a Rucio server) did not answer or refused gridpilot's call;
+    nothing was committed, and the same work may succeed a little later."""
+
+
 class ForbiddenError(GridpilotError):
     """The caller may not act on this object (a pilot reporting on a job it was not given)."""

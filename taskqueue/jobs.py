@@ -141,6 +141,16 @@ def add_jobs(session: Session, jobs: Sequence[NewJob], *, now: datetime,
     return ids
 
 
+def name_jobs(session: Session, names: Sequence[tuple[int, str]]) -> None:
+    """Give stored jobs their names: ``(job id, name)`` (a name that holds the job's id is
+    known only once the job is stored: DIRAC's ``%j``)."""
+    if names:
+        table = jobs_table
+        session.execute(update(table).where(table.c.id == bindparam("jid"))
+                        .values(job_name=bindparam("name")),
+                        [{"jid": job_id, "name": name} for job_id, name in names])
+
+
 def _histories(count: int, outcomes: Sequence[Sequence[Passage]] | None, source: str
                ) -> list[tuple[int, str, str, str]]:
     """The history rows of ``count`` new jobs as (job's place, status, minor status, source),

@@ -511,3 +511,23 @@ class JobSandbox(Base):
     kind: Mapped[str] = mapped_column(String(8), primary_key=True)
 
     __table_args__ = (Index(None, "sandbox_id", "job_id"),)
+
+
+class FileReplica(Base):
+    """gridpilot's replica catalogue: a file of a VO (its LFN) has a replica at a storage
+    element. Jobs with InputData run only at sites that reach a replica of each of their
+    files (conf/resources.toml maps storage elements to sites)."""
+
+    __tablename__ = "file_replicas"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    #: sha256 (hex) of the LFN: a key of fixed width whatever the LFN's length.
+    lfn_key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    se: Mapped[str] = mapped_column(String(64), primary_key=True)
+    lfn: Mapped[str] = mapped_column(String(1024))
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+    __table_args__ = (Index(None, "vo", "se"),)
+
+
+file_replicas_table = cast(Table, FileReplica.__table__)

@@ -405,6 +405,46 @@ class SandboxSettings:
 
 
 @dataclass(frozen=True)
+class CatalogueSettings:
+    """Where the optimizer chain looks up the replicas of jobs' input files
+    (optimizers.datalocation)."""
+
+    #: "database": gridpilot's own catalogue (``gridpilot replicas``); "rucio": a Rucio server.
+    backend: str = "database"
+    #: The Rucio server and its authentication server (empty: the same).
+    rucio_url: str = ""
+    rucio_auth_url: str = ""
+    #: The Rucio account gridpilot acts as, and the user name and password it signs in with
+    #: (the password from a file: GRIDPILOT_CATALOGUE_RUCIO_PASSWORD_FILE).
+    rucio_account: str = ""
+    rucio_username: str = ""
+    rucio_password_file: str = ""
+    #: Seconds a call to Rucio may take.
+    rucio_timeout: int = 30
+
+    def __post_init__(self) -> None:
+        if self.backend not in ("database", "rucio"):
+            raise ConfigurationError(
+                f"catalogue.backend must be database or rucio, got {self.backend!r}")
+        if self.backend == "rucio":
+            for name in ("rucio_url", "rucio_account", "rucio_username", "rucio_password_file"):
+                if not getattr(self, name):
+                    raise ConfigurationError(f"catalogue.{name} must be set for the rucio "
+                                             "backend")
+        if self.rucio_timeout < 1:
+            raise ConfigurationError(
+                f"catalogue.rucio_timeout must be at least 1, got {self.rucio_timeout}")
+
+    def rucio_password(self) -> str:
+        """The password, read from ``rucio_password_file`` (first line)."""
+        try:
+            return Path(self.rucio_password_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigurationError(f"catalogue.rucio_password_file "
+                                     f"{self.rucio_password_file} cannot be read: {exc}") from exc
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -415,6 +455,7 @@ class Settings:
     agents: AgentSettings = field(default_factory=AgentSettings)
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
+    catalogue: CatalogueSettings = field(default_factory=CatalogueSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups
@@ -456,7 +497,7 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
 #: file's folder (from the current directory when it comes from the environment or the
 #: defaults).
 PATH_SETTINGS = (("resources", "file"), ("auth", "secret_file"), ("matcher", "metrics_dir"),
-                 ("agents", "pilot_workdir"))
+                 ("agents", "pilot_workdir"), ("catalogue", "rucio_password_file"))
 SQLITE_PREFIX = "sqlite:///"
 
 

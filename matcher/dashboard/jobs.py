@@ -65,7 +65,7 @@ def job(p: Page, job_id: int) -> Response:
         explanation = None
         if queue:
             explanation = explain_job(session, p.runtime.settings, resources, found,
-                                      queue=queue)
+                                      queue=queue, catalogue=p.runtime.catalogue())
         tq_id = task_queue_of(session, job_id)
         return {"job": found, "history": job_history(session, job_id),
                 "explanation": explanation, "tq_id": tq_id}

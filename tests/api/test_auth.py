@@ -123,6 +123,12 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("GET", "/api/v1/sandboxes/<sandbox_id>"):
         lambda w: Req(f"/api/v1/sandboxes/{SANDBOX_ID}", query={"pilot_reference": PILOT_REF}),
     ("GET", "/api/v1/sandboxes/usage"): lambda w: Req("/api/v1/sandboxes/usage"),
+    ("GET", "/api/v1/replicas"): lambda w: Req("/api/v1/replicas", query={"se": "CERN-DST"}),
+    ("POST", "/api/v1/replicas"):
+        lambda w: Req("/api/v1/replicas", json_body={"replicas": [
+            {"lfn": "/lhcb/auth/f1", "se": "CERN-DST"}]}),
+    ("POST", "/api/v1/replicas/remove"):
+        lambda w: Req("/api/v1/replicas/remove", json_body={"lfns": ["/lhcb/auth/f1"]}),
     ("GET", "/healthz"): lambda w: Req("/healthz"),
     ("GET", "/api/v1/whoami"): lambda w: Req("/api/v1/whoami"),
     ("GET", "/metrics"): lambda w: Req("/metrics"),

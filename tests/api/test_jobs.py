@@ -44,12 +44,12 @@ def test_unknown_attributes_are_warnings_naming_the_closest_known(client: Api,
     assert clean["warnings"] == []
     answer = client.ok("POST", "/api/v1/jobs", user_token, status=201,
                        text='[ Executable = "/bin/true"; NumberOfProcesors = 4; '
-                            'Parameters = 3; LogLevel = "debug"; ]')
+                            'Parameters = 3; DebugLevel = "high"; ]')
     assert len(answer["job_ids"]) == 3
     assert len(answer["warnings"]) == 2  # once per attribute, not per job
     typo = next(w for w in answer["warnings"] if "NumberOfProcesors" in w)
     assert "did you mean NumberOfProcessors?" in typo
-    other = next(w for w in answer["warnings"] if "LogLevel" in w)
+    other = next(w for w in answer["warnings"] if "DebugLevel" in w)
     assert "did you mean" not in other and "kept and passed to the job" in other
     # The misspelt attribute asked for no processors; the jobs were stored all the same.
     assert client.job(user_token, answer["job_ids"][0])["processors"] == 1

@@ -138,6 +138,9 @@ def _match_one(client: Api, token: str) -> dict[str, Any]:
 def test_parametric_jobs_share_the_sandbox_and_the_pilot_reads_it(
         client: Api, user_token: str, pilot_token: str, token: TokenMaker) -> None:
     upload(client, user_token)
+    # The LFN: entry is input data (as in DIRAC): its replica at CERN lets the jobs run there.
+    client.ok("POST", "/api/v1/replicas", token("olga", "operator", group="lhcb_admin"),
+              json_body={"replicas": [{"lfn": "/lhcb/x", "se": "CERN-DST"}]})
     jdl = (f'[Executable = "/bin/cat"; Arguments = "data.txt %s"; Parameters = 3; '
            f'ParameterStart = 0; ParameterStep = 1; InputSandbox = {{"{SID}", "LFN:/lhcb/x"}};]')
     ids = client.submit_jdl(user_token, jdl)

@@ -56,3 +56,30 @@ def _keys_to_jobs(engine: Engine) -> set[str]:
     found = inspect(engine)
     return {table for table in ("job_status_history", "task_queue_jobs")
             for fk in found.get_foreign_keys(table) if fk["referred_table"] == "jobs"}
+
+
+def test_revision_0020_goes_down_and_up_again(database: Database, tmp_path: Path) -> None:
+    """0020 adds the replica catalogue; going back to 0016 drops it, and up again restores
+    it empty, on a database of its own."""
+    urls = (iter([f"sqlite:///{tmp_path / 'gridpilot.db'}"]) if database.backend == "sqlite"
+            else _server_database(database.backend))
+    engine = make_engine(next(urls))
+    try:
+        schema.upgrade(engine)
+        assert "file_replicas" in inspect(engine).get_table_names()
+        config = schema.alembic_config(engine)
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0016")
+        engine.dispose()
+        assert "file_replicas" not in inspect(engine).get_table_names()
+        assert schema.current_revision(engine) == "0016"
+        schema.upgrade(engine)
+        engine.dispose()
+        found = inspect(engine)
+        assert "file_replicas" in found.get_table_names()
+        assert [ix["column_names"] for ix in found.get_indexes("file_replicas")] == [
+            ["vo", "se"]]
+    finally:
+        engine.dispose()
+        next(urls, None)  # drops a server's database

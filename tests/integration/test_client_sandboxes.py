@@ -35,6 +35,12 @@ def test_submit_uploads_the_local_files_once_for_a_parametric_job(
     (tmp_path / "data.txt").write_text("input data\n")
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "a.conf").write_text("x=1\n")
+    # The LFN: entry is input data (as in DIRAC): the job waits only where it has a replica.
+    registered = requests.post(
+        f"{server.url}/api/v1/replicas", timeout=30,
+        json={"replicas": [{"lfn": "/lhcb/f.dst", "se": "CERN-DST"}]},
+        headers={"Authorization": "Bearer " + server.token("olga", "operator")})
+    assert registered.status_code == 200, registered.text
     jdl = write(tmp_path, "job.jdl", '[ Executable = "/bin/cat"; Arguments = "data.txt"; '
                                      'InputSandbox = {"data.txt", "cfg", "LFN:/lhcb/f.dst"}; '
                                      'Parameters = 2; JobGroup = "t-sandbox"; ]')

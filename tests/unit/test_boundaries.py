@@ -16,8 +16,9 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 ALLOWED: dict[str, set[str]] = {
     # boto3 only in the S3 sandbox store, imported when that backend is chosen.
     "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore"},
-    # orjson: each job of a JSON bulk is written back as its own compact text.
-    "optimizers": {"optimizers", "taskqueue", "classad2", "orjson"},
+    # orjson: each job of a JSON bulk is written back as its own compact text; rucio: the
+    # Rucio replica catalogue, imported only when chosen.
+    "optimizers": {"optimizers", "taskqueue", "classad2", "orjson", "rucio"},
     "matcher": {"matcher", "taskqueue", "optimizers", "pilot", "flask", "werkzeug", "jwt",
                 "prometheus_client", "orjson"},
     "pilot": {"pilot", "requests"},

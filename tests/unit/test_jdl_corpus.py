@@ -304,3 +304,11 @@ def test_regression_float_parameter_steps_accumulate_rounding_errors() -> None:
 def test_regression_list_items_are_not_evaluated() -> None:
     jobs = parse_jdl('Executable = "run.sh"; Arguments = "%s"; Parameters = {2 * 3, 4};')
     assert [j.parameter for j in jobs] == ["6", "4"]
+
+
+def test_regression_deep_bare_word_lists_overflow_the_stack() -> None:
+    # Lists in lists far deeper than a description needs: read or refused, never a
+    # RecursionError (the bare words below the 16th level are left to ClassAd).
+    with contextlib.suppress(JobDescriptionError):
+        parse_jdl('Executable = "x"; A = ' + "{" * 20 + "a" + "}" * 20 + ";")
+    refusal('Executable = "x"; A = ' + "{" * 5000 + "a" + "}" * 5000 + ";")

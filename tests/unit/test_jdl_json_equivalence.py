@@ -85,7 +85,8 @@ def test_processors_are_processes_times_cores() -> None:
 def test_a_list_of_jobs_concatenates_them() -> None:
     jobs = parse_json_text('[{"executable": "a"}, {"executable": "b", "attributes": '
                            '{"custom_attributes": {"Parameters": 2}}}]')
-    assert [(j.executable, j.parameter) for j in jobs] == [("a", None), ("b", "0"), ("b", "1")]
+    # DIRAC's sequence: ParameterStart 1 and ParameterStep 0 unless given (parametric.py).
+    assert [(j.executable, j.parameter) for j in jobs] == [("a", None), ("b", "1"), ("b", "1")]
 
 
 def test_oversize_json() -> None:

@@ -105,3 +105,22 @@ def test_matcher_threads_reach_gunicorn_and_must_be_positive(tmp_path: Path) -> 
     assert gunicorn_options(Settings())["threads"] == 4
     with pytest.raises(ConfigurationError, match=r"matcher\.threads must be at least 1"):
         load_settings(None, {"GRIDPILOT_MATCHER_THREADS": "0"})
+
+
+def test_the_replica_catalogue_settings(tmp_path: Path) -> None:
+    assert load_settings(None, {}).catalogue.backend == "database"
+    with pytest.raises(ConfigurationError, match=r"catalogue\.backend must be database or rucio"):
+        load_settings(None, {"GRIDPILOT_CATALOGUE_BACKEND": "lfc"})
+    with pytest.raises(ConfigurationError, match=r"catalogue\.rucio_url must be set"):
+        load_settings(None, {"GRIDPILOT_CATALOGUE_BACKEND": "rucio"})
+    f = tmp_path / "g.toml"
+    f.write_text('[catalogue]\nbackend = "rucio"\nrucio_url = "https://rucio.example.org"\n'
+                 'rucio_account = "gridpilot"\nrucio_username = "gp"\n'
+                 'rucio_password_file = "secrets/rucio"\n')
+    s = load_settings(f, {})
+    assert s.catalogue.rucio_password_file == str(tmp_path / "secrets" / "rucio")
+    with pytest.raises(ConfigurationError, match=r"rucio_password_file .* cannot be read"):
+        s.catalogue.rucio_password()
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "rucio").write_text("s3cret\n")
+    assert s.catalogue.rucio_password() == "s3cret"
