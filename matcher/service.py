@@ -71,5 +71,6 @@ def metrics(call: Call) -> Response:
 
 @bp.get("/api/v1/openapi.json")
 def openapi() -> Response:
-    """The OpenAPI 3 document (public: it holds no data, and clients read it to start)."""
-    return jsonify(document(current_app))
+    """The OpenAPI 3 document (public: it holds no data, and clients read it to start). Its
+    server is the URL the client used (behind trusted proxies, the public one)."""
+    return jsonify(document(current_app, request.url_root.rstrip("/") or "/"))
