@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from _typeshed.wsgi import StartResponse, WSGIApplication, WSGIEnvironment
+from collections.abc import Callable, Iterable
+from typing import Any
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+StartResponse = Callable[..., Any]
+WSGIApplication = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
 
 #: A host as a client may name it: a DNS name, an IPv4 address or a bracketed IPv6 one, with
 #: an optional port.
@@ -62,7 +61,7 @@ class TrustedProxies:
         self.app = app
         self.trusted = networks(trusted)
 
-    def __call__(self, environ: WSGIEnvironment, start_response: StartResponse
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse
                  ) -> Iterable[bytes]:
         if address_in(environ.get("REMOTE_ADDR"), self.trusted):
             self.apply(environ)
@@ -81,22 +80,28 @@ class TrustedProxies:
         proto = _last(environ.get("HTTP_X_FORWARDED_PROTO"))
         if proto is not None and proto.lower() in ("http", "https"):
             environ["wsgi.url_scheme"] = proto.lower()
+        default = {"https": "443", "http": "80"}.get(environ.get("wsgi.url_scheme", ""), "")
         host = _last(environ.get("HTTP_X_FORWARDED_HOST"))
         if host is not None and _HOST.fullmatch(host):
-            environ["HTTP_HOST"] = host
-            name, _, given = host.rpartition(":") if not host.endswith("]") else (host, "", "")
-            if name and given:
-                environ["SERVER_NAME"], environ["SERVER_PORT"] = name, given
-            else:
-                environ["SERVER_NAME"] = host
-                environ["SERVER_PORT"] = "443" if environ["wsgi.url_scheme"] == "https" else "80"
+            name, given = _split(host)
+            if given and not 0 < int(given) < 65536:
+                name, given = "", ""  # not a port: the header is ignored
+            if name:
+                environ["SERVER_NAME"], environ["SERVER_PORT"] = name, given or default
+                environ["HTTP_HOST"] = name if given in ("", default) else f"{name}:{given}"
         port = _last(environ.get("HTTP_X_FORWARDED_PORT"))
         if port is not None and port.isdigit() and 0 < int(port) < 65536:
+            name = _split(environ.get("HTTP_HOST") or environ.get("SERVER_NAME", ""))[0]
             environ["SERVER_PORT"] = port
-            name = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
-            bare = name if name.endswith("]") or ":" not in name else name.rpartition(":")[0]
-            default = {"https": "443", "http": "80"}.get(environ["wsgi.url_scheme"])
-            environ["HTTP_HOST"] = bare if port == default else f"{bare}:{port}"
+            environ["HTTP_HOST"] = name if port == default else f"{name}:{port}"
+
+
+def _split(host: str) -> tuple[str, str]:
+    """A host[:port] as its name and its port (empty when not given)."""
+    if host.endswith("]") or ":" not in host:
+        return host, ""
+    name, _, port = host.rpartition(":")
+    return name, port
 
 
 def _values(header: str | None) -> list[str]:

@@ -298,9 +298,11 @@ class Pilot(Base):
     reason: Mapped[str] = mapped_column(String(255), default="")
     updated_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
+    #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),
                       Index(None, "site", "ce", "queue", "status"),
-                      Index(None, "status", "executor"))
+                      Index(None, "status", "executor"),
+                      Index(None, "updated_at"))
 
 
 class DirectorQueue(Base):

@@ -68,6 +68,9 @@ def test_a_trusted_proxy_gives_the_public_url(proxied: FlaskClient) -> None:
         "https://gridpilot.example.org")
     assert _server(proxied, PROXY, {**PUBLIC, "X-Forwarded-Host": "gp.example.org:9443"}) == (
         "https://gp.example.org:9443")
+    # The scheme's own port is left out, as a browser's Origin leaves it out.
+    assert _server(proxied, PROXY, {**PUBLIC, "X-Forwarded-Host": "gp.example.org:443"}) == (
+        "https://gp.example.org")
     # The same headers from a peer that is not a trusted proxy are the client's own words.
     assert _server(proxied, CLIENT, PUBLIC) == "http://localhost"
     assert _server(proxied, "10.1.0.7", PUBLIC) == "http://localhost"
@@ -127,6 +130,8 @@ def test_the_client_address_is_the_last_one_no_trusted_proxy_wrote(
     {"X-Forwarded-Port": "0"},
     {"X-Forwarded-Port": "-1"},
     {"X-Forwarded-Port": "80 "},
+    {"X-Forwarded-Host": "evil.example.org:0"},
+    {"X-Forwarded-Host": "evil.example.org:123456"},
 ])
 def test_values_that_are_no_scheme_host_or_port_are_ignored(proxied: FlaskClient,
                                                            headers: dict[str, str]) -> None:

@@ -23,7 +23,8 @@ ALLOWED: dict[str, set[str]] = {
     "pilot": {"pilot", "requests"},
     # The user's side: the wire format is the only part of the pilot package it may use.
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
-    "agents": {"agents", "taskqueue", "optimizers", "psij"},
+    # prometheus_client: the agents' own metrics endpoint ([agents] metrics_bind).
+    "agents": {"agents", "taskqueue", "optimizers", "psij", "prometheus_client"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
     # The site simulator drives the pilot's own decision code; matplotlib draws its plots.
     "simulator": {"simulator", "pilot", "matplotlib"},
