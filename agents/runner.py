@@ -36,6 +36,7 @@ from agents.sandboxcleanup import clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, renew_run, start_run
+from taskqueue.errors import DatabaseUnavailableError
 from taskqueue.monitoring import FAILED_SUMMARY
 
 
@@ -143,9 +144,14 @@ class Agents:
     def _turn(self, loop: Loop, *, force: bool) -> str:
         ctx = self.ctx
         lease = ctx.settings.agents.turn_lease
-        if not ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
-                                       now=ctx.now(), interval=loop.interval, lease=lease,
-                                       force=force)):
+        try:
+            taken = ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
+                                            now=ctx.now(), interval=loop.interval,
+                                            lease=lease, force=force))
+        except DatabaseUnavailableError as exc:  # the process waits for it, it does not die
+            ctx.log.warning("agent loop %s not run: %s", loop.name, exc)
+            return f"not run: {exc}"
+        if not taken:
             return "not due, or running in another agent process"
         keeper = TurnKeeper(ctx, loop.name, self.holder, every=lease / 3)
         keeper.start()
@@ -158,8 +164,12 @@ class Agents:
         finally:
             keeper.stop()
         self.metrics.record(loop.name, failed=failed, seconds=time.monotonic() - started)
-        ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
-                                now=ctx.now(), summary=summary))
+        try:
+            ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
+                                    now=ctx.now(), summary=summary))
+        except DatabaseUnavailableError as exc:
+            # The turn stays this process's until its lease passes; it is taken again then.
+            ctx.log.warning("agent loop %s: its end could not be recorded: %s", loop.name, exc)
         ctx.log.info("%s: %s", loop.name, summary)
         return summary
 
