@@ -376,18 +376,39 @@ def test_failover_under_load(topology: Topology, failover_jobs: set[int]) -> Non
             holders = dict(session.execute(select(Job.id, Job.pilot_reference)
                                            .where(Job.vo == "failover")).all())
             assert all(holders[job_id] == reference for reference, job_id in ledger.confirmed)
+            # Matches whose answer was lost, taken back after the lease and matched again.
+            rematched = session.execute(select(func.count()).select_from(
+                select(JobStatusHistory.job_id).join(Job, Job.id == JobStatusHistory.job_id)
+                .where(Job.vo == "failover", JobStatusHistory.status == "Matched")
+                .group_by(JobStatusHistory.job_id).having(func.count() > 1).subquery())
+            ).scalar_one()
     finally:
         engine.dispose()
 
-    _write_figures(_figures(ledger, events, started, finished, load))
+    figures = _figures(ledger, events, started, finished, load)
+    figures["jobs_matched_again_after_a_lost_answer"] = rematched
+    _write_figures(figures)
 
 
 def _window(failures: list[Request], start: float, end: float) -> dict[str, Any]:
     inside = [r for r in failures if start <= r.at <= end]
+    details = Counter(f"{r.status} {_said(r.detail)}" for r in inside)
     return {"failed_requests": len(inside),
             "by_status": dict(Counter(str(r.status) for r in inside)),
+            "answers": dict(details.most_common(4)),
             "failing_for_s": round(max(r.at for r in inside) - min(r.at for r in inside), 2)
             if inside else 0.0}
+
+
+def _said(text: str) -> str:
+    """Who answered, from a problem document's detail."""
+    try:
+        detail = str(json.loads(text).get("detail", ""))
+    except ValueError:
+        return text[:60]
+    if "matcher instance" in detail or "the service did not answer" in detail:
+        return f"(proxy) {detail[:60]}"
+    return f"(matcher) {detail[:60]}"
 
 
 def _figures(ledger: Ledger, events: dict[str, float], started: float, finished: float,
