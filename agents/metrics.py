@@ -76,9 +76,11 @@ class AgentMetrics:
         yield from self._from_database()
 
     def _from_database(self) -> Iterator[Metric]:
-        if self._probe is None:
-            self._probe = HealthProbe(self.ctx.settings.database)
-        up = self._probe.check() is None
+        with self._lock:  # scrapes may come at once, each in its thread
+            if self._probe is None:
+                self._probe = HealthProbe(self.ctx.settings.database)
+            probe = self._probe
+        up = probe.check() is None
         if up:
             try:
                 now = self.ctx.now()
@@ -164,7 +166,7 @@ class MetricsServer:
             self.server = ThreadingHTTPServer((host, port), Handler)
         except OSError as exc:
             raise ConfigurationError(f"agents.metrics_bind {bind}: cannot listen there: "
-                                 f"{exc.strerror or exc}") from exc
+                                     f"{exc.strerror or exc}") from exc
         self.server.daemon_threads = True
         self._thread = threading.Thread(target=self.server.serve_forever, name="metrics",
                                         daemon=True)
