@@ -31,11 +31,14 @@ from agents.maintenance import (
     record_dashboard_activity,
     refresh_submit_pools,
 )
+from agents.metrics import AgentMetrics, MetricsServer
 from agents.pilotstatus import PilotFollower, follow_pilots
 from agents.sandboxcleanup import clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, renew_run, start_run
+from taskqueue.errors import DatabaseUnavailableError
+from taskqueue.monitoring import FAILED_SUMMARY
 
 
 @dataclass(frozen=True)
@@ -112,38 +115,61 @@ class Agents:
         self.loops = [Loop(name, interval, run) for name, (interval, run) in every.items()
                       if not names or name in names]
         self.stopping = False
+        self.metrics = AgentMetrics(ctx, {loop.name: loop.interval for loop in self.loops})
 
     def run_once(self) -> dict[str, str]:
         """Every loop once, whatever its interval (unless another process runs it now)."""
         return {loop.name: self._turn(loop, force=True) for loop in self.loops}
 
     def run_forever(self, sleep: Callable[[float], None] = time.sleep) -> None:
+        """Run the loops until SIGTERM or SIGINT, answering Prometheus meanwhile when
+        ``[agents] metrics_bind`` says where."""
         self._install_signal_handlers()
-        while not self.stopping:
-            for loop in self.loops:
-                if self.stopping:
-                    break
-                self._turn(loop, force=False)
-            sleep(1.0)
+        bind = self.ctx.settings.agents.metrics_bind
+        server = MetricsServer(self.metrics, bind) if bind else None
+        if server is not None:
+            server.start()
+        try:
+            while not self.stopping:
+                for loop in self.loops:
+                    if self.stopping:
+                        break
+                    self._turn(loop, force=False)
+                sleep(1.0)
+        finally:
+            if server is not None:
+                server.stop()
+            self.metrics.dispose()
 
     def _turn(self, loop: Loop, *, force: bool) -> str:
         ctx = self.ctx
         lease = ctx.settings.agents.turn_lease
-        if not ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
-                                       now=ctx.now(), interval=loop.interval, lease=lease,
-                                       force=force)):
+        try:
+            taken = ctx.transaction(partial(start_run, name=loop.name, holder=self.holder,
+                                            now=ctx.now(), interval=loop.interval,
+                                            lease=lease, force=force))
+        except DatabaseUnavailableError as exc:  # the process waits for it, it does not die
+            ctx.log.warning("agent loop %s not run: %s", loop.name, exc)
+            return f"not run: {exc}"
+        if not taken:
             return "not due, or running in another agent process"
         keeper = TurnKeeper(ctx, loop.name, self.holder, every=lease / 3)
         keeper.start()
+        started, failed = time.monotonic(), False
         try:
             summary = loop.run()
         except Exception as exc:  # one loop's failure must not stop the others
             ctx.log.exception("agent loop %s failed", loop.name)
-            summary = f"failed: {type(exc).__name__}: {exc}"
+            summary, failed = f"{FAILED_SUMMARY}{type(exc).__name__}: {exc}", True
         finally:
             keeper.stop()
-        ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
-                                now=ctx.now(), summary=summary))
+        self.metrics.record(loop.name, failed=failed, seconds=time.monotonic() - started)
+        try:
+            ctx.transaction(partial(finish_run, name=loop.name, holder=self.holder,
+                                    now=ctx.now(), summary=summary))
+        except DatabaseUnavailableError as exc:
+            # The turn stays this process's until its lease passes; it is taken again then.
+            ctx.log.warning("agent loop %s: its end could not be recorded: %s", loop.name, exc)
         ctx.log.info("%s: %s", loop.name, summary)
         return summary
 

@@ -410,7 +410,7 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
     """Run the matcher HTTP service under gunicorn."""
     from gridpilot.server import serve as run_server
 
-    schema.require_schema(settings.database.url)
+    schema.require_schema(settings.database)
     run_server(settings, bind=bind, workers=workers)
 
 
@@ -427,7 +427,7 @@ def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> No
     from agents.runner import Agents
 
     logging.getLogger("agents").setLevel(logging.INFO)
-    schema.require_schema(settings.database.url)
+    schema.require_schema(settings.database)
     needs_secret = not names or "director" in names
     ctx = AgentContext(settings, make_session_factory(engine_for(settings.database)),
                        secret=settings.auth.signing_secret() if needs_secret else "")

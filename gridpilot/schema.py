@@ -14,6 +14,7 @@ from sqlalchemy.exc import DBAPIError
 
 import migrations
 from taskqueue.errors import ConfigurationError
+from taskqueue.settings import DatabaseSettings
 
 UPGRADE_HINT = "run `gridpilot db upgrade` first"
 #: What each database says of a table that is not there.
@@ -44,14 +45,15 @@ def head_revision(engine: Engine) -> str | None:
     return ScriptDirectory.from_config(alembic_config(engine)).get_current_head()
 
 
-def require_schema(url: str) -> None:
+def require_schema(database: DatabaseSettings) -> None:
     """Refuse, with the command that fixes it, a database gridpilot's schema is not in (an
     SQLite file that does not exist yet is not created here)."""
+    url = database.url
     require_sqlite_file(url)
     shown = make_url(url).render_as_string(hide_password=True)
-    from taskqueue.database import make_engine
+    from taskqueue.database import engine_for
 
-    engine = make_engine(url)
+    engine = engine_for(database, pool_size=1)
     try:
         revision = current_revision(engine)
     finally:

@@ -58,6 +58,10 @@ def gunicorn_options(settings: Settings, *, bind: str | None = None,
         "max_requests": m.max_requests,
         # Spread restarts so that the workers are not all recycled at once.
         "max_requests_jitter": max(1, m.max_requests // 10),
+        # What proxies say about a request is believed from [matcher] trusted_proxies only
+        # (matcher.proxies), never from gunicorn's own default list (loopback).
+        "forwarded_allow_ips": "",
+        "secure_scheme_headers": {},
         "accesslog": None,
         "errorlog": "-",
         "loglevel": "warning",

@@ -22,6 +22,7 @@ from matcher import (
 )
 from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics, private_directory
+from matcher.proxies import TrustedProxies
 from matcher.runtime import EXTENSION, Runtime, runtime_of
 from taskqueue.settings import Settings
 
@@ -43,6 +44,9 @@ def create_app(settings: Settings) -> Flask:
     problems.install(app)
     app.before_request(_start_clock)
     app.after_request(_count)
+    if settings.matcher.trusted_proxies:
+        app.wsgi_app = TrustedProxies(  # type: ignore[method-assign]
+            app.wsgi_app, settings.matcher.trusted_proxies)
     return app
 
 

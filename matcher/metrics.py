@@ -38,6 +38,8 @@ HELP: dict[str, tuple[str, str]] = {
     "gridpilot_jobs_matched_total": ("counter", "Jobs handed to pilots"),
     "gridpilot_no_matches_total": ("counter", "Match requests that found no job, by reason"),
     "gridpilot_waiting_jobs": ("gauge", "Jobs waiting in each task queue"),
+    "gridpilot_database_up": ("gauge", "Whether the database answered the scrape's check "
+                                       "within a second (1) or not (0)"),
     "gridpilot_sandboxes": ("gauge", "Sandboxes stored, per VO"),
     "gridpilot_sandbox_bytes": ("gauge", "Bytes of sandboxes stored, per VO"),
 }

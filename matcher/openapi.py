@@ -25,7 +25,9 @@ def openapi_path(rule: str) -> str:
     return _RULE_PARAM.sub(r"{\2}", rule)
 
 
-def document(app: Flask) -> dict[str, Any]:
+def document(app: Flask, server: str = "/") -> dict[str, Any]:
+    """The OpenAPI document of ``app``'s operations, served at ``server`` (the service's URL
+    as its client sees it)."""
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         paths.setdefault(openapi_path(op.rule), {})[op.method.lower()] = _operation(op)
@@ -40,7 +42,7 @@ def document(app: Flask) -> dict[str, Any]:
         "info": {"title": "gridpilot matcher", "version": "1",
                  "description": "Jobs, pilots and task queues of a grid workload management "
                                 "system. Every error is application/problem+json."},
-        "servers": [{"url": "/"}],
+        "servers": [{"url": server}],
         "security": [{"bearer": []}],
         "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer",
                                                       "bearerFormat": "JWT"}},

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-import ipaddress
-
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from matcher import schemas
@@ -15,7 +12,9 @@ from matcher.problems import Problem
 from matcher.runtime import Runtime
 from matcher.sandboxes import sandbox_gauges
 from taskqueue.database import Session
+from taskqueue.errors import DatabaseUnavailableError
 from taskqueue.queues import waiting_counts
+from taskqueue.scrapes import scraper_admitted
 
 bp = Blueprint("service", __name__)
 
@@ -37,19 +36,8 @@ def healthz(call: Call) -> dict[str, str]:
 
 def _scraper_admitted(runtime: Runtime) -> bool:
     """A scrape from an allowed address, or bringing the metrics token, needs no operator."""
-    settings = runtime.settings.matcher
-    header = request.headers.get("Authorization", "")
-    if settings.metrics_token and header.startswith("Bearer ") and hmac.compare_digest(
-            header.removeprefix("Bearer ").strip().encode(), settings.metrics_token.encode()):
-        return True
-    if settings.metrics_allow and request.remote_addr:
-        try:
-            peer = ipaddress.ip_address(request.remote_addr)
-        except ValueError:
-            return False
-        return any(peer in ipaddress.ip_network(net, strict=False)
-                   for net in settings.metrics_allow)
-    return False
+    return scraper_admitted(runtime.settings.matcher, request.headers.get("Authorization", ""),
+                            request.remote_addr)
 
 
 @endpoint(bp, "GET", "/metrics", tag="service", roles=(OPERATOR,), admit=_scraper_admitted,
@@ -59,17 +47,30 @@ def _scraper_admitted(runtime: Runtime) -> bool:
                   "([matcher] metrics_token) or an address of [matcher] metrics_allow",
           responses={200: ("Prometheus text exposition format", None)})
 def metrics(call: Call) -> Response:
+    """The counts of this host's workers, and what the database holds. A database that does
+    not answer (within the health check's second) is said in ``gridpilot_database_up``, and
+    the rest is still answered, so that the scrape tells a dead database from a dead
+    service."""
     def work(session: Session) -> list[tuple[str, dict[str, str], float]]:
         rows = waiting_counts(session, largest=METRICS_QUEUES)
         return [("gridpilot_waiting_jobs",
                  {"tq_id": str(r.tq_id), "vo": r.vo, "owner_group": r.owner_group,
                   "job_type": r.job_type}, r.waiting) for r in rows] + sandbox_gauges(session)
 
-    text = call.runtime.metrics.render(call.runtime.transaction(work))
+    gauges: list[tuple[str, dict[str, str], float]] = []
+    up = call.runtime.health().check() is None
+    if up:
+        try:
+            gauges = call.runtime.transaction(work)
+        except DatabaseUnavailableError:
+            up = False
+    gauges.append(("gridpilot_database_up", {}, 1.0 if up else 0.0))
+    text = call.runtime.metrics.render(gauges)
     return Response(text, mimetype="text/plain", content_type="text/plain; version=0.0.4")
 
 
 @bp.get("/api/v1/openapi.json")
 def openapi() -> Response:
-    """The OpenAPI 3 document (public: it holds no data, and clients read it to start)."""
-    return jsonify(document(current_app))
+    """The OpenAPI 3 document (public: it holds no data, and clients read it to start). Its
+    server is the URL the client used (behind trusted proxies, the public one)."""
+    return jsonify(document(current_app, request.url_root.rstrip("/") or "/"))

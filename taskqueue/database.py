@@ -53,7 +53,7 @@ STATEMENT_TIMEOUT = DatabaseSettings.statement_timeout
 def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
                 connect_timeout: float = CONNECT_TIMEOUT, pool_timeout: float = POOL_TIMEOUT,
                 statement_timeout: float = STATEMENT_TIMEOUT, pooled: bool = True,
-                autocommit: bool = False) -> Engine:
+                autocommit: bool = False, transaction_pooler: bool = False) -> Engine:
     """An engine for ``url`` set up the way gridpilot's queries expect.
 
     A hung or unreachable server fails a transaction instead of holding it forever: a new
@@ -63,7 +63,9 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
     client also stops waiting for an answer a little after that. ``pooled`` false: a fresh
     connection each time (health checks). ``autocommit`` (servers only): each statement is its
     own transaction, and a connection goes back to the pool without a reset (the claim
-    function's calls, taskqueue.pilotmatch, leave nothing open)."""
+    function's calls, taskqueue.pilotmatch, leave nothing open). ``transaction_pooler``
+    (PostgreSQL behind PgBouncer in transaction mode): no statement prepared on the server
+    and no startup option, so no statement timeout from here (the server's own holds)."""
     try:
         parsed = make_url(url)
     except Exception:  # sqlalchemy raises ArgumentError with a terse message
@@ -81,6 +83,12 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         return engine
     if backend in ("postgresql", "mysql", "mariadb"):
         connect_args = _server_connect_args(backend, connect_timeout, statement_timeout)
+        if transaction_pooler and backend == "postgresql":
+            # A pooler in transaction mode runs each transaction on any of its server
+            # connections: a statement psycopg prepared on one is unknown on the next (and
+            # PgBouncer before 1.21 refuses startup options).
+            connect_args["prepare_threshold"] = None
+            connect_args.pop("options", None)
         pooling: dict[str, Any] = (
             {"pool_size": pool_size, "max_overflow": pool_size, "pool_recycle": 3600,
              "pool_timeout": pool_timeout} if pooled else {"poolclass": NullPool})
@@ -141,7 +149,7 @@ def engine_for(settings: DatabaseSettings, *, pool_size: int = 5,
     return make_engine(
         settings.url, echo=settings.echo, pool_size=pool_size,
         connect_timeout=settings.connect_timeout, pool_timeout=settings.pool_timeout,
-        autocommit=autocommit,
+        autocommit=autocommit, transaction_pooler=settings.transaction_pooler,
         statement_timeout=(settings.statement_timeout if statement_timeout is None
                            else statement_timeout))
 

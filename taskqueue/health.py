@@ -25,7 +25,7 @@ class HealthProbe:
         self.deadline = deadline
         self._engine: Engine = make_engine(
             settings.url, pooled=False, connect_timeout=min(settings.connect_timeout, 2) or 2,
-            statement_timeout=deadline)
+            statement_timeout=deadline, transaction_pooler=settings.transaction_pooler)
         self._lock = threading.Lock()
         self._pending: threading.Thread | None = None
         self._error: str | None = None

@@ -309,10 +309,12 @@ class Pilot(Base):
     #: turn).
     kill_requested_by: Mapped[str | None] = mapped_column(String(255), default=None)
 
+    #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),
                       Index(None, "site", "ce", "queue", "status"),
                       Index(None, "status", "executor"),
-                      Index(None, "log_state", "executor"))
+                      Index(None, "log_state", "executor"),
+                      Index(None, "updated_at"))
 
 
 class DirectorQueue(Base):

@@ -291,7 +291,8 @@ def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
     for attempt in range(1, _ATTEMPTS + 1):
         try:
             connection = engine.raw_connection()
-        except (OperationalError, PoolTimeoutError) as exc:
+        except (OperationalError, PoolTimeoutError, driver.OperationalError) as exc:
+            # A new connection's failure comes from the pool unwrapped: the driver's own.
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
         try:
             cursor = connection.cursor()

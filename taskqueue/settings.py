@@ -42,12 +42,23 @@ class DatabaseSettings:
     connect_timeout: float = 5.0
     pool_timeout: float = 10.0
     statement_timeout: float = 20.0
+    #: The URL names a pooler in transaction mode (PgBouncer's pool_mode = transaction), not
+    #: PostgreSQL itself: consecutive transactions of one connection may run on different
+    #: server connections, so no statement is prepared on the server and no startup option is
+    #: sent (the statement timeout is then the server's own: ALTER ROLE or ALTER DATABASE ...
+    #: SET statement_timeout).
+    transaction_pooler: bool = False
 
     def __post_init__(self) -> None:
         for name in ("connect_timeout", "pool_timeout", "statement_timeout"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"database.{name} must not be negative, got {getattr(self, name)}")
+        if self.transaction_pooler and not self.url.startswith("postgresql"):
+            raise ConfigurationError(
+                "database.transaction_pooler is for a PostgreSQL URL that names a pooler "
+                "such as PgBouncer (postgresql+psycopg://...), not for "
+                f"{self.url.split(':', 1)[0]}")
 
 
 @dataclass(frozen=True)
@@ -110,6 +121,16 @@ class SubmitSettings:
     optimizer_batch: int = 1000
 
 
+def check_network(item: str, where: str) -> None:
+    """Refuse ``item`` unless it is an IP address or network (``where`` names the setting)."""
+    try:
+        ipaddress.ip_network(item, strict=False)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{where}: {item!r} is not an address or network such as 127.0.0.1 or "
+            "10.1.0.0/16") from exc
+
+
 @dataclass(frozen=True)
 class MatcherSettings:
     """The HTTP service (``gridpilot serve``)."""
@@ -143,21 +164,23 @@ class MatcherSettings:
     metrics_dir: str = ""
     #: Who may scrape /metrics besides an operator token: a long-lived secret a scraper sends
     #: as its bearer token (at least 32 characters), and addresses or networks allowed without
-    #: a token (the peer address of the connection; e.g. ["127.0.0.1", "10.1.0.0/16"]).
+    #: a token (the client's address: the connection's peer, or the address a trusted proxy
+    #: forwards; e.g. ["127.0.0.1", "10.1.0.0/16"]).
     metrics_token: str = ""
     metrics_allow: tuple[str, ...] = ()
+    #: Proxies in front of the service whose X-Forwarded-For, -Proto, -Host and -Port headers
+    #: are believed (addresses or networks of the connection's peer): behind them the service
+    #: knows the client's address and the URL and scheme the client used. None by default:
+    #: the headers are ignored.
+    trusted_proxies: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metrics_token and len(self.metrics_token) < 32:
             raise ConfigurationError("matcher.metrics_token must be at least 32 characters "
                                      "long (or empty: no metrics token)")
-        for item in self.metrics_allow:
-            try:
-                ipaddress.ip_network(item, strict=False)
-            except ValueError as exc:
-                raise ConfigurationError(
-                    f"matcher.metrics_allow: {item!r} is not an address or network such as "
-                    "127.0.0.1 or 10.1.0.0/16") from exc
+        for name in ("metrics_allow", "trusted_proxies"):
+            for item in getattr(self, name):
+                check_network(item, f"matcher.{name}")
         for name in ("workers", "threads", "timeout", "max_body_bytes", "max_jobs_per_match",
                      "page_size", "max_page_size"):
             if getattr(self, name) < 1:
@@ -318,6 +341,9 @@ class AgentSettings:
     #: A pilot that said it ended is followed this long for its CE to confirm it (and give
     #: its output); then it is left alone without a log.
     pilot_log_patience: int = 86400
+    #: Where ``gridpilot agents`` answers Prometheus (host:port; empty: nowhere), for the
+    #: scrapers the matcher admits to its /metrics ([matcher] metrics_token, metrics_allow).
+    metrics_bind: str = ""
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -330,6 +356,20 @@ class AgentSettings:
         if self.turn_lease < 3:
             raise ConfigurationError(
                 f"agents.turn_lease must be at least 3 seconds, got {self.turn_lease}")
+        if self.metrics_bind:
+            host_and_port(self.metrics_bind, "agents.metrics_bind")
+
+
+def host_and_port(text: str, where: str) -> tuple[str, int]:
+    """``text`` as (host, port): "127.0.0.1:9110", "[::1]:9110", "agents.example.org:9110";
+    anything else is refused, naming ``where``."""
+    host, sep, port = text.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]") if host.startswith("[") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or any(
+            c.isspace() or c in "/@[]" for c in host):
+        raise ConfigurationError(f"{where} must be host:port, such as 127.0.0.1:9110, got "
+                                 f"{text!r}")
+    return host, int(port)
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import re
+import socket
+from dataclasses import replace
 
 from flask import Flask
 
 from matcher.api import OPERATIONS
+from matcher.app import create_app
 from matcher.openapi import openapi_path
+from matcher.runtime import runtime_of
+from taskqueue.settings import DatabaseSettings, Settings
 from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}
@@ -84,6 +89,31 @@ def test_metrics(client: Api, user_token: str, operator_token: str,
     counts = [v for _, v in buckets]
     assert counts == sorted(counts)  # cumulative
     assert value(rows, "gridpilot_http_request_duration_seconds_sum", **match) >= 0
+    assert value(rows, "gridpilot_database_up") == 1
+
+
+def test_metrics_say_when_the_database_does_not_answer(api_settings: Settings) -> None:
+    """A scrape while the database is unreachable still answers, with the workers' counts and
+    gridpilot_database_up 0: Prometheus tells a dead database from a dead service."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    settings = replace(api_settings, database=DatabaseSettings(
+        url=f"postgresql+psycopg://postgres@127.0.0.1:{closed}/gone", connect_timeout=1),
+                       matcher=replace(api_settings.matcher, metrics_token="t" * 40))
+    app = create_app(settings)
+    try:
+        http = app.test_client()
+        assert http.get("/healthz").status_code == 503
+        answer = http.get("/metrics", headers={"Authorization": "Bearer " + "t" * 40})
+        assert answer.status_code == 200
+        rows = samples(answer.get_data(as_text=True))
+        assert value(rows, "gridpilot_database_up") == 0
+        assert value(rows, "gridpilot_http_requests_total", endpoint="/healthz",
+                     status="503") == 1
+        assert not [n for n, _, _ in rows if n == "gridpilot_waiting_jobs"]
+    finally:
+        runtime_of(app).dispose()
 
 
 def test_metrics_count_requests_across_scrapes(client: Api, operator_token: str) -> None:

@@ -83,3 +83,34 @@ def test_revision_0020_goes_down_and_up_again(database: Database, tmp_path: Path
     finally:
         engine.dispose()
         next(urls, None)  # drops a server's database
+
+
+def test_revision_0023_goes_down_and_up_again(database: Database, tmp_path: Path) -> None:
+    """0023 indexes the pilots by updated_at; back at 0016 the index is gone, and an index
+    an operator made beforehand (CREATE INDEX CONCURRENTLY on a live database) is taken as
+    it is, on a database of its own."""
+    urls = (iter([f"sqlite:///{tmp_path / 'gridpilot.db'}"]) if database.backend == "sqlite"
+            else _server_database(database.backend))
+    engine = make_engine(next(urls))
+    try:
+        schema.upgrade(engine)
+        assert "ix_pilots_updated_at" in _pilot_indexes(engine)
+        config = schema.alembic_config(engine)
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0016")
+        engine.dispose()
+        assert "ix_pilots_updated_at" not in _pilot_indexes(engine)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE INDEX ix_pilots_updated_at ON pilots (updated_at)")
+        schema.upgrade(engine)
+        engine.dispose()
+        assert schema.current_revision(engine) == HEAD_REVISION
+        assert "ix_pilots_updated_at" in _pilot_indexes(engine)
+    finally:
+        engine.dispose()
+        next(urls, None)  # drops a server's database
+
+
+def _pilot_indexes(engine: Engine) -> set[str]:
+    return {str(index["name"]) for index in inspect(engine).get_indexes("pilots")}

@@ -24,8 +24,10 @@ ALLOWED: dict[str, set[str]] = {
     "pilot": {"pilot", "requests"},
     # The user's side: the wire format is the only part of the pilot package it may use.
     "client": {"client", "pilot", "requests", "click", "psij", "packaging"},
-    # requests and cryptography: the ARC-CE REST client (agents/ce/arcrest.py).
-    "agents": {"agents", "taskqueue", "optimizers", "psij", "requests", "cryptography"},
+    # requests and cryptography: the ARC-CE REST client (agents/ce/arcrest.py);
+    # prometheus_client: the agents' own metrics endpoint ([agents] metrics_bind).
+    "agents": {"agents", "taskqueue", "optimizers", "psij", "requests", "cryptography",
+               "prometheus_client"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
     # The site simulator drives the pilot's own decision code; matplotlib draws its plots.
     "simulator": {"simulator", "pilot", "matplotlib"},

@@ -36,6 +36,13 @@ def test_more_threads_run_threaded_workers() -> None:
     assert (options["worker_class"], options["threads"], options["workers"]) == ("gthread", 4, 3)
 
 
+def test_gunicorn_believes_no_proxy_header_itself() -> None:
+    """gunicorn would take X-Forwarded-Proto from loopback peers by default: the service
+    reads forwarded headers from [matcher] trusted_proxies only (matcher.proxies)."""
+    options = gunicorn_options(Settings())
+    assert (options["forwarded_allow_ips"], options["secure_scheme_headers"]) == ("", {})
+
+
 def test_no_threads_is_refused() -> None:
     with pytest.raises(ConfigurationError, match=r"matcher\.threads"):
         MatcherSettings(threads=0)

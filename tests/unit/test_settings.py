@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from taskqueue.errors import ConfigurationError
-from taskqueue.settings import DEFAULT_CPU_SEGMENTS, Settings, load_settings
+from taskqueue.settings import DEFAULT_CPU_SEGMENTS, Settings, host_and_port, load_settings
 
 
 def test_defaults_use_an_sqlite_file() -> None:
@@ -48,6 +48,14 @@ def test_settings_are_frozen() -> None:
     ("", {"GRIDPILOT_TASKQUEUE_EMPTY_QUEUE_GRACE": "x"},
      "environment variable GRIDPILOT_TASKQUEUE_EMPTY_QUEUE_GRACE must be an integer"),
     ("[database\n", {}, "is not valid TOML"),
+    ("[database]\ntransaction_pooler = true\n", {},
+     "transaction_pooler is for a PostgreSQL URL .* not for sqlite"),
+    ("", {"GRIDPILOT_DATABASE_URL": "mysql+pymysql://root@db/gp",
+          "GRIDPILOT_DATABASE_TRANSACTION_POOLER": "true"}, "not for mysql"),
+    ("[agents]\nmetrics_bind = '9110'\n", {}, "agents.metrics_bind must be host:port"),
+    ("[agents]\nmetrics_bind = '127.0.0.1:99999'\n", {}, "must be host:port"),
+    ("[agents]\nmetrics_bind = 'http://127.0.0.1:9110'\n", {}, "must be host:port"),
+    ("[agents]\nmetrics_bind = ' :9110'\n", {}, "must be host:port"),
 ])
 def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, str],
                                      message: str) -> None:
@@ -55,6 +63,17 @@ def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, s
     f.write_text(text)
     with pytest.raises(ConfigurationError, match=message):
         load_settings(f, env)
+
+
+def test_addresses_the_agents_may_answer_at() -> None:
+    assert host_and_port("127.0.0.1:9110", "x") == ("127.0.0.1", 9110)
+    assert host_and_port("[::1]:9110", "x") == ("::1", 9110)
+    assert host_and_port("agents.example.org:80", "x") == ("agents.example.org", 80)
+    settings = load_settings(None, {"GRIDPILOT_AGENTS_METRICS_BIND": "0.0.0.0:9110",
+                                    "GRIDPILOT_DATABASE_URL": "postgresql+psycopg://pgb/gp",
+                                    "GRIDPILOT_DATABASE_TRANSACTION_POOLER": "true"})
+    assert settings.agents.metrics_bind == "0.0.0.0:9110"
+    assert settings.database.transaction_pooler
 
 
 def test_missing_file(tmp_path: Path) -> None:

@@ -1,0 +1,109 @@
+"""The deployment of tools/topology, once per test session: nginx (TLS) → HAProxy → three
+matcher instances → PgBouncer (transaction mode) → a database of its own on the PostgreSQL
+server the tests use, the agents, Prometheus and Alertmanager."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from tests.conftest import SERVER_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOL = ROOT / "tools" / "topology"
+
+
+@dataclass
+class Topology:
+    """What tools/topology brought up (its state file) and ways to use it."""
+
+    folder: Path
+    state: dict[str, Any]
+
+    @property
+    def url(self) -> str:
+        return str(self.state["url"])
+
+    @property
+    def ca(self) -> str:
+        return str(self.state["ca"])
+
+    def port(self, name: str) -> int:
+        return int(self.state["ports"][name])
+
+    def http(self) -> requests.Session:
+        """A client of the public URL that trusts the topology's CA."""
+        session = requests.Session()
+        session.verify = self.ca
+        session.trust_env = False  # REQUESTS_CA_BUNDLE would win over verify
+        return session
+
+    def tool(self, *args: str) -> None:
+        """Run tools/topology on this topology (e.g. "kill", "matcher-2")."""
+        done = subprocess.run([sys.executable, str(TOOL), *args, "--dir", str(self.folder)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        self.state = json.loads((self.folder / "state.json").read_text())
+
+    def admin(self, command: str) -> list[list[str]]:
+        """A command of PgBouncer's admin console (SHOW POOLS ...), its rows split."""
+        done = subprocess.run(
+            ["psql", "-X", "-A", "-t", "-F", "\t", "-h", "127.0.0.1", "-p",
+             str(self.port("pgbouncer")), "-U", "gpadmin", "-d", "pgbouncer", "-c", command],
+            capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return [line.split("\t") for line in done.stdout.splitlines() if line]
+
+    def balancer(self, command: str) -> str:
+        """A command of HAProxy's admin socket (e.g. "show stat")."""
+        import socket
+
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(str(self.folder / "haproxy" / "admin.sock"))
+            s.sendall(command.encode() + b"\n")
+            chunks = []
+            while chunk := s.recv(65536):
+                chunks.append(chunk)
+        return b"".join(chunks).decode()
+
+    def server_states(self) -> dict[str, str]:
+        """HAProxy's view of each matcher instance: UP, DOWN, ..."""
+        lines = self.balancer("show stat").splitlines()
+        header = lines[0].lstrip("# ").split(",")
+        rows = [dict(zip(header, line.split(","), strict=False)) for line in lines[1:] if line]
+        return {row["svname"]: row["status"] for row in rows
+                if row.get("pxname") == "matchers" and row["svname"].startswith("matcher-")}
+
+
+@pytest.fixture(scope="session")
+def topology() -> Iterator[Topology]:
+    postgres = os.environ.get(SERVER_ENV["postgresql"])
+    if not postgres:
+        # Only reached outside CI: with GRIDPILOT_TEST_REQUIRE_SERVERS=1 conftest refuses to
+        # start without PostgreSQL.
+        pytest.skip(f"{SERVER_ENV['postgresql']} is not set")
+    # A folder the daemons (run as nobody) can reach: not under pytest's 0700 folders.
+    folder = Path(tempfile.mkdtemp(prefix="gridpilot-topology-"))
+    folder.chmod(0o755)
+    up = subprocess.run([sys.executable, str(TOOL), "up", "--dir", str(folder), "--postgres",
+                         postgres], capture_output=True, text=True, timeout=900)
+    try:
+        if up.returncode != 0:
+            pytest.fail(f"tools/topology up failed: {up.stderr}")
+        yield Topology(folder, json.loads((folder / "state.json").read_text()))
+    finally:
+        subprocess.run([sys.executable, str(TOOL), "down", "--dir", str(folder)],
+                       capture_output=True, timeout=300)
+        shutil.rmtree(folder, ignore_errors=True)
