@@ -8,7 +8,7 @@ lock, and this revision finds it there:
 ``CREATE INDEX CONCURRENTLY ix_pilots_updated_at ON pilots (updated_at)``.
 
 Revision ID: 0023
-Revises: 0016
+Revises: 0020
 Create Date: 2026-11-28 12:00:00.000000
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0023"
-down_revision: str | None = "0016"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
