@@ -180,6 +180,7 @@ class Request:
     status: int | None  # None: no answer at all
     retry_after: str | None
     detail: str
+    ended: float = 0.0
 
 
 @dataclass
@@ -211,12 +212,13 @@ class RecordedSession(requests.Session):
         try:
             answer = super().request(method, url, *args, **kwargs)
         except requests.RequestException as exc:
-            self.ledger.failures.append(Request(at, str(method), path, None, None, repr(exc)))
+            self.ledger.failures.append(Request(at, str(method), path, None, None, repr(exc),
+                                                time.monotonic()))
             raise
         if answer.status_code >= 400:
             self.ledger.failures.append(Request(at, str(method), path, answer.status_code,
                                                 answer.headers.get("Retry-After"),
-                                                answer.text[:300]))
+                                                answer.text[:300], time.monotonic()))
         elif path.endswith("/pilots/match"):
             self.ledger.matched_at.append(time.monotonic())
         return answer
@@ -350,8 +352,15 @@ def test_failover_under_load(topology: Topology, failover_jobs: set[int]) -> Non
     assert duplicated == []
     assert lost == []
     assert Counter(ledger.done) == Counter(failover_jobs)  # each reported Done once
+    # A request in flight when its instance is killed can lose its answer half-way (the
+    # headers relayed, the body cut): no balancer can answer for it, and the pilot retries.
+    # Every other unanswered request, and every 5xx, must say when to come back.
+    killed = events["matcher killed"]
+    cut_by_the_kill = [r for r in ledger.failures
+                       if r.status is None and r.at <= killed + 0.5 and r.ended >= killed]
     without_retry_after = [asdict(r) for r in ledger.failures
-                           if (r.status is None or r.status >= 500) and not r.retry_after]
+                           if (r.status is None or r.status >= 500) and not r.retry_after
+                           and r not in cut_by_the_kill]
     assert without_retry_after == []
     # The only refusals: Running reported for a match that had been taken back (the job
     # waits again, or another pilot holds it).
@@ -387,6 +396,7 @@ def test_failover_under_load(topology: Topology, failover_jobs: set[int]) -> Non
 
     figures = _figures(ledger, events, started, finished, load)
     figures["jobs_matched_again_after_a_lost_answer"] = rematched
+    figures["answers_cut_by_the_kill"] = len(cut_by_the_kill)
     _write_figures(figures)
 
 
@@ -469,9 +479,14 @@ def test_prometheus_scrapes_everything_and_alerts_reach_alertmanager(
         a["labels"]["alertname"] == "GridpilotWatchdog"
         for a in requests.get(alertmanager, timeout=30).json()), 60)
     # The matchers' metrics, scraped with the metrics token.
-    up = _prometheus(topology, "query", query="gridpilot_database_up")["result"]
-    assert {(r["metric"]["job"], r["value"][1]) for r in up} == {
-        ("gridpilot-matcher", "1"), ("gridpilot-agents", "1")}
+    # Each process says whether the database answered its last scrape's check; after the
+    # failover test's PgBouncer restart, a scrape may still hold an instance's failed check.
+    def database_up() -> list[dict[str, Any]] | None:
+        up = _prometheus(topology, "query", query="gridpilot_database_up")["result"]
+        return up if {(r["metric"]["job"], r["value"][1]) for r in up} == {
+            ("gridpilot-matcher", "1"), ("gridpilot-agents", "1")} else None
+
+    up = _wait_for("every process's database check up", database_up, 90)
     assert len(up) == 4
 
 
