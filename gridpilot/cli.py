@@ -505,9 +505,11 @@ def _seeds(_ctx: click.Context, _param: click.Parameter, value: str | None) -> l
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Folder for the PNG plots and the JSON figures (created when missing).")
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Processes running the simulations (default: one per core).")
 def simulate(preset: str, list_presets: bool, seeds: list[int] | None, nodes: int | None,
              days: float | None, policy_names: tuple[str, ...], out: Path | None,
-             as_json: bool) -> None:
+             as_json: bool, workers: int | None) -> None:
     """Simulate a grid site running gridpilot's pilots and compare policies: asks aware of
     the time left or blind to it, drain victims by drain cost, kill cost, at random or oldest
     first, pilots with many payloads or one. Prints occupancy, wastes, killed and rescheduled
@@ -540,7 +542,7 @@ def simulate(preset: str, list_presets: bool, seeds: list[int] | None, nodes: in
             raise click.BadParameter(f"unknown policy {unknown[0]!r}; known: "
                                      f"{', '.join(known)}", param_hint="--policy")
         policies = tuple(known[n] for n in dict.fromkeys(policy_names))
-    comparison = compare(scenario, policies, seeds or chosen.seeds)
+    comparison = compare(scenario, policies, seeds or chosen.seeds, workers=workers)
     figures = comparison.as_dict()
     figures["preset"] = preset
     if out is not None:

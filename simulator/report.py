@@ -4,9 +4,12 @@ confidence intervals over the seeds, as a table or as JSON."""
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -128,10 +131,31 @@ def _total_reduction(c: Comparison) -> float | None:
     return None if worse <= 0 else 1.0 - total("multi/aware/drain-cost") / worse
 
 
-def compare(scenario: Scenario, policies: Sequence[Policy], seeds: Sequence[int]) -> Comparison:
-    """Every policy on every seed."""
+def default_workers() -> int:
+    """Processes for a comparison: the cores this process may use."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+
+
+def compare(scenario: Scenario, policies: Sequence[Policy], seeds: Sequence[int], *,
+            workers: int | None = None) -> Comparison:
+    """Every policy on every seed, the runs spread over ``workers`` processes (default: one
+    per core; 1: all in this process). Each run depends only on its policy and seed, so the
+    figures do not depend on the number of processes."""
     started = time.perf_counter()
-    runs = {p.name: [simulate(scenario, p, seed) for seed in seeds] for p in policies}
+    tasks = [(p, seed) for p in policies for seed in seeds]
+    workers = min(workers or default_workers(), len(tasks))
+    if workers <= 1:
+        results = [simulate(scenario, p, seed) for p, seed in tasks]
+    else:
+        # "spawn": a clean interpreter per worker (no forked locks or threads of the caller).
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")
+                                 ) as pool:
+            results = list(pool.map(simulate, [scenario] * len(tasks),
+                                    [p for p, _ in tasks], [seed for _, seed in tasks]))
+    runs: dict[str, list[RunResult]] = {p.name: [] for p in policies}
+    for (p, _), result in zip(tasks, results, strict=True):
+        runs[p.name].append(result)
     return Comparison(scenario, tuple(policies), tuple(seeds), runs,
                       time.perf_counter() - started)
 

@@ -279,3 +279,12 @@ def test_two_processes_give_the_same_figures_for_one_seed() -> None:
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("1", "2")]
     assert outputs[0] and outputs[0] == outputs[1]
+
+
+def test_runs_spread_over_processes_give_the_figures_of_one_process() -> None:
+    scenario = PRESETS["small"].scenario
+    alone = compare(scenario, POLICIES[:2], [1, 2], workers=1).as_dict()
+    spread = compare(scenario, POLICIES[:2], [1, 2], workers=2).as_dict()
+    for d in (alone, spread):
+        d.pop("run_seconds")
+    assert alone == spread
