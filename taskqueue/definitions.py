@@ -50,6 +50,13 @@ class JobRequirements:
             raise InvalidInputError(f"processors must be at least 1, got {self.processors}")
 
 
+def cpu_time_per_core(req: JobRequirements) -> int:
+    """The normalised CPU seconds a job needs per core (its CPU time over the processors it
+    asks for, rounded up): what a task queue's CPU-time bucket holds, compared with the CPU
+    time per core a pilot offers (the time it has left, which each of its cores has)."""
+    return -(-req.cpu_time // req.processors)
+
+
 @dataclass(frozen=True)
 class TaskQueueDefinition:
     vo: str
@@ -74,7 +81,7 @@ class TaskQueueDefinition:
             vo=req.vo,
             owner_group=req.owner_group,
             owner=None if settings.group_shares_jobs(req.owner_group) else req.owner,
-            cpu_time=cpu_time_bucket(req.cpu_time, tq.cpu_time_segments),
+            cpu_time=cpu_time_bucket(cpu_time_per_core(req), tq.cpu_time_segments),
             processors=significant_bits_bucket(req.processors, tq.significant_bits),
             memory=significant_bits_bucket(req.memory, tq.significant_bits),
             job_type=req.job_type,

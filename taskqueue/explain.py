@@ -43,7 +43,8 @@ def explain_match(d: TaskQueueDefinition, r: Resource,
              f"job's owner {d.owner or '(group shares jobs)'}; resource takes {r.owner}")
     if r.cpu_time is not None:
         rule("CPU time", d.cpu_time <= r.cpu_time,
-             f"job needs up to {d.cpu_time} s (bucket); resource has {r.cpu_time} s left")
+             f"job needs up to {d.cpu_time} s per core (bucket); resource has {r.cpu_time} s "
+             "per core left")
     if r.processors is not None:
         rule("processors", d.processors <= r.processors,
              f"job needs {d.processors} (bucket); resource offers {r.processors}")

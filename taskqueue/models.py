@@ -193,6 +193,7 @@ class TaskQueue(Base):
     owner_group: Mapped[str] = mapped_column(String(128))
     #: NULL when the owner group shares its jobs.
     owner: Mapped[str | None] = mapped_column(String(255))
+    #: The bucket of the jobs' normalised CPU time per core (see taskqueue.definitions).
     cpu_time: Mapped[int] = mapped_column(BigInteger)
     processors: Mapped[int] = mapped_column(Integer)
     memory: Mapped[int] = mapped_column(Integer)

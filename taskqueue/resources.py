@@ -48,6 +48,8 @@ class Resource:
     #: The resource's tags; empty = only untagged queues; None (ANY) = tags not checked.
     tags: frozenset[str] | None = frozenset()
     required_tags: frozenset[str] = frozenset()
+    #: Normalised CPU seconds the resource has left per core (a queue matches when its
+    #: bucket of CPU time per core is at most this).
     cpu_time: int | None = None
     processors: int | None = None
     memory: int | None = None
