@@ -48,14 +48,14 @@ def fill(db: Database, settings: Settings, now: datetime) -> dict[str, list[int]
 def test_set_share_changes_the_priorities_at_once(db: Database, shared: Settings,
                                                   now: datetime) -> None:
     fill(db, shared, now)
-    assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 21600): 1.5,
+    assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 7200): 1.5,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory.begin() as s:
         changed = set_share(s, shared, "lhcb", "lhcb_user", 8.0, by="operator", now=now)
         user_queues = set(s.scalars(select(TaskQueue.id)
                                     .where(TaskQueue.owner_group == "lhcb_user")))
     assert set(changed) == user_queues and list(changed.values()) == pytest.approx([4.0, 4.0])
-    assert priorities(db) == pytest.approx({("lhcb_user", 360): 4.0, ("lhcb_user", 21600): 4.0,
+    assert priorities(db) == pytest.approx({("lhcb_user", 360): 4.0, ("lhcb_user", 7200): 4.0,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory() as s:
         table = share_table(s, shared, "lhcb")
@@ -95,7 +95,7 @@ def test_reset_share_returns_to_the_settings(db: Database, shared: Settings,
     with db.factory.begin() as s:
         # not in the settings: the default share
         reset_share(s, shared, "lhcb", "lhcb_prod")
-    assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 21600): 1.5,
+    assert priorities(db) == pytest.approx({("lhcb_user", 360): 1.5, ("lhcb_user", 7200): 1.5,
                                             ("lhcb_prod", 360): 1.0})
     with db.factory() as s:
         assert share_table(s, shared, "lhcb") == [ShareEntry("lhcb_admin", 2.0, "settings"),

@@ -30,7 +30,7 @@ def test_significant_bits_bucket_is_an_upper_bound_with_few_bits(value: int, bit
 
 
 @pytest.mark.parametrize(("seconds", "bucket"), [
-    (0, 360), (1, 360), (360, 360), (361, 1800), (3600, 3600), (3601, 21600),
+    (0, 360), (1, 360), (360, 360), (361, 1800), (3600, 3600), (3601, 7200), (7201, 21600),
     (86400, 86400), (90000, 172800), (1080000, 1080000), (1080001, 2160000),
 ])
 def test_cpu_time_rounds_up_to_segments(seconds: int, bucket: int) -> None:
