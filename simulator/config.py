@@ -5,15 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from taskqueue.settings import DEFAULT_CPU_SEGMENTS
+
 HOUR = 3600.0
 DAY = 86400.0
-
-#: CPU-time buckets of the task queues (normalised seconds), the matcher's default segments:
-#: a task queue matches a pilot when its bucket is at most the CPU time the pilot offers.
-CPU_TIME_SEGMENTS: tuple[int, ...] = (
-    360, 1800, 3600, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200, 864000,
-    1080000,
-)
 
 VICTIM_CHOICES = ("drain", "kill", "random", "oldest")
 
@@ -80,6 +75,12 @@ class Scenario:
     drain_out_hours: float = 24.0
     #: Seconds between two samples of the occupancy over time.
     sample_seconds: float = 1800.0
+    #: The matcher's rules, as the task-queue settings set them: the CPU-time segments (a
+    #: task queue matches a pilot when its bucket is at most the CPU time per core the pilot
+    #: offers); and whether a job's CPU time is bucketed per core (its CPU time / its cores,
+    #: the matcher's rule) or in total (the rule before, kept to measure the change).
+    cpu_time_segments: tuple[int, ...] = DEFAULT_CPU_SEGMENTS
+    cpu_time_per_core: bool = True
 
     def __post_init__(self) -> None:
         problems = []
@@ -96,6 +97,9 @@ class Scenario:
                      "drain_out_hours"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must not be negative")
+        segs = self.cpu_time_segments
+        if not segs or segs[0] <= 0 or list(segs) != sorted(set(segs)):
+            problems.append("cpu_time_segments must be positive, strictly ascending seconds")
         if not 0 < self.error_min <= self.error_max:
             problems.append("error_min must be above 0 and at most error_max")
         if not self.job_classes:

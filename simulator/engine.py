@@ -13,9 +13,12 @@ the real drain-cost tool call them:
 - the choice of drain victims: the order of ``gridpilot-drain-cost --pick drain``
   (:func:`pilot.draincost.drain_order`) or ``--pick kill`` (:func:`~pilot.draincost.kill_order`).
 
-The central queue is modelled as the matcher behaves: task queues keyed by cores and CPU-time
-bucket; a request matches the non-empty queues whose cores and bucket it can hold, one of them
-is drawn at random (equal priorities), and its oldest job is given.
+The central queue is modelled as the matcher behaves (``taskqueue.matching``): task queues
+keyed by cores and CPU-time bucket (of the CPU time per core, ``taskqueue.definitions``); a
+request matches the non-empty queues whose cores and bucket it can hold; the draw is the
+matcher's race of exponential clocks (the matching queue with the smallest key is drawn, and
+its key advances by an Exp(priority) step, all priorities equal; a queue that becomes
+non-empty starts from the VO's clock), and the drawn queue's oldest job is given.
 
 Events at the same time are handled in order of kind (shutdowns first, as the real pilot stops
 everything before it enforces wall limits), then in the order they were scheduled.
@@ -37,7 +40,8 @@ from pilot.draincost import PilotCost, assess, drain_order, kill_order
 from pilot.features import Limits
 from pilot.jobstatus import RunningPayload, compute_status
 from pilot.planning import expected_end, payload_cores, payload_max_end, what_to_ask
-from simulator.config import CPU_TIME_SEGMENTS, HOUR, Policy, Scenario
+from simulator.config import HOUR, Policy, Scenario
+from taskqueue.buckets import cpu_time_bucket
 
 # Event kinds, in the order they are handled at equal times.
 _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_START, \
@@ -52,15 +56,6 @@ IDLE_REASONS = ("draining", "no pilot", "too few free cores", "too little time l
 
 #: Node states.
 UP, DRAINING, OUT = "up", "draining", "out"
-
-
-def cpu_time_bucket(seconds: int) -> int:
-    """The task-queue bucket of a job asking for ``seconds`` of normalised CPU time."""
-    for bound in CPU_TIME_SEGMENTS:
-        if seconds <= bound:
-            return bound
-    last = CPU_TIME_SEGMENTS[-1]
-    return -(-seconds // last) * last
 
 
 @dataclass(slots=True)
@@ -185,6 +180,9 @@ class Simulation:
         self.end = self.start + scenario.days * 86400.0
         self.queues: dict[tuple[int, int], deque[Job]] = {}
         self.nonempty: list[tuple[int, int]] = []
+        #: The draw: each queue's key, and the clock (the key of the last draw).
+        self.draw_keys: dict[tuple[int, int], float] = {}
+        self.draw_clock = 0.0
         self.waiting = 0
         self.hungry: set[Pilot] = set()
         self.idle_nodes: set[Node] = set()
@@ -312,12 +310,17 @@ class Simulation:
             self._enqueue(self._new_job(), front=False)
 
     def _enqueue(self, job: Job, *, front: bool) -> None:
-        key = (job.cores, cpu_time_bucket(job.cpu_time))
+        s = self.s
+        seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
+        key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments))
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = deque()
         if not q:
             self.nonempty.append(key)
+            # A queue coming back starts afresh from the clock (taskqueue.queues).
+            self.draw_keys[key] = max(self.draw_keys.get(key, -math.inf), self.draw_clock) + \
+                self.rng_match.expovariate(1.0)
         if front:
             q.appendleft(job)
         else:
@@ -325,11 +328,19 @@ class Simulation:
         self.waiting += 1
 
     def _match(self, processors: int, cpu_time_left: int | None) -> Job | None:
-        fits = [k for k in self.nonempty
-                if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left)]
-        if not fits:
+        keys = self.draw_keys
+        best: tuple[int, int] | None = None
+        best_key = math.inf
+        for k in self.nonempty:
+            if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left):
+                d = keys[k]
+                if d < best_key or (d == best_key and best is not None and k < best):
+                    best, best_key = k, d
+        if best is None:
             return None
-        key = fits[0] if len(fits) == 1 else fits[self.rng_match.randrange(len(fits))]
+        key = best
+        self.draw_clock = best_key
+        keys[key] = best_key + self.rng_match.expovariate(1.0)
         q = self.queues[key]
         job = q.popleft()
         if not q:

@@ -288,3 +288,15 @@ def test_runs_spread_over_processes_give_the_figures_of_one_process() -> None:
     for d in (alone, spread):
         d.pop("run_seconds")
     assert alone == spread
+
+
+@pytest.mark.parametrize(("per_core", "started"), [(True, 1), (False, 0)])
+def test_a_multi_core_job_is_matched_by_its_cpu_time_per_core(per_core: bool,
+                                                              started: int) -> None:
+    # 8 cores for 1 h: 8 CPU-hours in all, 1 h per core. The 1.5 h pilot offers 1.5 h per core
+    # (less its margin): per core the job fits; in total (the rule before) it does not.
+    scenario = one_node(cores_per_node=8, wall_limit_hours=1.5, days=1.5 / 24,
+                        cpu_time_per_core=per_core)
+    result = simulate(scenario, AWARE, 1, workload=[(0.0, job(1, 8, 1.0))])
+    assert result.jobs_started == started
+    assert result.jobs_done == started
