@@ -13,12 +13,9 @@ the real drain-cost tool call them:
 - the choice of drain victims: the order of ``gridpilot-drain-cost --pick drain``
   (:func:`pilot.draincost.drain_order`) or ``--pick kill`` (:func:`~pilot.draincost.kill_order`).
 
-The central queue is modelled as the matcher behaves (``taskqueue.matching``): task queues
-keyed by cores and CPU-time bucket (of the CPU time per core, ``taskqueue.definitions``); a
-request matches the non-empty queues whose cores and bucket it can hold; the draw is the
-matcher's race of exponential clocks (the matching queue with the smallest key is drawn, and
-its key advances by an Exp(priority) step, all priorities equal; a queue that becomes
-non-empty starts from the VO's clock), and the drawn queue's oldest job is given.
+The central queue is :class:`simulator.central.ModelQueue` (the matcher as a model), or any
+:class:`~simulator.central.CentralQueue` given, such as :mod:`simulator.realqueue` (the real
+task queues on an SQLite file).
 
 Events at the same time are handled in order of kind (shutdowns first, as the real pilot stops
 everything before it enforces wall limits), then in the order they were scheduled.
@@ -31,7 +28,6 @@ import heapq
 import itertools
 import math
 import random
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +36,8 @@ from pilot.draincost import PilotCost, assess, drain_order, kill_order
 from pilot.features import Limits
 from pilot.jobstatus import RunningPayload, compute_status
 from pilot.planning import expected_end, payload_cores, payload_max_end, what_to_ask
+from simulator.central import CentralQueue, Job, ModelQueue
 from simulator.config import HOUR, Policy, Scenario
-from taskqueue.buckets import cpu_time_bucket
 
 # Event kinds, in the order they are handled at equal times.
 _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_START, \
@@ -56,16 +52,6 @@ IDLE_REASONS = ("draining", "no pilot", "too few free cores", "too little time l
 
 #: Node states.
 UP, DRAINING, OUT = "up", "draining", "out"
-
-
-@dataclass(slots=True)
-class Job:
-    id: int
-    cores: int
-    #: Normalised CPU seconds in the job's description (wall time asked * cores * factor).
-    cpu_time: int
-    #: Real run time on the site's nodes, seconds (the estimate error included).
-    run_seconds: float
 
 
 @dataclass(slots=True)
@@ -144,6 +130,8 @@ class RunResult:
     rescheduled: int
     jobs_done: int
     jobs_started: int
+    #: Pilots started in the measured period.
+    pilots_started: int
     drains: list[DrainRecord]
     #: (hours since the start of the measured period, used cores / cores in service).
     occupancy_series: list[tuple[float, float]]
@@ -157,10 +145,11 @@ class Simulation:
 
     def __init__(self, scenario: Scenario, policy: Policy, seed: int, *,
                  workload: Sequence[tuple[float, Job]] | None = None,
-                 drain_times: Sequence[float] | None = None) -> None:
+                 drain_times: Sequence[float] | None = None,
+                 central: CentralQueue | None = None) -> None:
         """``workload``: the jobs and their submission times (default: drawn from the
         scenario's mix); ``drain_times``: when the site frees nodes (default: spread over
-        the measured period)."""
+        the measured period); ``central``: the central queue (default: the model)."""
         self.s = scenario
         self.workload = workload
         self.drain_times = drain_times
@@ -178,12 +167,7 @@ class Simulation:
         self.now = 0.0
         self.start = scenario.warmup_hours * HOUR
         self.end = self.start + scenario.days * 86400.0
-        self.queues: dict[tuple[int, int], deque[Job]] = {}
-        self.nonempty: list[tuple[int, int]] = []
-        #: The draw: each queue's key, and the clock (the key of the last draw).
-        self.draw_keys: dict[tuple[int, int], float] = {}
-        self.draw_clock = 0.0
-        self.waiting = 0
+        self.central: CentralQueue = central or ModelQueue(scenario, self.rng_match)
         self.hungry: set[Pilot] = set()
         self.idle_nodes: set[Node] = set()
         self.nodes = [Node(i, scenario.cores_per_node) for i in range(scenario.nodes)]
@@ -206,6 +190,7 @@ class Simulation:
         self.rescheduled = 0
         self.done = 0
         self.started = 0
+        self.pilots_started = 0
         self.drains: list[DrainRecord] = []
         self.series: list[tuple[float, float]] = []
         self.idle_samples = dict.fromkeys(IDLE_REASONS, 0.0)
@@ -261,7 +246,8 @@ class Simulation:
             else 0.0,
             draining_waste=self.draining_waste, kill_waste=self.kill_waste,
             killed_at_wall_limit=self.killed_at_wall, rescheduled=self.rescheduled,
-            jobs_done=self.done, jobs_started=self.started, drains=self.drains,
+            jobs_done=self.done, jobs_started=self.started,
+            pilots_started=self.pilots_started, drains=self.drains,
             occupancy_series=self.series, events=self.events,
             idle={reason: value / max(1, self.idle_sample_count)
                   for reason, value in self.idle_samples.items()})
@@ -272,7 +258,7 @@ class Simulation:
         if time > self.last:
             lo = max(self.last, self.start)
             hi = min(time, self.end)
-            if hi > lo and self.waiting > 0:
+            if hi > lo and self.central.waiting > 0:
                 self.used_integral += self.used * (hi - lo)
                 self.service_integral += self.in_service * (hi - lo)
             self.last = time
@@ -310,43 +296,7 @@ class Simulation:
             self._enqueue(self._new_job(), front=False)
 
     def _enqueue(self, job: Job, *, front: bool) -> None:
-        s = self.s
-        seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
-        key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments))
-        q = self.queues.get(key)
-        if q is None:
-            q = self.queues[key] = deque()
-        if not q:
-            self.nonempty.append(key)
-            # A queue coming back starts afresh from the clock (taskqueue.queues).
-            self.draw_keys[key] = max(self.draw_keys.get(key, -math.inf), self.draw_clock) + \
-                self.rng_match.expovariate(1.0)
-        if front:
-            q.appendleft(job)
-        else:
-            q.append(job)
-        self.waiting += 1
-
-    def _match(self, processors: int, cpu_time_left: int | None) -> Job | None:
-        keys = self.draw_keys
-        best: tuple[int, int] | None = None
-        best_key = math.inf
-        for k in self.nonempty:
-            if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left):
-                d = keys[k]
-                if d < best_key or (d == best_key and best is not None and k < best):
-                    best, best_key = k, d
-        if best is None:
-            return None
-        key = best
-        self.draw_clock = best_key
-        keys[key] = best_key + self.rng_match.expovariate(1.0)
-        q = self.queues[key]
-        job = q.popleft()
-        if not q:
-            self.nonempty.remove(key)
-        self.waiting -= 1
-        return job
+        self.central.enqueue(job, front=front, now=self.now)
 
     def _work_returned(self) -> None:
         """Jobs came back to the queue: hungry pilots ask again, idle nodes get pilots."""
@@ -381,7 +331,7 @@ class Simulation:
         node.starting = False
         if node.state != UP or node.unheld <= 0:
             return
-        if self.waiting == 0:
+        if self.central.waiting == 0:
             self.idle_nodes.add(node)
             return
         if self.policy.multi_payload:
@@ -407,6 +357,8 @@ class Simulation:
             node.started_once = True
         node.unheld -= cores
         self.pilot_count += 1
+        if self._measuring():
+            self.pilots_started += 1
         p = Pilot(self.pilot_count, node, cores, self.now, self.now + wall,
                   self.policy.multi_payload)
         node.pilots.append(p)
@@ -444,7 +396,8 @@ class Simulation:
                 if not p.payloads:
                     self._retire(p)
                 return
-            job = self._match(ask.processors, ask.cpu_time_left)
+            job = self.central.match(f"pilot-{p.id}", ask.processors, ask.cpu_time_left,
+                                     self.now)
             if job is None:
                 self.hungry.add(p)
                 if not p.payloads:
@@ -728,7 +681,7 @@ class Simulation:
     def _on_sample(self, _obj: object) -> None:
         hours = (self.now - self.start) / HOUR
         self.series.append((hours, self.used / self.in_service if self.in_service else 0.0))
-        if self.waiting > 0 and self.in_service > 0:
+        if self.central.waiting > 0 and self.in_service > 0:
             self._classify_idle()
 
     def _classify_idle(self) -> None:
@@ -748,7 +701,7 @@ class Simulation:
                 if draining or p.retiring:
                     shares["draining"] += free
                 elif p in self.hungry:
-                    cores_fit = any(k[0] <= free for k in self.nonempty)
+                    cores_fit = self.central.fits_cores(free)
                     shares["too little time left" if cores_fit else "too few free cores"] += free
                 else:
                     shares["end of the pilot's life"] += free
@@ -793,6 +746,8 @@ def _node_cost(node_id: int, pilot_costs: list[PilotCost]) -> PilotCost:
 
 def simulate(scenario: Scenario, policy: Policy, seed: int, *,
              workload: Sequence[tuple[float, Job]] | None = None,
-             drain_times: Sequence[float] | None = None) -> RunResult:
-    """Run one simulation (see :class:`Simulation` for ``workload`` and ``drain_times``)."""
-    return Simulation(scenario, policy, seed, workload=workload, drain_times=drain_times).run()
+             drain_times: Sequence[float] | None = None,
+             central: CentralQueue | None = None) -> RunResult:
+    """Run one simulation (see :class:`Simulation` for the keyword arguments)."""
+    return Simulation(scenario, policy, seed, workload=workload, drain_times=drain_times,
+                      central=central).run()

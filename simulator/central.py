@@ -1,0 +1,100 @@
+"""The central queue of a simulation: where the simulated jobs wait and how a pilot's match
+request draws one. :class:`ModelQueue` is the model the simulator runs by default (fast, in
+memory); :mod:`simulator.realqueue` puts the same jobs in the real task queues instead."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from simulator.config import Scenario
+from taskqueue.buckets import cpu_time_bucket
+
+
+@dataclass(slots=True)
+class Job:
+    id: int
+    cores: int
+    #: Normalised CPU seconds in the job's description (wall time asked * cores * factor).
+    cpu_time: int
+    #: Real run time on the site's nodes, seconds (the estimate error included).
+    run_seconds: float
+
+
+class CentralQueue(Protocol):
+    """What the simulation needs of the central queue."""
+
+    #: Jobs waiting.
+    waiting: int
+
+    def enqueue(self, job: Job, *, front: bool, now: float) -> None:
+        """Add a job (``front``: a job handed back, served before the others of its queue)."""
+
+    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
+              now: float) -> Job | None:
+        """The job a pilot's match request gets, or None."""
+
+    def fits_cores(self, free: int) -> bool:
+        """Whether some waiting job needs at most ``free`` cores."""
+
+
+class ModelQueue:
+    """The matcher as a model (``taskqueue.matching``): task queues keyed by cores and CPU-time
+    bucket (of the CPU time per core, ``taskqueue.definitions``); a request matches the
+    non-empty queues whose cores and bucket it can hold; the draw is the matcher's race of
+    exponential clocks (the matching queue with the smallest key is drawn, and its key advances
+    by an Exp(priority) step, all priorities equal; a queue that becomes non-empty starts from
+    the clock, the key of the last draw), and the drawn queue's oldest job is given."""
+
+    def __init__(self, scenario: Scenario, rng: random.Random) -> None:
+        self.s = scenario
+        self.rng = rng
+        self.queues: dict[tuple[int, int], deque[Job]] = {}
+        self.nonempty: list[tuple[int, int]] = []
+        self.draw_keys: dict[tuple[int, int], float] = {}
+        self.draw_clock = 0.0
+        self.waiting = 0
+
+    def enqueue(self, job: Job, *, front: bool, now: float) -> None:
+        s = self.s
+        seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
+        key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments))
+        q = self.queues.get(key)
+        if q is None:
+            q = self.queues[key] = deque()
+        if not q:
+            self.nonempty.append(key)
+            self.draw_keys[key] = max(self.draw_keys.get(key, -math.inf), self.draw_clock) + \
+                self.rng.expovariate(1.0)
+        if front:
+            q.appendleft(job)
+        else:
+            q.append(job)
+        self.waiting += 1
+
+    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
+              now: float) -> Job | None:
+        keys = self.draw_keys
+        best: tuple[int, int] | None = None
+        best_key = math.inf
+        for k in self.nonempty:
+            if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left):
+                d = keys[k]
+                if d < best_key or (d == best_key and best is not None and k < best):
+                    best, best_key = k, d
+        if best is None:
+            return None
+        self.draw_clock = best_key
+        keys[best] = best_key + self.rng.expovariate(1.0)
+        q = self.queues[best]
+        job = q.popleft()
+        if not q:
+            self.nonempty.remove(best)
+        self.waiting -= 1
+        return job
+
+    def fits_cores(self, free: int) -> bool:
+        return any(k[0] <= free for k in self.nonempty)

@@ -1,0 +1,82 @@
+"""The real task queues as a simulation's central queue: each simulated job is stored and
+queued by the task-queue package on an SQLite file, and each match request of a simulated
+pilot is the resource description the real pilot builds (:class:`pilot.resource.NodeDescription`)
+claimed with :func:`taskqueue.matching.claim_jobs`, as the matcher's Python path does. Slow (a
+transaction per request) and meant for small scenarios: it is what the model of
+:class:`simulator.central.ModelQueue` is checked against."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gridpilot import schema
+from pilot.resource import NodeDescription
+from simulator.central import Job
+from simulator.config import Scenario
+from taskqueue.database import make_engine, make_session_factory
+from taskqueue.definitions import JobRequirements
+from taskqueue.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.matching import claim_jobs
+from taskqueue.queues import QueueEntry, enqueue_jobs
+from taskqueue.resources import parse_resource
+from taskqueue.settings import Settings, TaskQueueSettings
+from taskqueue.states import JobStatus
+
+#: The simulated time 0.
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+VO = "sim"
+
+
+class TaskQueueCentral:
+    """Simulated jobs in the real task queues of an SQLite database at ``path`` (created)."""
+
+    def __init__(self, scenario: Scenario, path: Path, rng: random.Random) -> None:
+        self.engine = make_engine(f"sqlite:///{path}", pooled=False)
+        schema.upgrade(self.engine)
+        self.sessions = make_session_factory(self.engine)
+        self.settings = replace(Settings(), taskqueue=TaskQueueSettings(
+            cpu_time_segments=scenario.cpu_time_segments))
+        self.rng = rng
+        self.jobs: dict[int, Job] = {}
+        self.cores_waiting: Counter[int] = Counter()
+        self.waiting = 0
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def enqueue(self, job: Job, *, front: bool, now: float) -> None:
+        """Store and queue ``job`` (a job handed back comes back as a new one, at the end of
+        its queue: the real reschedule keeps its id, which changes nothing here)."""
+        when = EPOCH + timedelta(seconds=now)
+        req = JobRequirements(vo=VO, owner="sim", owner_group="sim_user",
+                              cpu_time=job.cpu_time, processors=job.cores)
+        with self.sessions.begin() as s:
+            [job_id] = add_jobs(s, [NewJob('[Executable = "sim"]', req)], now=when)
+            apply_transition(s, [job_id], JobStatus.RECEIVED, JobStatus.CHECKING,
+                             minor_status="checks", source="simulator", now=when)
+            enqueue_jobs(s, [QueueEntry(job_id, req, 1)], self.settings, now=when,
+                         rng=self.rng)
+        self.jobs[job_id] = job
+        self.cores_waiting[job.cores] += 1
+        self.waiting += 1
+
+    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
+              now: float) -> Job | None:
+        node = NodeDescription(vo=VO, reference=pilot_reference)
+        resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=None,
+                                                cpu_time_left=cpu_time_left))
+        with self.sessions.begin() as s:
+            claims = claim_jobs(s, resource, now=EPOCH + timedelta(seconds=now), rng=self.rng)
+        if not claims:
+            return None
+        job = self.jobs.pop(claims[0].job_id)
+        self.cores_waiting[job.cores] -= 1
+        self.waiting -= 1
+        return job
+
+    def fits_cores(self, free: int) -> bool:
+        return any(n > 0 and cores <= free for cores, n in self.cores_waiting.items())
