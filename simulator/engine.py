@@ -76,8 +76,15 @@ class Pilot:
     retiring: bool = False
     alive: bool = True
     asked_once: bool = False
-    idle_token: int = 0
+    #: When the pilot exits for want of a job (None: it runs or is not idle), and whether an
+    #: idle event is in the queue (it moves on to a later end when it comes early).
+    idle_end: float | None = None
+    idle_pending: bool = False
+    #: Whether the batch system's end at the wall limit is in the event queue (only pilots
+    #: that run a payload, or idle past their wall limit, need it).
+    wall_pending: bool = False
     limits: Limits | None = None
+    reference: str = ""
 
 
 @dataclass(slots=True, eq=False)
@@ -174,6 +181,7 @@ class Simulation:
         self.class_cumulative = list(itertools.accumulate(c.weight for c in
                                                           scenario.job_classes))
         self.class_total = self.class_cumulative[-1]
+        self.sizes_by_free: dict[int, tuple[list[int], list[float]]] = {}
         self.class_logs = [(math.log(c.hours_min), math.log(c.hours_max))
                            for c in scenario.job_classes]
         self.pilot_count = 0
@@ -339,13 +347,26 @@ class Simulation:
                 self._new_pilot(node, node.cores)
             return
         while node.unheld > 0:
-            sizes = [c for c in self.s.job_classes if c.cores <= node.unheld]
+            sizes, cumulative = self._pilot_sizes(node.unheld)
             if not sizes:
                 return
-            size = sizes[0].cores if len(sizes) == 1 else self.rng_pilots.choices(
-                sizes, weights=[c.weight for c in sizes])[0].cores
+            # random.choices(sizes, cum_weights=cumulative)[0], without its overhead.
+            size = sizes[0] if len(sizes) == 1 else sizes[bisect.bisect(
+                cumulative, self.rng_pilots.random() * (cumulative[-1] + 0.0), 0,
+                len(sizes) - 1)]
             if not self._new_pilot(node, size).alive:
                 return  # it exited at once (no time left before the shutdown)
+
+    def _pilot_sizes(self, free: int) -> tuple[list[int], list[float]]:
+        """The one-payload pilot sizes that fit ``free`` cores and their cumulative weights
+        (the same draw as ``choices(sizes, weights)``, computed once per ``free``)."""
+        known = self.sizes_by_free.get(free)
+        if known is None:
+            fitting = [c for c in self.s.job_classes if c.cores <= free]
+            known = self.sizes_by_free[free] = (
+                [c.cores for c in fitting],
+                list(itertools.accumulate(c.weight for c in fitting)))
+        return known
 
     def _new_pilot(self, node: Node, cores: int) -> Pilot:
         wall = self.s.wall_limit_hours * HOUR
@@ -361,8 +382,8 @@ class Simulation:
             self.pilots_started += 1
         p = Pilot(self.pilot_count, node, cores, self.now, self.now + wall,
                   self.policy.multi_payload)
+        p.reference = f"pilot-{p.id}"
         node.pilots.append(p)
-        self.push(p.wall_end, _PILOT_WALL, p)
         self._fill(p)
         return p
 
@@ -396,13 +417,12 @@ class Simulation:
                 if not p.payloads:
                     self._retire(p)
                 return
-            job = self.central.match(f"pilot-{p.id}", ask.processors, ask.cpu_time_left,
+            job = self.central.match(p.reference, ask.processors, ask.cpu_time_left,
                                      self.now)
             if job is None:
                 self.hungry.add(p)
                 if not p.payloads:
-                    p.idle_token += 1
-                    self.push(self.now + s.idle_timeout, _IDLE, (p, p.idle_token))
+                    self._idle_until(p, self.now + s.idle_timeout)
                 return
             self.hungry.discard(p)
             p.asked_once = True
@@ -418,7 +438,8 @@ class Simulation:
         p.used += cores
         p.node.used += cores
         self.used += cores
-        p.idle_token += 1
+        p.idle_end = None
+        self._ensure_wall(p)
         if self._measuring():
             self.started += 1
         actual = now + job.run_seconds
@@ -485,10 +506,30 @@ class Simulation:
                 self.killed_at_wall += 1
         self._exit(p)
 
+    def _idle_until(self, p: Pilot, end: float) -> None:
+        p.idle_end = end
+        if end >= p.wall_end:
+            self._ensure_wall(p)
+        if not p.idle_pending:
+            p.idle_pending = True
+            self.push(end, _IDLE, p)
+
+    def _ensure_wall(self, p: Pilot) -> None:
+        if not p.wall_pending:
+            p.wall_pending = True
+            self.push(p.wall_end, _PILOT_WALL, p)
+
     def _on_idle(self, obj: object) -> None:
-        p, token = _pilot_and(obj)
-        if p.alive and not p.payloads and p.idle_token == token:
-            self._exit(p)
+        p = obj
+        assert isinstance(p, Pilot)
+        p.idle_pending = False
+        if not p.alive or p.payloads or p.idle_end is None:
+            return
+        if p.idle_end > self.now:
+            p.idle_pending = True
+            self.push(p.idle_end, _IDLE, p)
+            return
+        self._exit(p)
 
     def _retire(self, p: Pilot) -> None:
         p.retiring = True

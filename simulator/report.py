@@ -149,10 +149,14 @@ def compare(scenario: Scenario, policies: Sequence[Policy], seeds: Sequence[int]
         results = [simulate(scenario, p, seed) for p, seed in tasks]
     else:
         # "spawn": a clean interpreter per worker (no forked locks or threads of the caller).
+        # One-payload pilots are the slow runs (a pilot per job, and idle ones coming and
+        # going): started first, they do not hold up the end.
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")
                                  ) as pool:
-            results = list(pool.map(simulate, [scenario] * len(tasks),
-                                    [p for p, _ in tasks], [seed for _, seed in tasks]))
+            futures = {i: pool.submit(simulate, scenario, tasks[i][0], tasks[i][1])
+                       for i in sorted(range(len(tasks)),
+                                       key=lambda i: tasks[i][0].multi_payload)}
+            results = [futures[i].result() for i in range(len(tasks))]
     runs: dict[str, list[RunResult]] = {p.name: [] for p in policies}
     for (p, _), result in zip(tasks, results, strict=True):
         runs[p.name].append(result)
