@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from simulator.config import Scenario
-from taskqueue.buckets import cpu_time_bucket
+from taskqueue.buckets import cpu_time_bucket, significant_bits_bucket
 
 
 @dataclass(slots=True)
@@ -22,6 +22,8 @@ class Job:
     cpu_time: int
     #: Real run time on the site's nodes, seconds (the estimate error included).
     run_seconds: float
+    #: Memory it asks for (MaxRAM), MB.
+    memory: int = 0
 
 
 class CentralQueue(Protocol):
@@ -34,34 +36,38 @@ class CentralQueue(Protocol):
         """Add a job (``front``: a job handed back, served before the others of its queue)."""
 
     def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              now: float) -> Job | None:
-        """The job a pilot's match request gets, or None."""
+              memory: int | None, now: float) -> Job | None:
+        """The job a pilot's match request gets, or None (``memory``: free MB, None: not
+        limited)."""
 
-    def fits_cores(self, free: int) -> bool:
-        """Whether some waiting job needs at most ``free`` cores."""
+    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+        """Whether some waiting job needs at most ``free`` cores, and whether one of those
+        needs at most ``memory`` MB too."""
 
 
 class ModelQueue:
-    """The matcher as a model (``taskqueue.matching``): task queues keyed by cores and CPU-time
-    bucket (of the CPU time per core, ``taskqueue.definitions``); a request matches the
-    non-empty queues whose cores and bucket it can hold; the draw is the matcher's race of
-    exponential clocks (the matching queue with the smallest key is drawn, and its key advances
-    by an Exp(priority) step, all priorities equal; a queue that becomes non-empty starts from
-    the clock, the key of the last draw), and the drawn queue's oldest job is given."""
+    """The matcher as a model (``taskqueue.matching``): task queues keyed by cores, CPU-time
+    bucket (of the CPU time per core, ``taskqueue.definitions``) and memory bucket; a request
+    matches the non-empty queues whose cores, CPU time and memory it can hold; the draw is the
+    matcher's race of exponential clocks (the matching queue with the smallest key is drawn,
+    and its key advances by an Exp(priority) step, all priorities equal; a queue that becomes
+    non-empty starts from the clock, the key of the last draw), and the drawn queue's oldest
+    job is given."""
 
     def __init__(self, scenario: Scenario, rng: random.Random) -> None:
         self.s = scenario
         self.rng = rng
-        self.queues: dict[tuple[int, int], deque[Job]] = {}
-        self.nonempty: list[tuple[int, int]] = []
-        self.draw_keys: dict[tuple[int, int], float] = {}
+        self.queues: dict[tuple[int, int, int], deque[Job]] = {}
+        self.nonempty: list[tuple[int, int, int]] = []
+        self.draw_keys: dict[tuple[int, int, int], float] = {}
         self.draw_clock = 0.0
         self.waiting = 0
 
     def enqueue(self, job: Job, *, front: bool, now: float) -> None:
         s = self.s
         seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
-        key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments))
+        key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments),
+               significant_bits_bucket(job.memory))
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = deque()
@@ -76,12 +82,13 @@ class ModelQueue:
         self.waiting += 1
 
     def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              now: float) -> Job | None:
+              memory: int | None, now: float) -> Job | None:
         keys = self.draw_keys
-        best: tuple[int, int] | None = None
+        best: tuple[int, int, int] | None = None
         best_key = math.inf
         for k in self.nonempty:
-            if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left):
+            if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left) and (
+                    memory is None or k[2] <= memory):
                 d = keys[k]
                 if d < best_key or (d == best_key and best is not None and k < best):
                     best, best_key = k, d
@@ -96,5 +103,6 @@ class ModelQueue:
         self.waiting -= 1
         return job
 
-    def fits_cores(self, free: int) -> bool:
-        return any(k[0] <= free for k in self.nonempty)
+    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+        cores = [k for k in self.nonempty if k[0] <= free]
+        return bool(cores), any(memory is None or k[2] <= memory for k in cores)

@@ -17,13 +17,16 @@ VICTIM_CHOICES = ("drain", "kill", "random", "oldest")
 class JobClass:
     """One kind of job in the mix: its share of the jobs (by count), its cores, and the wall
     time it asks for (hours, drawn log-uniformly between the bounds). The CPU time in its
-    description is that wall time times its cores (normalised by the node's CPU factor)."""
+    description is that wall time times its cores (normalised by the node's CPU factor); its
+    memory (MaxRAM, MB, for the whole job; 0: none asked) counts only on a scenario with
+    ``memory_per_node_mb``."""
 
     name: str
     weight: float
     cores: int
     hours_min: float
     hours_max: float
+    memory_mb: int = 0
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,10 @@ class Scenario:
     #: Wall limit of one pilot (one batch job), hours.
     wall_limit_hours: float = 48.0
     cpu_factor: float = 1.0
+    #: Memory of a node, MB (None: memory is not simulated). A pilot holds its cores' share
+    #: of it and offers what its running payloads leave free; a job needs its class's memory
+    #: (so a one-payload pilot only gets the jobs its cores' share of memory holds).
+    memory_per_node_mb: int | None = None
     #: Measured period after the warm-up, days.
     days: float = 7.0
     warmup_hours: float = 24.0
@@ -108,6 +115,12 @@ class Scenario:
             if c.cores < 1 or not c.weight > 0 or not 0 < c.hours_min <= c.hours_max:
                 problems.append(f"job class {c.name!r}: cores >= 1, weight > 0 and "
                                 f"0 < hours_min <= hours_max are needed")
+        if self.memory_per_node_mb is not None and (self.memory_per_node_mb < 1 or any(
+                c.memory_mb > self.memory_per_node_mb for c in self.job_classes)):
+            problems.append("memory_per_node_mb must be at least 1 and at least each job "
+                            "class's memory_mb")
+        if any(c.memory_mb < 0 for c in self.job_classes):
+            problems.append("a job class has a negative memory_mb")
         if any(c.cores > self.cores_per_node for c in self.job_classes):
             problems.append("a job class has more cores than a node")
         if problems:

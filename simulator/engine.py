@@ -48,7 +48,7 @@ _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_ST
 #: few cores free for the jobs that would fit in time, or too little time left for any job);
 #: the pilot is too close to its end to ask, and waits for its payloads.
 IDLE_REASONS = ("draining", "no pilot", "too few free cores", "too little time left",
-                "end of the pilot's life")
+                "end of the pilot's life", "too little free memory")
 
 #: Node states.
 UP, DRAINING, OUT = "up", "draining", "out"
@@ -73,6 +73,10 @@ class Pilot:
     multi: bool
     payloads: dict[int, Running] = field(default_factory=dict)
     used: int = 0
+    #: Memory the pilot holds (its cores' share of the node's; None: not simulated) and what
+    #: its payloads use, MB.
+    memory: int | None = None
+    memory_used: int = 0
     retiring: bool = False
     alive: bool = True
     asked_once: bool = False
@@ -288,7 +292,7 @@ class Simulation:
         cpu_time = max(1, round(hours * HOUR * c.cores * s.cpu_factor))
         run = cpu_time / s.cpu_factor / c.cores * rng.uniform(s.error_min, s.error_max)
         self.job_count += 1
-        return Job(self.job_count, c.cores, cpu_time, run)
+        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb)
 
     def _arrivals(self, _time: float, hours: float) -> None:
         s = self.s
@@ -383,6 +387,8 @@ class Simulation:
         p = Pilot(self.pilot_count, node, cores, self.now, self.now + wall,
                   self.policy.multi_payload)
         p.reference = f"pilot-{p.id}"
+        if self.s.memory_per_node_mb is not None:
+            p.memory = self.s.memory_per_node_mb * cores // node.cores
         node.pilots.append(p)
         self._fill(p)
         return p
@@ -417,8 +423,9 @@ class Simulation:
                 if not p.payloads:
                     self._retire(p)
                 return
-            job = self.central.match(p.reference, ask.processors, ask.cpu_time_left,
-                                     self.now)
+            job = self.central.match(
+                p.reference, ask.processors, ask.cpu_time_left,
+                None if p.memory is None else p.memory - p.memory_used, self.now)
             if job is None:
                 self.hungry.add(p)
                 if not p.payloads:
@@ -436,6 +443,7 @@ class Simulation:
         r = Running(job, cores, now, expected, max_end)
         p.payloads[job.id] = r
         p.used += cores
+        p.memory_used += job.memory
         p.node.used += cores
         self.used += cores
         p.idle_end = None
@@ -455,6 +463,7 @@ class Simulation:
             node.drain_idle += (node.cores - node.used) * (self.now - node.drain_since)
             node.drain_since = self.now
         p.used -= r.cores
+        p.memory_used -= r.job.memory
         node.used -= r.cores
         self.used -= r.cores
         return r
@@ -742,8 +751,10 @@ class Simulation:
                 if draining or p.retiring:
                     shares["draining"] += free
                 elif p in self.hungry:
-                    cores_fit = self.central.fits_cores(free)
-                    shares["too little time left" if cores_fit else "too few free cores"] += free
+                    cores_fit, memory_fits = self.central.fits(
+                        free, None if p.memory is None else p.memory - p.memory_used)
+                    shares["too few free cores" if not cores_fit else "too little free memory"
+                           if not memory_fits else "too little time left"] += free
                 else:
                     shares["end of the pilot's life"] += free
         for reason, cores in shares.items():

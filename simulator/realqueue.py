@@ -17,6 +17,7 @@ from gridpilot import schema
 from pilot.resource import NodeDescription
 from simulator.central import Job
 from simulator.config import Scenario
+from taskqueue.buckets import significant_bits_bucket
 from taskqueue.database import make_engine, make_session_factory
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
@@ -42,7 +43,7 @@ class TaskQueueCentral:
             cpu_time_segments=scenario.cpu_time_segments))
         self.rng = rng
         self.jobs: dict[int, Job] = {}
-        self.cores_waiting: Counter[int] = Counter()
+        self.cores_waiting: Counter[tuple[int, int]] = Counter()
         self.waiting = 0
 
     def close(self) -> None:
@@ -53,7 +54,8 @@ class TaskQueueCentral:
         its queue: the real reschedule keeps its id, which changes nothing here)."""
         when = EPOCH + timedelta(seconds=now)
         req = JobRequirements(vo=VO, owner="sim", owner_group="sim_user",
-                              cpu_time=job.cpu_time, processors=job.cores)
+                              cpu_time=job.cpu_time, processors=job.cores,
+                              memory=job.memory)
         with self.sessions.begin() as s:
             [job_id] = add_jobs(s, [NewJob('[Executable = "sim"]', req)], now=when)
             apply_transition(s, [job_id], JobStatus.RECEIVED, JobStatus.CHECKING,
@@ -61,22 +63,25 @@ class TaskQueueCentral:
             enqueue_jobs(s, [QueueEntry(job_id, req, 1)], self.settings, now=when,
                          rng=self.rng)
         self.jobs[job_id] = job
-        self.cores_waiting[job.cores] += 1
+        self.cores_waiting[job.cores, job.memory] += 1
         self.waiting += 1
 
     def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              now: float) -> Job | None:
+              memory: int | None, now: float) -> Job | None:
         node = NodeDescription(vo=VO, reference=pilot_reference)
-        resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=None,
+        resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=memory,
                                                 cpu_time_left=cpu_time_left))
         with self.sessions.begin() as s:
             claims = claim_jobs(s, resource, now=EPOCH + timedelta(seconds=now), rng=self.rng)
         if not claims:
             return None
         job = self.jobs.pop(claims[0].job_id)
-        self.cores_waiting[job.cores] -= 1
+        self.cores_waiting[job.cores, job.memory] -= 1
         self.waiting -= 1
         return job
 
-    def fits_cores(self, free: int) -> bool:
-        return any(n > 0 and cores <= free for cores, n in self.cores_waiting.items())
+    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+        # Memory as the matcher buckets it (a job fits when its bucket does).
+        held = [mem for (cores, mem), n in self.cores_waiting.items() if n > 0 and cores <= free]
+        return bool(held), any(memory is None or significant_bits_bucket(m) <= memory
+                               for m in held)

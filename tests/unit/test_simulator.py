@@ -300,3 +300,23 @@ def test_a_multi_core_job_is_matched_by_its_cpu_time_per_core(per_core: bool,
     result = simulate(scenario, AWARE, 1, workload=[(0.0, job(1, 8, 1.0))])
     assert result.jobs_started == started
     assert result.jobs_done == started
+
+
+def test_memory_limits_how_many_jobs_share_a_pilot() -> None:
+    # One 8-core node of 16,000 MB; four 1-core jobs of 6,000 MB each (bucket 6,144 MB): two
+    # run at once (the third finds 4,000 MB free), the other two wait an hour with 6 cores
+    # idle for want of memory: occupancy while work waits 2/8.
+    scenario = one_node(cores_per_node=8, wall_limit_hours=24.0, memory_per_node_mb=16000,
+                        job_classes=(JobClass("big", 1.0, 1, 1.0, 1.0, memory_mb=6000),),
+                        sample_seconds=600.0)
+    work = [(0.0, Job(i, 1, round(HOUR), HOUR, 6000)) for i in range(1, 5)]
+    result = simulate(scenario, AWARE, 1, workload=work)
+    assert result.jobs_done == 4
+    assert result.occupancy == pytest.approx(0.25)
+    assert result.idle["too little free memory"] == pytest.approx(0.75)
+
+
+def test_a_job_class_needing_more_memory_than_a_node_has_is_refused() -> None:
+    with pytest.raises(ValueError, match="memory_per_node_mb"):
+        one_node(memory_per_node_mb=1000,
+                 job_classes=(JobClass("big", 1.0, 1, 1.0, 1.0, memory_mb=6000),))
