@@ -37,6 +37,9 @@ class Scenario:
     cores_per_node: int = 32
     #: Wall limit of one pilot (one batch job), hours.
     wall_limit_hours: float = 48.0
+    #: Several sites sharing the central queue, by their wall limits (hours): node i belongs
+    #: to site i modulo their number (empty: one site, of ``wall_limit_hours``).
+    site_wall_limits_hours: tuple[float, ...] = ()
     cpu_factor: float = 1.0
     #: Memory of a node, MB (None: memory is not simulated). A pilot holds its cores' share
     #: of it and offers what its running payloads leave free; a job needs its class's memory
@@ -104,6 +107,8 @@ class Scenario:
                      "drain_out_hours"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must not be negative")
+        if any(not h > 0 for h in self.site_wall_limits_hours):
+            problems.append("site_wall_limits_hours must all be above 0")
         segs = self.cpu_time_segments
         if not segs or segs[0] <= 0 or list(segs) != sorted(set(segs)):
             problems.append("cpu_time_segments must be positive, strictly ascending seconds")

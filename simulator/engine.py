@@ -373,7 +373,8 @@ class Simulation:
         return known
 
     def _new_pilot(self, node: Node, cores: int) -> Pilot:
-        wall = self.s.wall_limit_hours * HOUR
+        sites = self.s.site_wall_limits_hours
+        wall = (sites[node.id % len(sites)] if sites else self.s.wall_limit_hours) * HOUR
         if not node.started_once and self.s.stagger_first_pilots:
             # The first pilots: as if they had started at random times before, so that the
             # wall limits of the whole site do not all fall at once.

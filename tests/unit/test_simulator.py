@@ -320,3 +320,15 @@ def test_a_job_class_needing_more_memory_than_a_node_has_is_refused() -> None:
     with pytest.raises(ValueError, match="memory_per_node_mb"):
         one_node(memory_per_node_mb=1000,
                  job_classes=(JobClass("big", 1.0, 1, 1.0, 1.0, memory_mb=6000),))
+
+
+def test_sites_with_different_wall_limits_share_the_queue() -> None:
+    # Two one-core nodes: site 0 gives pilots 10 h, site 1 only 1 h. Two 2 h jobs: site 0
+    # runs the first; site 1's pilots never have time for the second, which waits for site 0
+    # (0 to 2 h: one core of two busy while work waits).
+    scenario = one_node(nodes=2, cores_per_node=1, days=5 / 24,
+                        site_wall_limits_hours=(10.0, 1.0))
+    result = simulate(scenario, AWARE, 1, workload=[(0.0, job(1, 1, 2)), (0.0, job(2, 1, 2))])
+    assert result.jobs_done == 2
+    assert result.occupancy == pytest.approx(0.5)
+    assert result.killed_at_wall_limit == 0
