@@ -53,6 +53,12 @@ class Scenario:
     stagger_first_pilots: bool = True
     #: Seconds between a pilot's end and the next pilot's start in the freed cores.
     pilot_start_delay: float = 120.0
+    #: The site director's pace: every ``director_cycle_seconds`` it sends each site at most
+    #: ``director_pilots_per_cycle`` pilots (its per-queue cap), each to the node that has
+    #: waited longest for one (0: no director pacing, a pilot is always waiting in the batch
+    #: system).
+    director_cycle_seconds: float = 0.0
+    director_pilots_per_cycle: int = 0
     #: The pilot's defaults (``PilotOptions.margin`` and ``idle_timeout``).
     margin: float = 60.0
     idle_timeout: float = 600.0
@@ -107,6 +113,9 @@ class Scenario:
                      "drain_out_hours"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must not be negative")
+        if (self.director_cycle_seconds > 0) != (self.director_pilots_per_cycle > 0):
+            problems.append("director_cycle_seconds and director_pilots_per_cycle must be "
+                            "both above 0 (director pacing) or both 0")
         if any(not h > 0 for h in self.site_wall_limits_hours):
             problems.append("site_wall_limits_hours must all be above 0")
         segs = self.cpu_time_segments

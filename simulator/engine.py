@@ -28,6 +28,7 @@ import heapq
 import itertools
 import math
 import random
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,7 @@ from simulator.config import HOUR, Policy, Scenario
 
 # Event kinds, in the order they are handled at equal times.
 _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_START, \
-    _NODE_BACK, _ANNOUNCE, _DRAIN, _SAMPLE = range(12)
+    _NODE_BACK, _ANNOUNCE, _DRAIN, _SAMPLE, _DIRECTOR = range(13)
 
 #: Why cores are idle while work waits: the node is being drained (or shut down); no pilot
 #: holds them (between two pilots); the pilot has free cores but no waiting job fits them (too
@@ -186,6 +187,10 @@ class Simulation:
                                                           scenario.job_classes))
         self.class_total = self.class_cumulative[-1]
         self.sizes_by_free: dict[int, tuple[list[int], list[float]]] = {}
+        #: Director pacing: per site, the nodes waiting for a pilot, in order.
+        self.paced = scenario.director_cycle_seconds > 0
+        self.wanting: list[deque[Node]] = [
+            deque() for _ in range(max(1, len(scenario.site_wall_limits_hours)))]
         self.class_logs = [(math.log(c.hours_min), math.log(c.hours_max))
                            for c in scenario.job_classes]
         self.pilot_count = 0
@@ -228,7 +233,12 @@ class Simulation:
         for node in self.nodes:
             node.unheld = node.cores
             node.starting = True
-            self.push(self.rng_pilots.uniform(0, s.pilot_start_delay), _PILOT_START, node)
+            if self.paced:
+                self.wanting[node.id % len(self.wanting)].append(node)
+            else:
+                self.push(self.rng_pilots.uniform(0, s.pilot_start_delay), _PILOT_START, node)
+        if self.paced:
+            self.push(0.0, _DIRECTOR, None)
         self._schedule_drain_events()
         # One sample at a random time in each interval: no aliasing with the arrivals.
         t = self.start
@@ -240,7 +250,8 @@ class Simulation:
             _END: self._on_end, _WALL: self._on_wall, _PILOT_WALL: self._on_pilot_wall,
             _IDLE: self._on_idle, _ARRIVAL: self._on_arrival,
             _PILOT_START: self._on_pilot_start, _NODE_BACK: self._on_node_back,
-            _ANNOUNCE: self._on_announce, _DRAIN: self._on_drain, _SAMPLE: self._on_sample}
+            _ANNOUNCE: self._on_announce, _DRAIN: self._on_drain, _SAMPLE: self._on_sample,
+            _DIRECTOR: self._on_director}
         heap = self.heap
         while heap:
             time, kind, _, obj = heapq.heappop(heap)
@@ -332,7 +343,19 @@ class Simulation:
     def _start_pilots_later(self, node: Node) -> None:
         if not node.starting and node.unheld > 0 and node.state == UP:
             node.starting = True
-            self.push(self.now + self.s.pilot_start_delay, _PILOT_START, node)
+            if self.paced:
+                self.wanting[node.id % len(self.wanting)].append(node)
+            else:
+                self.push(self.now + self.s.pilot_start_delay, _PILOT_START, node)
+
+    def _on_director(self, _obj: object) -> None:
+        """A cycle of the site director: each site gets at most its cap of pilots, for the
+        nodes that have waited longest."""
+        s = self.s
+        for wanting in self.wanting:
+            for _ in range(min(s.director_pilots_per_cycle, len(wanting))):
+                self.push(self.now + s.pilot_start_delay, _PILOT_START, wanting.popleft())
+        self.push(self.now + s.director_cycle_seconds, _DIRECTOR, None)
 
     def _on_pilot_start(self, obj: object) -> None:
         """The batch system starts pilots in the node's free cores: one whole-node pilot

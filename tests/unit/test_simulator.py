@@ -332,3 +332,19 @@ def test_sites_with_different_wall_limits_share_the_queue() -> None:
     assert result.jobs_done == 2
     assert result.occupancy == pytest.approx(0.5)
     assert result.killed_at_wall_limit == 0
+
+
+def test_a_director_paces_the_pilots() -> None:
+    # Four one-core nodes, a director sending one pilot an hour: four 10 h jobs start at 0,
+    # 1, 2 and 3 h. While work waits (0 to 3 h) 1, 2 then 3 of the 4 cores are busy: 6 of 12
+    # core-hours.
+    scenario = one_node(nodes=4, cores_per_node=1, wall_limit_hours=24.0, days=1.0,
+                        director_cycle_seconds=HOUR, director_pilots_per_cycle=1)
+    result = simulate(scenario, AWARE, 1, workload=[(0.0, job(i, 1, 10)) for i in range(1, 5)])
+    assert result.jobs_started == 4
+    assert result.occupancy == pytest.approx(0.5)
+
+
+def test_director_pacing_needs_a_cycle_and_a_cap() -> None:
+    with pytest.raises(ValueError, match="director_cycle_seconds"):
+        one_node(director_cycle_seconds=60.0)
