@@ -187,6 +187,19 @@ PRESETS: dict[str, Preset] = {
         "a week of a 1,000-node site with 32-core nodes (the scale benchmark)",
         replace(Scenario(), nodes=1000, drain_nodes=50, shutdowns_per_day=50.0),
         seeds=(1, 2, 3)),
+    "wide-week": Preset(
+        "drain-week with memory (64 GB per 32-core node; jobs of 1 to 16 GB), two sites "
+        "(48 h and 24 h pilots) and a director sending each site at most 10 pilots every "
+        "5 min",
+        replace(Scenario(), nodes=100, drain_nodes=10, shutdowns_per_day=5.0,
+                memory_per_node_mb=64000, site_wall_limits_hours=(48.0, 24.0),
+                director_cycle_seconds=300.0, director_pilots_per_cycle=10,
+                job_classes=(JobClass("short single-core", 0.3, 1, 0.1, 1.0, memory_mb=1000),
+                             JobClass("single-core", 0.35, 1, 1.0, 20.0, memory_mb=2000),
+                             JobClass("big-memory single-core", 0.1, 1, 1.0, 10.0,
+                                      memory_mb=6000),
+                             JobClass("8-core", 0.25, 8, 0.5, 2.9, memory_mb=16000))),
+        seeds=(1, 2, 3, 4, 5)),
     "small": Preset(
         "a day of a 10-node site (a quick look)",
         replace(Scenario(), nodes=10, days=1.0, warmup_hours=12.0, shutdowns_per_day=2.0,
