@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,28 +24,64 @@ class Job:
     run_seconds: float
     #: Memory it asks for (MaxRAM), MB.
     memory: int = 0
+    vo: str = "vo"
 
 
 class CentralQueue(Protocol):
     """What the simulation needs of the central queue."""
 
-    #: Jobs waiting.
+    #: Jobs waiting, and per VO.
     waiting: int
+    waiting_by_vo: Counter[str]
 
     def enqueue(self, job: Job, *, front: bool, now: float) -> None:
         """Add a job (``front``: a job handed back, served before the others of its queue)."""
 
-    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              memory: int | None, now: float) -> Job | None:
+    def match(self, vo: str, pilot_reference: str, processors: int,
+              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
         """The job a pilot's match request gets, or None (``memory``: free MB, None: not
         limited)."""
 
-    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
         """Whether some waiting job needs at most ``free`` cores, and whether one of those
         needs at most ``memory`` MB too."""
 
 
 class ModelQueue:
+    """The matcher as a model, for several VOs: each VO's task queues and draw apart
+    (:class:`VoQueues`), as the matcher keeps them."""
+
+    def __init__(self, scenario: Scenario, rng: random.Random) -> None:
+        self.s = scenario
+        self.rng = rng
+        self.vos: dict[str, VoQueues] = {}
+        self.waiting = 0
+        self.waiting_by_vo: Counter[str] = Counter()
+
+    def _vo(self, vo: str) -> VoQueues:
+        q = self.vos.get(vo)
+        if q is None:
+            q = self.vos[vo] = VoQueues(self.s, self.rng)
+        return q
+
+    def enqueue(self, job: Job, *, front: bool, now: float) -> None:
+        self._vo(job.vo).enqueue(job, front=front)
+        self.waiting += 1
+        self.waiting_by_vo[job.vo] += 1
+
+    def match(self, vo: str, pilot_reference: str, processors: int,
+              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
+        job = self._vo(vo).match(processors, cpu_time_left, memory)
+        if job is not None:
+            self.waiting -= 1
+            self.waiting_by_vo[vo] -= 1
+        return job
+
+    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
+        return self._vo(vo).fits(free, memory)
+
+
+class VoQueues:
     """The matcher as a model (``taskqueue.matching``): task queues keyed by cores, CPU-time
     bucket (of the CPU time per core, ``taskqueue.definitions``) and memory bucket; a request
     matches the non-empty queues whose cores, CPU time and memory it can hold; the draw is the
@@ -61,9 +97,8 @@ class ModelQueue:
         self.nonempty: list[tuple[int, int, int]] = []
         self.draw_keys: dict[tuple[int, int, int], float] = {}
         self.draw_clock = 0.0
-        self.waiting = 0
 
-    def enqueue(self, job: Job, *, front: bool, now: float) -> None:
+    def enqueue(self, job: Job, *, front: bool) -> None:
         s = self.s
         seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
         key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments),
@@ -79,10 +114,9 @@ class ModelQueue:
             q.appendleft(job)
         else:
             q.append(job)
-        self.waiting += 1
 
-    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              memory: int | None, now: float) -> Job | None:
+    def match(self, processors: int, cpu_time_left: int | None, memory: int | None
+              ) -> Job | None:
         keys = self.draw_keys
         best: tuple[int, int, int] | None = None
         best_key = math.inf
@@ -100,7 +134,6 @@ class ModelQueue:
         job = q.popleft()
         if not q:
             self.nonempty.remove(best)
-        self.waiting -= 1
         return job
 
     def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:

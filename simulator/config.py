@@ -19,7 +19,7 @@ class JobClass:
     time it asks for (hours, drawn log-uniformly between the bounds). The CPU time in its
     description is that wall time times its cores (normalised by the node's CPU factor); its
     memory (MaxRAM, MB, for the whole job; 0: none asked) counts only on a scenario with
-    ``memory_per_node_mb``."""
+    ``memory_per_node_mb``; its VO shares the site with the others by ``vo_shares``."""
 
     name: str
     weight: float
@@ -27,6 +27,8 @@ class JobClass:
     hours_min: float
     hours_max: float
     memory_mb: int = 0
+    #: The VO whose jobs these are (one of the scenario's ``vo_shares``).
+    vo: str = "vo"
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class Scenario:
     cores_per_node: int = 32
     #: Wall limit of one pilot (one batch job), hours.
     wall_limit_hours: float = 48.0
+    #: VOs sharing the site and their fair shares: the batch system gives freed cores to the
+    #: pilots of the VO with waiting work whose pilots hold the fewest cores for its share
+    #: (empty: one VO, "vo", for every job class).
+    vo_shares: tuple[tuple[str, float], ...] = ()
     #: Several sites sharing the central queue, by their wall limits (hours): node i belongs
     #: to site i modulo their number (empty: one site, of ``wall_limit_hours``).
     site_wall_limits_hours: tuple[float, ...] = ()
@@ -116,6 +122,10 @@ class Scenario:
         if (self.director_cycle_seconds > 0) != (self.director_pilots_per_cycle > 0):
             problems.append("director_cycle_seconds and director_pilots_per_cycle must be "
                             "both above 0 (director pacing) or both 0")
+        vos = {vo for vo, _ in self.vo_shares} or {"vo"}
+        if any(not share > 0 for _, share in self.vo_shares) or any(
+                c.vo not in vos for c in self.job_classes):
+            problems.append("vo_shares must be above 0 and name the VO of every job class")
         if any(not h > 0 for h in self.site_wall_limits_hours):
             problems.append("site_wall_limits_hours must all be above 0")
         segs = self.cpu_time_segments

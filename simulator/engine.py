@@ -28,7 +28,7 @@ import heapq
 import itertools
 import math
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,6 +78,7 @@ class Pilot:
     #: its payloads use, MB.
     memory: int | None = None
     memory_used: int = 0
+    vo: str = "vo"
     retiring: bool = False
     alive: bool = True
     asked_once: bool = False
@@ -150,6 +151,8 @@ class RunResult:
     events: int
     #: Mean share of the cores in service idle for each reason (sampled while work waits).
     idle: dict[str, float] = field(default_factory=dict)
+    #: Jobs started in the measured period, per VO.
+    started_by_vo: dict[str, int] = field(default_factory=dict)
 
 
 class Simulation:
@@ -187,6 +190,9 @@ class Simulation:
                                                           scenario.job_classes))
         self.class_total = self.class_cumulative[-1]
         self.sizes_by_free: dict[int, tuple[list[int], list[float]]] = {}
+        #: Cores held by each VO's pilots (the batch system's fair share).
+        self.vo_cores: Counter[str] = Counter()
+        self.started_by_vo: Counter[str] = Counter()
         #: Director pacing: per site, the nodes waiting for a pilot, in order.
         self.paced = scenario.director_cycle_seconds > 0
         self.wanting: list[deque[Node]] = [
@@ -270,7 +276,8 @@ class Simulation:
             draining_waste=self.draining_waste, kill_waste=self.kill_waste,
             killed_at_wall_limit=self.killed_at_wall, rescheduled=self.rescheduled,
             jobs_done=self.done, jobs_started=self.started,
-            pilots_started=self.pilots_started, drains=self.drains,
+            pilots_started=self.pilots_started, started_by_vo=dict(self.started_by_vo),
+            drains=self.drains,
             occupancy_series=self.series, events=self.events,
             idle={reason: value / max(1, self.idle_sample_count)
                   for reason, value in self.idle_samples.items()})
@@ -303,7 +310,7 @@ class Simulation:
         cpu_time = max(1, round(hours * HOUR * c.cores * s.cpu_factor))
         run = cpu_time / s.cpu_factor / c.cores * rng.uniform(s.error_min, s.error_max)
         self.job_count += 1
-        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb)
+        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb, c.vo)
 
     def _arrivals(self, _time: float, hours: float) -> None:
         s = self.s
@@ -384,6 +391,17 @@ class Simulation:
             if not self._new_pilot(node, size).alive:
                 return  # it exited at once (no time left before the shutdown)
 
+    def _next_vo(self) -> str:
+        """The VO the batch system gives freed cores to: among the VOs with waiting work,
+        the one whose pilots hold the fewest cores for its share (the first listed on a
+        tie)."""
+        shares = self.s.vo_shares
+        if not shares:
+            return "vo"
+        waiting = self.central.waiting_by_vo
+        candidates = [(vo, share) for vo, share in shares if waiting[vo] > 0] or list(shares)
+        return min(candidates, key=lambda c: self.vo_cores[c[0]] / c[1])[0]
+
     def _pilot_sizes(self, free: int) -> tuple[list[int], list[float]]:
         """The one-payload pilot sizes that fit ``free`` cores and their cumulative weights
         (the same draw as ``choices(sizes, weights)``, computed once per ``free``)."""
@@ -409,7 +427,8 @@ class Simulation:
         if self._measuring():
             self.pilots_started += 1
         p = Pilot(self.pilot_count, node, cores, self.now, self.now + wall,
-                  self.policy.multi_payload)
+                  self.policy.multi_payload, vo=self._next_vo())
+        self.vo_cores[p.vo] += cores
         p.reference = f"pilot-{p.id}"
         if self.s.memory_per_node_mb is not None:
             p.memory = self.s.memory_per_node_mb * cores // node.cores
@@ -448,7 +467,7 @@ class Simulation:
                     self._retire(p)
                 return
             job = self.central.match(
-                p.reference, ask.processors, ask.cpu_time_left,
+                p.vo, p.reference, ask.processors, ask.cpu_time_left,
                 None if p.memory is None else p.memory - p.memory_used, self.now)
             if job is None:
                 self.hungry.add(p)
@@ -474,6 +493,7 @@ class Simulation:
         self._ensure_wall(p)
         if self._measuring():
             self.started += 1
+            self.started_by_vo[job.vo] += 1
         actual = now + job.run_seconds
         if actual <= max_end:
             self.push(actual, _END, (p, job.id))
@@ -578,6 +598,7 @@ class Simulation:
         node = p.node
         node.pilots.remove(p)
         node.unheld += p.cores
+        self.vo_cores[p.vo] -= p.cores
         if node.state == DRAINING:
             if not node.pilots:
                 self._node_freed(node)
@@ -728,6 +749,7 @@ class Simulation:
             p.alive = False
             self.hungry.discard(p)
             node.unheld += p.cores
+            self.vo_cores[p.vo] -= p.cores
         node.pilots.clear()
         if record is not None and node.drain is record:
             record.draining_waste += node.drain_idle
@@ -776,7 +798,7 @@ class Simulation:
                     shares["draining"] += free
                 elif p in self.hungry:
                     cores_fit, memory_fits = self.central.fits(
-                        free, None if p.memory is None else p.memory - p.memory_used)
+                        p.vo, free, None if p.memory is None else p.memory - p.memory_used)
                     shares["too few free cores" if not cores_fit else "too little free memory"
                            if not memory_fits else "too little time left"] += free
                 else:

@@ -29,7 +29,6 @@ from taskqueue.states import JobStatus
 
 #: The simulated time 0.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
-VO = "sim"
 
 
 class TaskQueueCentral:
@@ -43,8 +42,9 @@ class TaskQueueCentral:
             cpu_time_segments=scenario.cpu_time_segments))
         self.rng = rng
         self.jobs: dict[int, Job] = {}
-        self.cores_waiting: Counter[tuple[int, int]] = Counter()
+        self.cores_waiting: Counter[tuple[str, int, int]] = Counter()
         self.waiting = 0
+        self.waiting_by_vo: Counter[str] = Counter()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -53,7 +53,7 @@ class TaskQueueCentral:
         """Store and queue ``job`` (a job handed back comes back as a new one, at the end of
         its queue: the real reschedule keeps its id, which changes nothing here)."""
         when = EPOCH + timedelta(seconds=now)
-        req = JobRequirements(vo=VO, owner="sim", owner_group="sim_user",
+        req = JobRequirements(vo=job.vo, owner="sim", owner_group=f"{job.vo}_user",
                               cpu_time=job.cpu_time, processors=job.cores,
                               memory=job.memory)
         with self.sessions.begin() as s:
@@ -63,12 +63,13 @@ class TaskQueueCentral:
             enqueue_jobs(s, [QueueEntry(job_id, req, 1)], self.settings, now=when,
                          rng=self.rng)
         self.jobs[job_id] = job
-        self.cores_waiting[job.cores, job.memory] += 1
+        self.cores_waiting[job.vo, job.cores, job.memory] += 1
         self.waiting += 1
+        self.waiting_by_vo[job.vo] += 1
 
-    def match(self, pilot_reference: str, processors: int, cpu_time_left: int | None,
-              memory: int | None, now: float) -> Job | None:
-        node = NodeDescription(vo=VO, reference=pilot_reference)
+    def match(self, vo: str, pilot_reference: str, processors: int,
+              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
+        node = NodeDescription(vo=vo, reference=pilot_reference)
         resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=memory,
                                                 cpu_time_left=cpu_time_left))
         with self.sessions.begin() as s:
@@ -76,12 +77,14 @@ class TaskQueueCentral:
         if not claims:
             return None
         job = self.jobs.pop(claims[0].job_id)
-        self.cores_waiting[job.cores, job.memory] -= 1
+        self.cores_waiting[job.vo, job.cores, job.memory] -= 1
         self.waiting -= 1
+        self.waiting_by_vo[job.vo] -= 1
         return job
 
-    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
         # Memory as the matcher buckets it (a job fits when its bucket does).
-        held = [mem for (cores, mem), n in self.cores_waiting.items() if n > 0 and cores <= free]
+        held = [mem for (v, cores, mem), n in self.cores_waiting.items()
+                if n > 0 and v == vo and cores <= free]
         return bool(held), any(memory is None or significant_bits_bucket(m) <= memory
                                for m in held)

@@ -348,3 +348,21 @@ def test_a_director_paces_the_pilots() -> None:
 def test_director_pacing_needs_a_cycle_and_a_cap() -> None:
     with pytest.raises(ValueError, match="director_cycle_seconds"):
         one_node(director_cycle_seconds=60.0)
+
+
+def test_vos_share_the_freed_cores_by_their_shares() -> None:
+    # Four one-core nodes, VO a with share 3 and VO b with 1, both with 10 h jobs waiting:
+    # the batch system gives 3 nodes to a's pilots and 1 to b's.
+    scenario = one_node(nodes=4, cores_per_node=1, wall_limit_hours=24.0, days=5 / 24,
+                        vo_shares=(("a", 3.0), ("b", 1.0)),
+                        job_classes=(JobClass("a", 1.0, 1, 10.0, 10.0, vo="a"),
+                                     JobClass("b", 1.0, 1, 10.0, 10.0, vo="b")))
+    work = [(0.0, Job(i, 1, round(10 * HOUR), 10 * HOUR, vo=vo))
+            for i, vo in enumerate("aaaabbbb", start=1)]
+    result = simulate(scenario, AWARE, 1, workload=work)
+    assert result.started_by_vo == {"a": 3, "b": 1}
+
+
+def test_a_job_class_of_a_vo_without_a_share_is_refused() -> None:
+    with pytest.raises(ValueError, match="vo_shares"):
+        one_node(vo_shares=(("a", 1.0),))
