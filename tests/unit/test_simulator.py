@@ -234,7 +234,7 @@ def test_simulate_prints_json_with_named_figures_and_writes_plots(tmp_path: Path
 
 def test_simulate_prints_a_table() -> None:
     result = CliRunner().invoke(cli, ["simulate", "--preset", "small", "--seeds", "1",
-                                      "--policy", "multi/aware/drain-cost"])
+                                      "--policy", "multi/aware/drain-cost", "--workers", "1"])
     assert result.exit_code == 0, result.output
     assert "occupancy %" in result.output
     assert "multi/aware/drain-cost" in result.output
@@ -246,6 +246,7 @@ def test_simulate_prints_a_table() -> None:
     (["--seeds", "1,1"], "different integers"),
     (["--policy", "sometimes"], "unknown policy 'sometimes'"),
     (["--nodes", "0"], "--nodes"),
+    (["--workers", "0"], "--workers"),
 ])
 def test_simulate_refuses_bad_options_clearly(args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, ["simulate", *args])
