@@ -209,8 +209,10 @@ class Limits:
     def seconds_left(self, now: float) -> float | None:
         """Real seconds from ``now`` to the earlier of ``wall_end`` and ``shutdown`` (not below
         0), or ``None`` when neither is known."""
-        ends = [end for end in (self.wall_end, self.shutdown) if end is not None]
-        return max(0.0, min(ends) - now) if ends else None
+        wall_end, shutdown = self.wall_end, self.shutdown
+        end = shutdown if wall_end is None else (
+            wall_end if shutdown is None else min(wall_end, shutdown))
+        return None if end is None else max(0.0, end - now)
 
     @classmethod
     def derive(cls, machine: MachineFeatures, job: JobFeatures, *, now: float,

@@ -71,14 +71,16 @@ class ModelQueue:
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
-        job = self._vo(vo).match(processors, cpu_time_left, memory)
+        queues = self.vos.get(vo)
+        job = None if queues is None else queues.match(processors, cpu_time_left, memory)
         if job is not None:
             self.waiting -= 1
             self.waiting_by_vo[vo] -= 1
         return job
 
     def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
-        return self._vo(vo).fits(free, memory)
+        queues = self.vos.get(vo)
+        return (False, False) if queues is None else queues.fits(free, memory)
 
 
 class VoQueues:
