@@ -32,12 +32,21 @@ DEFAULT_CONFIG = Path("conf/gridpilot.toml")
 NO_DATABASE_NEEDED = frozenset({"db", "config", "token", "demo", "simulate", None})
 
 
+def _require_database_file() -> None:
+    """Refuse a missing SQLite file when the command about to run needs the database. Checked
+    when a command runs, not when the command line is read, so that ``--help`` needs none."""
+    root = click.get_current_context().find_root()
+    if root.invoked_subcommand not in NO_DATABASE_NEEDED and isinstance(root.obj, Settings):
+        schema.require_sqlite_file(root.obj.database.url)
+
+
 def _friendly(fn: F) -> F:
     """Turn gridpilot's own errors and unreachable databases into one clear line, exit 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _require_database_file()
             return fn(*args, **kwargs)
         except GridpilotError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -71,8 +80,6 @@ def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
         config_path = DEFAULT_CONFIG
     try:
         ctx.obj = load_settings(config_path, os.environ)
-        if ctx.invoked_subcommand not in NO_DATABASE_NEEDED:
-            schema.require_sqlite_file(ctx.obj.database.url)
     except GridpilotError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -421,8 +428,8 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
 @_friendly
 def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> None:
     """Run the central loops (all, or the NAMES given): optimizer, director, pilots,
-    submitpools, watchdog, priorities, cleanup, activity. Intervals come from [agents];
-    several agent processes may run at once."""
+    submitpools, watchdog, priorities, cleanup, activity, sandboxes. Intervals come from
+    [agents]; several agent processes may run at once."""
     from agents.context import AgentContext
     from agents.runner import Agents
 
