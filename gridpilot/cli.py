@@ -411,14 +411,20 @@ def demo(settings: Settings, work: Path, n_jobs: int, seed: int, linger: float |
 @click.option("--bind", default=None, help="HOST:PORT to listen on (default: matcher.bind).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="gunicorn worker processes (default: matcher.workers).")
+@click.option("--access-log", default=None, metavar="FILE",
+              help="Log every request to FILE, '-' for the standard output (default: "
+                   "matcher.access_log; empty: none).")
 @click.pass_obj
 @_friendly
-def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
-    """Run the matcher HTTP service under gunicorn."""
+def serve(settings: Settings, bind: str | None, workers: int | None,
+          access_log: str | None) -> None:
+    """Run the matcher HTTP service under gunicorn. It says where it listens, with which
+    database, and warns when [matcher] url, the URL the site director gives pilots, does not
+    reach it."""
     from gridpilot.server import serve as run_server
 
     schema.require_schema(settings.database)
-    run_server(settings, bind=bind, workers=workers)
+    run_server(settings, bind=bind, workers=workers, access_log=access_log)
 
 
 @cli.command("agents")

@@ -149,6 +149,9 @@ class MatcherSettings:
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
+    #: Where each request is logged (gunicorn's access log): a file, "-" for the standard
+    #: output, empty for no access log.
+    access_log: str = ""
     #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).
     max_requests: int = 20000
     #: Largest request body accepted, in bytes.
