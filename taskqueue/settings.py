@@ -317,6 +317,9 @@ class AgentSettings:
     #: A Matched job its pilot neither reported Running nor beat for since the match goes
     #: back to its queue after this long: a match counts once its pilot confirms it.
     matched_lease: int = 120
+    #: A Waiting job no configured queue can run has a minor status that says so; 0 keeps it
+    #: waiting, N > 0 fails it after N seconds so.
+    unrunnable_timeout: int = 0
     #: Pilots one cycle submits to one queue at most, and the default caps per queue (a
     #: queue's MaxWaitingPilots / MaxTotalPilots parameters override them).
     pilots_per_cycle: int = 10
