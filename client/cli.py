@@ -331,9 +331,10 @@ def log(ctx: click.Context, job_id: int, as_json: bool) -> None:
 @_handled
 def explain(ctx: click.Context, job_id: int, queue: str | None, resource_file: Path | None,
             as_json: bool) -> None:
-    """Why a job can or cannot run on a queue or resource: every matching rule."""
-    if (queue is None) == (resource_file is None):
-        raise Exit("give exactly one of --queue and --resource", EXIT_USAGE)
+    """Why a job can or cannot run on a queue or resource: every matching rule. With neither
+    --queue nor --resource: every configured queue, and why each that cannot run it cannot."""
+    if queue is not None and resource_file is not None:
+        raise Exit("give --queue or --resource, not both", EXIT_USAGE)
     resource = None
     if resource_file is not None:
         try:

@@ -351,14 +351,16 @@ def job_command(settings: Settings, job_id: int) -> None:
 @_friendly
 def explain_command(settings: Settings, job_id: int, queue: str | None,
                     resource_file: Path | None) -> None:
-    """Why JOB_ID can or cannot run on a queue or resource: every rule, held or not.
+    """Why JOB_ID can or cannot run on a queue or resource: every rule, held or not. With
+    neither --queue nor --resource: every configured queue, and why each that cannot run it
+    cannot.
 
-    Exits 0 when the job can run there, 3 when it cannot.
+    Exits 0 when the job can run there (on some queue), 3 when it cannot.
     """
     from gridpilot import jobcommands
 
-    if (queue is None) == (resource_file is None):
-        raise click.UsageError("give exactly one of --queue and --resource")
+    if queue is not None and resource_file is not None:
+        raise click.UsageError("give --queue or --resource, not both")
     ok, text = jobcommands.explain(settings, job_id, queue, resource_file)
     click.echo(text)
     if not ok:

@@ -194,10 +194,15 @@ MATCHING_QUEUES = obj({
 }, ("task_queues", "waiting"))
 EXPLAIN_REQUEST = obj({"job_id": ID, "queue": {"type": "string", "maxLength": 1000},
                        "resource": RESOURCE}, ("job_id",))
+_RULE = obj({"rule": STRING, "holds": {"type": "boolean"}, "detail": STRING})
+#: Against one queue or resource: each rule. Against every configured queue (neither given):
+#: each queue with the rules that fail there, and can_run when one of them can run it.
 EXPLANATION = obj({
     "job_id": ID, "can_run": {"type": "boolean"},
-    "rules": {"type": "array", "items": obj({"rule": STRING, "holds": {"type": "boolean"},
-                                             "detail": STRING})},
+    "rules": {"type": "array", "items": _RULE},
+    "queues": {"type": "array", "items": obj({
+        "queue": STRING, "can_run": {"type": "boolean"},
+        "failed": {"type": "array", "items": _RULE}})},
 }, ("job_id", "can_run", "rules"))
 
 SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})
