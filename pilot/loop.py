@@ -343,6 +343,7 @@ class Pilot:
             log.info("job %d ended with exit code %d", job_id, code)
             outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
                 None, [p.stderr_path])], limit=self.options.output_limit)
+            outputs.killed = why == "killed by the matcher"
             if outputs.minor_status():
                 body["minor_status"] = "; ".join(filter(None, [body.get("minor_status"),
                                                                outputs.minor_status()]))[:255]
