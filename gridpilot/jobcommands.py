@@ -25,6 +25,7 @@ from optimizers.datalocation import catalogue_for
 from optimizers.description import JobDescriptionError, description_warnings
 from optimizers.jobexplain import explain_every_queue, explain_job
 from optimizers.resources import load_resources
+from taskqueue.buckets import memory_text
 from taskqueue.database import engine_for, make_session_factory, run_in_transaction
 from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import (
@@ -97,7 +98,7 @@ def show_job(settings: Settings, job_id: int) -> str:
             f"  owner {job.owner} / {job.owner_group} / VO {job.vo}, type {job.job_type}, "
             f"priority {job.user_priority}",
             f"  needs {job.cpu_time} s CPU, {job.processors} processor(s), "
-            f"{job.memory or 'any'} MB" + (f", SubmitPool {job.submit_pool}"
+            f"{memory_text(job.memory)}" + (f", SubmitPool {job.submit_pool}"
                                             if job.submit_pool else ""),
             f"  submitted {job.submitted_at:%Y-%m-%d %H:%M:%S} UTC"
             + (f", site {job.site}, pilot {job.pilot_reference}" if job.site or

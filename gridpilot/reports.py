@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from taskqueue.buckets import memory_text
 from taskqueue.models import (
     Job,
     JobStatusHistory,
@@ -28,7 +29,7 @@ def queue_table(session: Session, limit: int) -> str:
     shown = rows[:limit]
     values = _values(session, [tq.id for tq, _ in shown])
     lines = [f"{'id':>6} {'vo':<8} {'group':<12} {'owner':<10} {'cpu(s)':>8} {'cores':>5} "
-             f"{'MB':>6} {'type':<12} {'jobs':>6} {'priority':>9}  conditions"]
+             f"{'memory':>10} {'type':<12} {'jobs':>6} {'priority':>9}  conditions"]
     for tq, n in shown:
         conditions = values.get(tq.id, "")
         if tq.submit_pool:
@@ -37,7 +38,8 @@ def queue_table(session: Session, limit: int) -> str:
             conditions += f" expr=({tq.expression})"
         lines.append(
             f"{tq.id:>6} {tq.vo:<8} {tq.owner_group:<12} {tq.owner or '(all)':<10} "
-            f"{tq.cpu_time:>8} {tq.processors:>5} {tq.memory:>6} {tq.job_type:<12} {n:>6} "
+            f"{tq.cpu_time:>8} {tq.processors:>5} {memory_text(tq.memory):>10} "
+            f"{tq.job_type:<12} {n:>6} "
             f"{tq.priority:>9.4g}  {conditions.strip()}".rstrip())
     total = sum(n for _, n in rows)
     lines.append(f"{len(rows)} task queues, {total} waiting jobs"

@@ -454,3 +454,13 @@ def test_jobs_are_found_by_name_and_job_group(client: Api, user_token: str,
     assert f'data-job="{other[0]}"' not in grouped and "calib-0" in grouped
     # a "%" or "_" in a prefix is a character, not a pattern
     assert 'data-job=' not in page(operator_http, "/ui/jobs?job_name=cal%25*")
+
+
+def test_memory_reads_the_same_on_the_job_and_queue_pages(client: Api, user_token: str,
+                                                          operator_http: FlaskClient) -> None:
+    anything, big = (client.submit_jdl(user_token, jdl)[0] for jdl in (
+        '[ Executable = "/bin/true"; ]', '[ Executable = "/bin/true"; MaxRAM = 3000; ]'))
+    assert "1 core(s), any memory</td>" in page(operator_http, f"/ui/jobs/{anything}")
+    assert re.search(r"1 core\(s\), [\d,]+ MB</td>", page(operator_http, f"/ui/jobs/{big}"))
+    queues = page(operator_http, "/ui/taskqueues")
+    assert "any memory" in queues and " 0 MB" not in queues
