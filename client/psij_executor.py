@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
 from psij import (
     InvalidJobException,
     Job,
@@ -47,6 +48,7 @@ from psij import (
     JobStatus,
     SubmitException,
 )
+from psij.descriptor import Descriptor
 
 from client.config import ConfigError, resolve
 from client.service import Service, ServiceError
@@ -312,3 +314,24 @@ class GridpilotJobExecutor(JobExecutor):
             Path(path).write_text(tail, encoding="utf-8")
         except (ServiceError, OSError) as exc:
             log.warning("cannot write the output of job %s to %s: %s", job.native_id, path, exc)
+
+
+#: The executor's entry for PSI/J, as psij-descriptors/gridpilot_descriptor.py declares it.
+DESCRIPTOR = Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
+                        cls="client.psij_executor.GridpilotJobExecutor")
+
+
+def _register() -> None:
+    """Make the executor known to PSI/J in every install. PSI/J finds executors through the
+    ``psij-descriptors`` folders on ``sys.path``: a wheel puts that folder in site-packages
+    and a checkout has it at its root, but an editable install used from elsewhere has it
+    nowhere on the path. Importing this module registers it then (PSI/J loads the class
+    again from this file, so the copy it loads must not register once more)."""
+    if "gridpilot" in JobExecutor.get_executor_names() or getattr(
+            JobExecutor, "_gridpilot_registering", False):
+        return
+    JobExecutor._gridpilot_registering = True  # type: ignore[attr-defined]
+    JobExecutor.register_executor(DESCRIPTOR, str(Path(__file__).resolve().parents[1]))
+
+
+_register()
