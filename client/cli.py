@@ -330,6 +330,27 @@ def output(ctx: click.Context, job_id: int, folder: Path | None, no_sandbox: boo
 @json_option
 @click.pass_context
 @_handled
+def peek(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """The tail of a job's output while it runs, as its pilot's last heartbeat sent it (once
+    the job ended, the tail of its final report)."""
+    service = _service(ctx)
+    job = service.job(job_id)
+    answer = service.output(job_id)
+    answer["heartbeat_at"] = job.get("heartbeat_at")
+    running = answer["status"] in ("Running", "Stalled", "Completing")
+    head = f"job {job_id} ({answer['status']})" + (
+        f", as of its pilot's heartbeat at {job['heartbeat_at']}"
+        if running and job.get("heartbeat_at") else "")
+    tail = answer.get("output_tail") or ""
+    _emit(as_json, answer, f"{head}:\n{tail}".rstrip("\n") if tail
+          else f"{head}: no output yet")
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(1))
+@json_option
+@click.pass_context
+@_handled
 def log(ctx: click.Context, job_id: int, as_json: bool) -> None:
     """A job's status history and what its pilot reported."""
     job = _service(ctx).job(job_id)

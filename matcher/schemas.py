@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pilot.protocol import KILL, NO_MATCH_REASONS
+from pilot.protocol import KILL, NO_MATCH_REASONS, PEEK_CHARS
 from taskqueue.pilotreports import REPORTABLE
 from taskqueue.pilots import PILOT_STATES
 
@@ -78,7 +78,8 @@ HEARTBEAT_REQUEST = obj({
     "pilot_reference": NAME,
     "jobs": {"type": "array", "maxItems": 1000, "items": obj({
         "job_id": ID, "cpu_used": {"type": "number", "minimum": 0},
-        "progress": {"type": "string", "maxLength": 255}}, ("job_id",))},
+        "progress": {"type": "string", "maxLength": 255},
+        "output_tail": {"type": "string", "maxLength": PEEK_CHARS}}, ("job_id",))},
 }, ("pilot_reference",))
 HEARTBEAT_RESPONSE = obj({"commands": {"type": "array", "items": obj(
     {"job_id": ID, "command": {"type": "string", "enum": [KILL]}}, ("job_id", "command"))}},

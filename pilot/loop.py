@@ -359,8 +359,10 @@ class Pilot:
 
     def _heartbeat(self, now: float) -> None:
         assert self.client is not None
-        beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2)}
-                 for p in self.payloads.values() if p.poll() is None]
+        running = [p for p in self.payloads.values() if p.poll() is None]
+        peek = min(protocol.PEEK_CHARS, protocol.PEEK_TOTAL_CHARS // max(1, len(running)))
+        beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2),
+                  "output_tail": p.tail()[-peek:]} for p in running]
         try:
             commands = self.client.heartbeat(self.node.reference, beats)
         except (TransientError, RefusedError) as exc:

@@ -21,7 +21,7 @@ from matcher.dashboard import session as cookies
 from taskqueue.models import Job, JobStatusHistory, SiteBan
 from taskqueue.settings import Settings
 from tests.api.conftest import SECRET, TokenMaker
-from tests.api.helpers import OTHER_SITE, SITE, VO, Api
+from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
 from tests.conftest import Database
 
 PAGES = ("/ui/", "/ui/sites", "/ui/taskqueues", "/ui/jobs", "/ui/pilots")
@@ -464,3 +464,17 @@ def test_memory_reads_the_same_on_the_job_and_queue_pages(client: Api, user_toke
     assert re.search(r"1 core\(s\), [\d,]+ MB</td>", page(operator_http, f"/ui/jobs/{big}"))
     queues = page(operator_http, "/ui/taskqueues")
     assert "any memory" in queues and " 0 MB" not in queues
+
+
+def test_a_running_jobs_page_shows_the_tail_its_heartbeat_sent(
+        client: Api, user_token: str, pilot_token: str, operator_http: FlaskClient) -> None:
+    job_id = client.submit_jdl(user_token, '[ Executable = "/bin/true"; ]')[0]
+    assert [j["job_id"] for j in client.match(pilot_token, pilot_reference=PILOT_REF,
+                                              site=SITE)["jobs"]] == [job_id]
+    assert client.report(pilot_token, job_id, "Running").status_code == 200
+    client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token, json_body={
+        "pilot_reference": PILOT_REF, "jobs": [{"job_id": job_id, "output_tail": "step 7\n"}]})
+    html = page(operator_http, f"/ui/jobs/{job_id}")
+    assert '<pre class="code" id="output">step 7\n</pre>' in html
+    assert re.search(r'id="peek">\(while it runs: as of its pilot.s heartbeat at [\d-]+ '
+                     r'[\d:]+ UTC\)', html)

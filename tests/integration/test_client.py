@@ -22,6 +22,7 @@ from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from pilot.archive import Member, pack
 from pilot.client import MatcherClient
+from pilot.protocol import PEEK_CHARS
 from pilot.sandbox import Outputs
 from pilot.sandbox import upload as upload_output
 from taskqueue.database import make_engine
@@ -328,3 +329,33 @@ def test_the_installed_command(server: Server, tmp_path: Path) -> None:
                         timeout=60)
     assert me.returncode == 0 and "alice" in me.stdout, me.stderr
     assert time.monotonic() - started < 60
+
+
+def test_peek_shows_the_tail_a_running_job_sent_with_its_heartbeat(
+        gp: Any, server: Server, tmp_path: Path) -> None:
+    (job_id,) = submitted(gp("submit", write(tmp_path, "p.jdl", 'Executable = "x"; '
+                                             'Tags = "t-peek";')))
+    jobs = server.pilot("POST", "/pilots/match", {"resource": {
+        "vo": "lhcb", "pilot_reference": "p-1", "tags": ["t-peek"], "required_tags": ["t-peek"],
+        **CERN}})["jobs"]
+    assert int(jobs[0]["job_id"]) == job_id
+    server.pilot("POST", f"/pilots/jobs/{job_id}/status",
+                 {"pilot_reference": "p-1", "status": "Running"})
+    nothing = gp("peek", str(job_id)).output.strip()
+    assert nothing.startswith(f"job {job_id} (Running)") and nothing.endswith(": no output yet")
+    server.pilot("POST", "/pilots/heartbeat", {"pilot_reference": "p-1", "jobs": [
+        {"job_id": job_id, "cpu_used": 3.0, "output_tail": "event 1\nevent 2\n"}]})
+    peeked = gp("peek", str(job_id))
+    assert peeked.exit_code == 0
+    head, *tail = peeked.output.splitlines()
+    assert head.startswith(f"job {job_id} (Running), as of its pilot's heartbeat at ")
+    assert tail == ["event 1", "event 2"]
+    # A tail over the bound is refused whole, and the last one is kept.
+    too_long = requests.post(
+        f"{server.url}/api/v1/pilots/heartbeat", timeout=30,
+        json={"pilot_reference": "p-1", "jobs": [
+            {"job_id": job_id, "output_tail": "x" * (PEEK_CHARS + 1)}]},
+        headers={"Authorization": "Bearer " + server.token("factory", "pilot", pilot="p-1")})
+    assert too_long.status_code == 422 and "output_tail" in too_long.text
+    assert gp("peek", str(job_id)).output.splitlines()[1:] == ["event 1", "event 2"]
+
