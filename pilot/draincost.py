@@ -42,8 +42,9 @@ EPILOG = f"""\
 columns (units):
   PILOT       the pilot's reference, or its directory name when the pilot wrote none
   CORES       cores in use by payloads / cores allocated to the pilot (? when not written)
-  REMAINING   until the last payload is expected to end (H:MM:SS)
-  LIMIT       until the last payload must end, by its enforced limits (H:MM:SS)
+  REMAINING   until the last payload is expected to end (H:MM:SS; idle: no payload runs)
+  LIMIT       until the last payload must end, by its enforced limits (H:MM:SS; idle: no
+              payload runs)
   DRAIN(core-h)  draining waste: core-hours left idle if the pilot starts no new payload
                  (? when the pilot did not write allocated_CPU: its idle cores are unknown)
   KILL(core-h)   kill waste: core-hours of payload work lost if the pilot is killed now
@@ -163,11 +164,18 @@ def _cores(cost: PilotCost) -> str:
     return f"{cost.used_CPU}/{allocated}"
 
 
+def _times(cost: PilotCost) -> tuple[str, str]:
+    """REMAINING and LIMIT: "idle" for a pilot with no payload (no time is running out)."""
+    if cost.used_CPU == 0:
+        return "idle", "idle"
+    return _duration(cost.remaining_time), _duration(cost.remaining_time_enforced)
+
+
 def render_table(costs: Sequence[PilotCost]) -> str:
     header = ("PILOT", "CORES", "REMAINING", "LIMIT", "DRAIN(core-h)", "KILL(core-h)",
               "POSTPONE", "PRIORITY")
     rows = [header] + [
-        (c.pilot, _cores(c), _duration(c.remaining_time), _duration(c.remaining_time_enforced),
+        (c.pilot, _cores(c), *_times(c),
          _core_hours(c.draining_waste), _core_hours(c.kill_waste), str(c.can_postpone),
          f"{c.priority_factor:g}") for c in costs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -85,7 +85,7 @@ def test_table(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
                                 "KILL(core-h)", "POSTPONE", "PRIORITY"]
     assert [line.split() for line in lines[1:]] == [
         ["retiring", "8/8", "1:48:20", "4:35:00", "0.00", "7.78", "True", "2"],
-        ["idle", "0/2", "0:00:00", "0:00:00", "0.00", "0.00", "False", "0.5"],
+        ["idle", "0/2", "idle", "idle", "0.00", "0.00", "False", "0.5"],
         ["p4", "1/4", "0:01:40", "0:08:20", "0.08", "0.14", "False", "1.5"],
         ["busy", "3/4", "0:25:00", "1:31:40", "0.97", "1.53", "False", "1.5"],
     ]
