@@ -230,7 +230,7 @@ def _submit_as_a_user(base: str, secret: str, work: Path, echo: Callable[[str], 
     executor; the jobs run among the others."""
     import psij
 
-    from client.psij_executor import GridpilotExecutorConfig, register
+    from client.psij_executor import GridpilotExecutorConfig  # registers the executor
 
     (work / "dave.token").write_text(issue_token(secret, subject="dave", role="user", vo=VO,
                                                  group="lhcb_user", lifetime=3600))
@@ -242,7 +242,6 @@ def _submit_as_a_user(base: str, secret: str, work: Path, echo: Callable[[str], 
         raise SystemExit(f"gridpilot-client submit failed: {out.stderr}")
     ids = out.stdout.split()
     echo(f"\ngridpilot-client submit hello.jdl (as dave): jobs {', '.join(ids)}")
-    register()
     executor = psij.JobExecutor.get_instance(
         "gridpilot", url=base,
         config=GridpilotExecutorConfig(token_file=str(work / "dave.token"), poll_interval=1))
