@@ -279,3 +279,20 @@ def test_two_processes_give_the_same_figures_for_one_seed() -> None:
                               env={**os.environ, "PYTHONHASHSEED": seed}).stdout
                for seed in ("1", "2")]
     assert outputs[0] and outputs[0] == outputs[1]
+
+
+def test_a_reduction_comes_with_its_interval_and_a_word_when_not_significant() -> None:
+    from simulator.report import Estimate, reduction_text
+
+    assert reduction_text(Estimate.of([0.5, 0.6, 0.55, 0.52, 0.58])).startswith(
+        "55% less (95% interval ")
+    assert "not significant" not in reduction_text(Estimate.of([0.5, 0.6, 0.55, 0.52, 0.58]))
+    wide = reduction_text(Estimate.of([0.9, -0.6, 0.8, -0.5, 0.6]))
+    assert wide.endswith("over 5 seeds); not significant: the interval includes no reduction")
+    assert reduction_text(Estimate.of([0.4])) == "40% less (one seed: no interval)"
+
+
+def test_one_day_is_one_day() -> None:
+    from simulator.report import _days
+
+    assert (_days(1), _days(7), _days(0.5)) == ("1 day", "7 days", "0.5 days")
