@@ -44,7 +44,7 @@ columns (units):
   CORES       cores in use by payloads / cores allocated to the pilot (? when not written)
   REMAINING   until the last payload is expected to end (H:MM:SS; idle: no payload runs)
   LIMIT       until the last payload must end, by its enforced limits (H:MM:SS; idle: no
-              payload runs)
+              payload runs; assumed: the pilot knows no limit and assumes a week)
   DRAIN(core-h)  draining waste: core-hours left idle if the pilot starts no new payload
                  (? when the pilot did not write allocated_CPU: its idle cores are unknown)
   KILL(core-h)   kill waste: core-hours of payload work lost if the pilot is killed now
@@ -93,6 +93,8 @@ class PilotCost:
     kill_waste: float
     can_postpone: bool
     priority_factor: float
+    #: The enforced end is the pilot's assumption (it knows no limit); None: not said.
+    limit_assumed: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"pilot": self.pilot, "directory": str(self.directory),
@@ -100,7 +102,8 @@ class PilotCost:
                 "remaining_time": self.remaining_time,
                 "remaining_time_enforced": self.remaining_time_enforced,
                 "draining_waste": self.draining_waste, "kill_waste": self.kill_waste,
-                "can_postpone": self.can_postpone, "priority_factor": self.priority_factor}
+                "can_postpone": self.can_postpone, "priority_factor": self.priority_factor,
+                "limit_assumed": self.limit_assumed}
 
 
 def assess(directory: Path, values: JobStatusValues, now: float) -> PilotCost:
@@ -113,7 +116,8 @@ def assess(directory: Path, values: JobStatusValues, now: float) -> PilotCost:
         draining_waste=(None if values.allocated_CPU is None
                         else draining_waste(values, now)),
         kill_waste=kill_waste(values, now),
-        can_postpone=values.can_postpone_last_job, priority_factor=values.priority_factor)
+        can_postpone=values.can_postpone_last_job, priority_factor=values.priority_factor,
+        limit_assumed=values.limit_assumed)
 
 
 def drain_order(cost: PilotCost) -> tuple[bool, float, float, str, str]:
@@ -168,7 +172,8 @@ def _times(cost: PilotCost) -> tuple[str, str]:
     """REMAINING and LIMIT: "idle" for a pilot with no payload (no time is running out)."""
     if cost.used_CPU == 0:
         return "idle", "idle"
-    return _duration(cost.remaining_time), _duration(cost.remaining_time_enforced)
+    limit = _duration(cost.remaining_time_enforced)
+    return _duration(cost.remaining_time), f"{limit} assumed" if cost.limit_assumed else limit
 
 
 def render_table(costs: Sequence[PilotCost]) -> str:

@@ -293,6 +293,7 @@ class Pilot:
                 "minor_status": f"Payload could not start: {exc}"[:255]}))
             return
         payload.family = self.reaper.adopt(job.job_id, payload.process.pid)
+        payload.max_end_assumed = limits.wall_end is None and shutdown is None
         self.payloads[job.job_id] = payload
         self.summary.started += 1
         log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
@@ -467,8 +468,8 @@ class Pilot:
     def _write_jobstatus(self, now: float) -> None:
         if self.options.jobstatus is None:
             return
-        payloads = [RunningPayload(p.cores, p.started, p.expected_end, p.max_end)
-                    for p in self.payloads.values()]
+        payloads = [RunningPayload(p.cores, p.started, p.expected_end, p.max_end,
+                                   p.max_end_assumed) for p in self.payloads.values()]
         try:
             write_status(self.options.jobstatus, compute_status(
                 self.cores, payloads, now=now, can_postpone=bool(self.retiring),
