@@ -236,6 +236,9 @@ def test_the_overview_shows_the_database_counts(db: Database, client: Api,
         assert re.search(rf'data-status="{status}">\s*<span class="label">{status}</span>'
                          rf'<span class="value">{n:,}</span>', html), status
     assert re.search(r'id="failed-hour">1<', html)
+    # The failures panel counts the same hour as the counter beside it.
+    panel = html.split('id="failures"', 1)[1].split("</table>", 1)[0]
+    assert sum(int(n) for n in re.findall(r'<td class="num">(\d+)</td>', panel)) == 1
     assert re.search(r'id="matched-hour">4<', html)
     assert "Payload exited with code 3" in html
     assert "LCG.RAL.uk" in html and "downtime" in html
