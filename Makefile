@@ -1,18 +1,26 @@
-# Two entry points: `make demo` and `make test`. Both create .venv from scratch when needed.
+# Two entry points: `make demo` and `make test`. Both create .venv from scratch when needed;
+# the demo installs only what it runs (the `server` extra), the tests add the `test` extra.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: demo test lint clean
 
-$(STAMP): setup.cfg pyproject.toml
+$(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[server,test]'
-	touch $(STAMP)
 
-demo: $(STAMP)
+$(STAMP): setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server,test]'
+	touch $(STAMP) $(DEMO_STAMP)
+
+$(DEMO_STAMP): setup.cfg pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[server]'
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/gridpilot demo
 
 lint: $(STAMP)

@@ -1,1 +1,1 @@
-"""The central long-running loops: site director, SubmitPool maintenance, stalled jobs (issue 6)."""
+"""The central long-running loops: site director, SubmitPool maintenance, stalled jobs."""

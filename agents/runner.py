@@ -40,6 +40,10 @@ from taskqueue.agentruns import finish_run, renew_run, start_run
 from taskqueue.errors import DatabaseUnavailableError
 from taskqueue.monitoring import FAILED_SUMMARY
 
+#: The loops of ``gridpilot agents``, in the order they run.
+LOOP_NAMES = ("optimizer", "director", "pilots", "submitpools", "watchdog", "priorities",
+              "cleanup", "activity", "sandboxes")
+
 
 @dataclass(frozen=True)
 class Loop:
@@ -108,6 +112,7 @@ class Agents:
             "activity": (a.activity_interval, partial(record_dashboard_activity, ctx)),
             "sandboxes": (a.cleanup_interval, partial(clean_up_sandboxes, ctx)),
         }
+        assert tuple(every) == LOOP_NAMES
         unknown = sorted(set(names or ()) - set(every))
         if unknown:
             raise ValueError(f"no agent loop named {', '.join(unknown)}; the loops are "

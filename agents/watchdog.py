@@ -13,7 +13,9 @@ One cycle (:func:`watch_jobs`), with the lease settings of ``[agents]``:
    Failed once ``taskqueue.max_reschedules`` is reached;
 4. a Running or Matched job silent for longer than ``job_lease`` becomes Stalled (step 3
    runs first, so a job is Stalled for at least one cycle before it is rescheduled and its
-   pilot has that long to speak again).
+   pilot has that long to speak again);
+5. a Waiting job that the pilots of no configured queue could run gets a minor status that
+   says so (taskqueue.unrunnable), and is failed after ``unrunnable_timeout`` when that is set.
 
 A rescheduled job is Received again and goes through the optimizer chain in the same
 transaction, so it is Waiting (or Failed with the chain's reason) when the batch commits.
@@ -29,7 +31,9 @@ from datetime import datetime, timedelta
 
 from agents.context import AgentContext
 from optimizers.chain import optimize_received
+from optimizers.outlook import runnable_task_queues
 from taskqueue.database import Session
+from taskqueue.sitestatus import vos_at_work
 from taskqueue.stalled import (
     SilentJob,
     describe_silence,
@@ -39,6 +43,7 @@ from taskqueue.stalled import (
     reschedule_silent_job,
 )
 from taskqueue.states import JobStatus
+from taskqueue.unrunnable import mark_unrunnable
 
 S = JobStatus
 
@@ -99,11 +104,15 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     ]
     for select, handle in steps:
         totals += _sweep(ctx, select, handle, batch)
+    config = ctx.resources()
+    unrunnable = ctx.transaction(lambda s: mark_unrunnable(
+        s, runnable_task_queues(s, config, vos_at_work(s)), now=now,
+        fail_after=lease.unrunnable_timeout))
     return (f"{totals['stalled']} stalled, {totals['rescheduled']} rescheduled, "
             f"{totals['dead pilot']} of dead pilots rescheduled, "
             f"{totals['returned']} returned to their queue unstarted, "
             f"{totals['failed']} failed at the maximum of reschedules, "
-            f"{totals['chain failed']} failed in the optimizer chain")
+            f"{totals['chain failed']} failed in the optimizer chain, {unrunnable.line()}")
 
 
 def _sweep(ctx: AgentContext, select: Select, handle: Handle, batch: int) -> Counter[str]:

@@ -183,7 +183,7 @@ def pilot_for(spec: QueueSpec, rng: random.Random, processors: int) -> Pilot:
 
 
 def matches(spec: QueueSpec, pilot: Pilot) -> bool:
-    """The benchmark's own matching rules (ARCHITECTURE.md), for its own workload."""
+    """The benchmark's own matching rules (docs/ARCHITECTURE.md), for its own workload."""
     return (spec.cpu_time <= pilot.cpu_time
             and (spec.site is None or spec.site == pilot.site)
             and (spec.platform is None or spec.platform == pilot.platform)

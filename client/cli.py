@@ -18,7 +18,12 @@ import click
 
 from client import show
 from client.config import ConfigError, resolve
-from client.sandboxes import SandboxFileError, with_uploaded_inputs
+from client.sandboxes import (
+    OutputFolderError,
+    SandboxFileError,
+    fetch_output,
+    with_uploaded_inputs,
+)
 from client.sandboxes import upload as upload_sandbox
 from client.service import Service, ServiceError
 
@@ -291,21 +296,54 @@ def delete(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
 @click.argument("job_id", type=click.IntRange(1))
 @click.option("-d", "--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
               default=None, help="Where to write it (default: ./job-ID).")
+@click.option("--no-sandbox", is_flag=True,
+              help="Only the output tail: do not fetch the OutputSandbox files.")
 @json_option
 @click.pass_context
 @_handled
-def output(ctx: click.Context, job_id: int, folder: Path | None, as_json: bool) -> None:
-    """Fetch a job's output: its exit code and the tail of its standard output and error
-    (written to DIR/output.txt)."""
-    answer = _service(ctx).output(job_id)
+def output(ctx: click.Context, job_id: int, folder: Path | None, no_sandbox: bool,
+           as_json: bool) -> None:
+    """Fetch a job's output: its exit code, the tail of its standard output and error
+    (written to DIR/output.txt) and the files of its OutputSandbox with its full standard
+    output and error (unpacked into DIR)."""
+    service = _service(ctx)
+    answer = service.output(job_id)
     folder = folder or Path(f"job-{job_id}")
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / "output.txt"
     target.write_text(answer.get("output_tail") or "", encoding="utf-8")
-    answer["files"] = [str(target)]
-    _emit(as_json, answer, f"job {job_id} ({answer['status']}, exit code "
-                           f"{answer['exit_code'] if answer['exit_code'] is not None else '-'}): "
-                           f"{target}")
+    files = [str(target)]
+    if answer.get("output_sandbox") and not no_sandbox:
+        try:
+            files += [str(folder / name) for name in
+                      fetch_output(service, answer["output_sandbox"], folder)]
+        except OutputFolderError as exc:
+            raise Exit(f"{exc} (use another --dir, or --no-sandbox)", EXIT_USAGE) from exc
+    answer["files"] = files
+    code = answer["exit_code"] if answer["exit_code"] is not None else "-"
+    _emit(as_json, answer, f"job {job_id} ({answer['status']}, exit code {code}): "
+                           + ", ".join(files))
+
+
+@cli.command()
+@click.argument("job_id", type=click.IntRange(1))
+@json_option
+@click.pass_context
+@_handled
+def peek(ctx: click.Context, job_id: int, as_json: bool) -> None:
+    """The tail of a job's output while it runs, as its pilot's last heartbeat sent it (once
+    the job ended, the tail of its final report)."""
+    service = _service(ctx)
+    job = service.job(job_id)
+    answer = service.output(job_id)
+    answer["heartbeat_at"] = job.get("heartbeat_at")
+    running = answer["status"] in ("Running", "Stalled", "Completing")
+    head = f"job {job_id} ({answer['status']})" + (
+        f", as of its pilot's heartbeat at {job['heartbeat_at']}"
+        if running and job.get("heartbeat_at") else "")
+    tail = answer.get("output_tail") or ""
+    _emit(as_json, answer, f"{head}:\n{tail}".rstrip("\n") if tail
+          else f"{head}: no output yet")
 
 
 @cli.command()
@@ -331,9 +369,10 @@ def log(ctx: click.Context, job_id: int, as_json: bool) -> None:
 @_handled
 def explain(ctx: click.Context, job_id: int, queue: str | None, resource_file: Path | None,
             as_json: bool) -> None:
-    """Why a job can or cannot run on a queue or resource: every matching rule."""
-    if (queue is None) == (resource_file is None):
-        raise Exit("give exactly one of --queue and --resource", EXIT_USAGE)
+    """Why a job can or cannot run on a queue or resource: every matching rule. With neither
+    --queue nor --resource: every configured queue, and why each that cannot run it cannot."""
+    if queue is not None and resource_file is not None:
+        raise Exit("give --queue or --resource, not both", EXIT_USAGE)
     resource = None
     if resource_file is not None:
         try:

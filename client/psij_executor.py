@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
 from psij import (
     InvalidJobException,
     Job,
@@ -47,6 +48,7 @@ from psij import (
     JobStatus,
     SubmitException,
 )
+from psij.descriptor import Descriptor
 
 from client.config import ConfigError, resolve
 from client.service import Service, ServiceError
@@ -70,18 +72,22 @@ CUSTOM: Mapping[str, str] = {
 PREFIX = "gridpilot."
 
 
-def register() -> None:
-    """Register the executor with PSI/J by hand, where its discovery cannot see it (an
-    editable install, whose ``psij-descriptors/`` folder is not on ``sys.path``)."""
-    if "gridpilot" in JobExecutor.get_executor_names():
-        return
-    from packaging.version import Version
-    from psij.descriptor import Descriptor
+#: The executor's entry for PSI/J, as psij-descriptors/gridpilot_descriptor.py declares it.
+DESCRIPTOR = Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
+                        cls="client.psij_executor.GridpilotJobExecutor")
 
-    JobExecutor.register_executor(
-        Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
-                   cls="client.psij_executor.GridpilotJobExecutor"),
-        str(Path(__file__).resolve().parents[1]))
+
+def register() -> None:
+    """Make the executor known to PSI/J in every install; importing this module does it.
+    PSI/J finds executors through the ``psij-descriptors`` folders on ``sys.path``: a wheel
+    puts that folder in site-packages and a checkout has it at its root, but an editable
+    install used from elsewhere has it nowhere on the path. PSI/J loads the class again from
+    this file, and that copy must not register once more."""
+    if "gridpilot" in JobExecutor.get_executor_names() or getattr(
+            JobExecutor, "_gridpilot_registering", False):
+        return
+    JobExecutor._gridpilot_registering = True  # type: ignore[attr-defined]
+    JobExecutor.register_executor(DESCRIPTOR, str(Path(__file__).resolve().parents[1]))
 
 
 class GridpilotExecutorConfig(JobExecutorConfig):
@@ -312,3 +318,6 @@ class GridpilotJobExecutor(JobExecutor):
             Path(path).write_text(tail, encoding="utf-8")
         except (ServiceError, OSError) as exc:
             log.warning("cannot write the output of job %s to %s: %s", job.native_id, path, exc)
+
+
+register()

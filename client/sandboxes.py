@@ -26,7 +26,7 @@ from typing import Any
 import requests
 
 from client.service import Service, ServiceError
-from pilot.archive import Member, is_sandbox_id, pack, unpack
+from pilot.archive import Member, UnsafeArchiveError, is_sandbox_id, pack, unpack
 
 #: A JDL's tokens: strings, comments, punctuation, and words (names, paths: a "/" that does
 #: not start a comment belongs to the word).
@@ -38,6 +38,11 @@ _TEMPLATE = re.compile(r"%[snj]|%\(\w+\)s|_PARAM_")
 
 class SandboxFileError(ValueError):
     """A local file of the InputSandbox cannot be read; the message names it."""
+
+
+class OutputFolderError(ValueError):
+    """An output sandbox cannot be unpacked where asked (a name there exists already); the
+    message says where and why."""
 
 
 def is_local(entry: str) -> bool:
@@ -209,4 +214,8 @@ def fetch_output(service: Service, sandbox: str, dest: Path) -> list[str]:
         raise ServiceError(response.status_code, f"sandbox {sandbox}: {response.text[:200]}")
     if hashlib.sha256(response.content).hexdigest() != sandbox.rpartition(":")[2]:
         raise ServiceError(0, f"sandbox {sandbox} arrived damaged (its sha256 differs)")
-    return unpack(response.content, dest)
+    try:
+        return unpack(response.content, dest)
+    except UnsafeArchiveError as exc:
+        raise OutputFolderError(f"the output sandbox cannot be unpacked into {dest}: {exc}") \
+            from exc

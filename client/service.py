@@ -3,9 +3,10 @@ decoded JSON, errors as :class:`ServiceError` carrying the problem's ``detail``.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -115,10 +116,18 @@ class Service:
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         """One request to ``/api/v1`` + ``path``; the decoded answer, or ServiceError."""
         try:
-            response = self.http.request(method, self.url + API_PREFIX + path,
-                                         timeout=self.timeout, **kwargs)
+            try:
+                response = self.http.request(method, self.url + API_PREFIX + path,
+                                             timeout=self.timeout, **kwargs)
+            except requests.ConnectionError as exc:
+                if not _stale_connection(exc):
+                    raise
+                # The service closed a kept-alive connection as the request went out on it
+                # (it had not read it): once more, on a new connection.
+                response = self.http.request(method, self.url + API_PREFIX + path,
+                                             timeout=self.timeout, **kwargs)
         except requests.RequestException as exc:
-            raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc)}") from exc
+            raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc, self.url)}") from exc
         if response.status_code >= 400:
             raise ServiceError(response.status_code, problem_detail(response))
         try:
@@ -145,9 +154,35 @@ def problem_detail(response: requests.Response) -> str:
                                                                else "")
 
 
-def _reason(exc: requests.RequestException) -> str:
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and every one it carries (requests wraps urllib3's, which wraps the
+    socket's: as arguments, a ``reason``, or the cause)."""
+    seen: set[int] = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        stack += [a for a in e.args if isinstance(a, BaseException)]
+        stack += [c for c in (getattr(e, "reason", None), e.__cause__, e.__context__)
+                  if isinstance(c, BaseException)]
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """Whether the connection was dropped by the other end under the request (a kept-alive
+    connection the service closed), rather than refused or never made."""
+    return any(isinstance(e, ConnectionResetError | BrokenPipeError)
+               or type(e).__name__ == "RemoteDisconnected" for e in _causes(exc))
+
+
+def _reason(exc: requests.RequestException, url: str) -> str:
     if isinstance(exc, requests.Timeout):
         return "no answer in time"
+    if any(isinstance(e, socket.gaierror) or type(e).__name__ == "NameResolutionError"
+           for e in _causes(exc)):
+        return f"the name {urlsplit(url).hostname} does not resolve (is the URL right?)"
     if isinstance(exc, requests.ConnectionError):
         return "connection refused or no route (is the URL right and the service up?)"
     return f"{type(exc).__name__}: {exc}"

@@ -72,9 +72,32 @@ def bulk_lines(action: str, answer: Mapping[str, Sequence[Mapping[str, Any]]]) -
 
 
 def explanation(answer: Mapping[str, Any]) -> str:
+    if "queues" in answer:
+        return queue_verdicts(answer["queues"])
     lines = [f"[{'ok' if r['holds'] else 'NO'}] {r['rule']}: {r['detail']}"
              for r in answer["rules"]]
     lines.append("=> it can run there" if answer["can_run"] else "=> it cannot run there")
+    return "\n".join(lines)
+
+
+def queue_verdicts(queues: list[Mapping[str, Any]]) -> str:
+    """A job against every configured queue: those that can run it, and for each other the
+    first rule that fails."""
+    lines = []
+    for q in queues:
+        if q["can_run"]:
+            lines.append(f"[ok] {q['queue']}")
+        else:
+            first = q["failed"][0]
+            more = f" (and {len(q['failed']) - 1} more)" if len(q["failed"]) > 1 else ""
+            lines.append(f"[NO] {q['queue']}: {first['rule']}: {first['detail']}{more}")
+    can = [q["queue"] for q in queues if q["can_run"]]
+    if not queues:
+        lines.append("=> no configured queue serves its VO")
+    elif can:
+        lines.append(f"=> {len(can)} of {len(queues)} configured queues can run it")
+    else:
+        lines.append(f"=> none of the {len(queues)} configured queues can run it")
     return "\n".join(lines)
 
 

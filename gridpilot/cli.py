@@ -32,12 +32,21 @@ DEFAULT_CONFIG = Path("conf/gridpilot.toml")
 NO_DATABASE_NEEDED = frozenset({"db", "config", "token", "demo", "simulate", None})
 
 
+def _require_database_file() -> None:
+    """Refuse a missing SQLite file when the command about to run needs the database. Checked
+    when a command runs, not when the command line is read, so that ``--help`` needs none."""
+    root = click.get_current_context().find_root()
+    if root.invoked_subcommand not in NO_DATABASE_NEEDED and isinstance(root.obj, Settings):
+        schema.require_sqlite_file(root.obj.database.url)
+
+
 def _friendly(fn: F) -> F:
     """Turn gridpilot's own errors and unreachable databases into one clear line, exit 1."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            _require_database_file()
             return fn(*args, **kwargs)
         except GridpilotError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -71,8 +80,6 @@ def cli(ctx: click.Context, config_path: Path | None, verbose: bool) -> None:
         config_path = DEFAULT_CONFIG
     try:
         ctx.obj = load_settings(config_path, os.environ)
-        if ctx.invoked_subcommand not in NO_DATABASE_NEEDED:
-            schema.require_sqlite_file(ctx.obj.database.url)
     except GridpilotError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -344,14 +351,16 @@ def job_command(settings: Settings, job_id: int) -> None:
 @_friendly
 def explain_command(settings: Settings, job_id: int, queue: str | None,
                     resource_file: Path | None) -> None:
-    """Why JOB_ID can or cannot run on a queue or resource: every rule, held or not.
+    """Why JOB_ID can or cannot run on a queue or resource: every rule, held or not. With
+    neither --queue nor --resource: every configured queue, and why each that cannot run it
+    cannot.
 
-    Exits 0 when the job can run there, 3 when it cannot.
+    Exits 0 when the job can run there (on some queue), 3 when it cannot.
     """
     from gridpilot import jobcommands
 
-    if (queue is None) == (resource_file is None):
-        raise click.UsageError("give exactly one of --queue and --resource")
+    if queue is not None and resource_file is not None:
+        raise click.UsageError("give --queue or --resource, not both")
     ok, text = jobcommands.explain(settings, job_id, queue, resource_file)
     click.echo(text)
     if not ok:
@@ -404,14 +413,20 @@ def demo(settings: Settings, work: Path, n_jobs: int, seed: int, linger: float |
 @click.option("--bind", default=None, help="HOST:PORT to listen on (default: matcher.bind).")
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="gunicorn worker processes (default: matcher.workers).")
+@click.option("--access-log", default=None, metavar="FILE",
+              help="Log every request to FILE, '-' for the standard output (default: "
+                   "matcher.access_log; empty: none).")
 @click.pass_obj
 @_friendly
-def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
-    """Run the matcher HTTP service under gunicorn."""
+def serve(settings: Settings, bind: str | None, workers: int | None,
+          access_log: str | None) -> None:
+    """Run the matcher HTTP service under gunicorn. It says where it listens, with which
+    database, and warns when [matcher] url, the URL the site director gives pilots, does not
+    reach it."""
     from gridpilot.server import serve as run_server
 
     schema.require_schema(settings.database)
-    run_server(settings, bind=bind, workers=workers)
+    run_server(settings, bind=bind, workers=workers, access_log=access_log)
 
 
 @cli.command("agents")
@@ -421,8 +436,8 @@ def serve(settings: Settings, bind: str | None, workers: int | None) -> None:
 @_friendly
 def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> None:
     """Run the central loops (all, or the NAMES given): optimizer, director, pilots,
-    submitpools, watchdog, priorities, cleanup, activity. Intervals come from [agents];
-    several agent processes may run at once."""
+    submitpools, watchdog, priorities, cleanup, activity, sandboxes. Intervals come from
+    [agents]; several agent processes may run at once."""
     from agents.context import AgentContext
     from agents.runner import Agents
 

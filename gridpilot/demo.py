@@ -1,7 +1,7 @@
 """``make demo``: a small grid driven by the site director.
 
 Users submit parametric JDLs over HTTP to the matcher (gunicorn on loopback); the optimizer
-chain puts them in task queues; the site director sees which of five queues of
+chain puts them in task queues; the site director sees which of six queues of
 ``conf/resources.toml`` could run the waiting work and starts real pilots for them through
 PSI/J's ``local`` executor, each with generated machine/job features directories; the pilots
 match jobs over HTTP with their own tokens, run the payloads, report them and keep their
@@ -75,6 +75,8 @@ NODES = (
     Node("CNAF 8-core", "LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore", 8, 11.0),
     Node("RAL GPU", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "gpu", 4, 14.0),
     Node("RAL 1-core", "LCG.RAL.uk", "arc-ce01.gridpp.rl.ac.uk", "grid", 1, 10.0),
+    # The resources file's own local site (its CE has Executor = "local" already).
+    Node("Demo local", "DIRAC.Demo.local", "localhost", "local", 1, 1.0),
 )
 
 #: A payload: says what it is and works for a moment.
@@ -125,8 +127,8 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
     schema.upgrade(engine)
     factory = make_session_factory(engine)
     echo(f"gridpilot demo: SQLite database {db_file}, schema {schema.current_revision(engine)}, "
-         f"resources {resources_file} (the five queues below get pilots through PSI/J's local "
-         "executor, with generated machine/job features)")
+         f"resources {resources_file} (its {len(NODES)} queues of the pilots table below get "
+         "pilots through PSI/J's local executor, with generated machine/job features)")
     with matcher_server(settings.database.url, secret, resources_file, work) as base:
         echo(f"Matcher: gunicorn with 2 workers at {base}")
         _announce_dashboard(base, secret, linger, echo)
@@ -148,11 +150,14 @@ def run_demo(settings: Settings, work: Path, *, n_jobs: int, seed: int,
 
 
 def demo_resources(source: Path, work: Path) -> Path:
-    """The resources file with the demo's five queues made local: each gets
+    """The resources file with the demo's queues made local: each gets
     ``Executor = "local"``, small pilot caps, and generated machine/job features."""
     lines = source.read_text(encoding="utf-8").splitlines()
     for node in NODES:
-        header = f'[Sites."{node.site}".CEs."{node.ce}".Queues.{node.queue}]'
+        # The CE's name quoted (it has dots) or bare.
+        at = next(i for i, line in enumerate(lines) if line in (
+            f'[Sites."{node.site}".CEs."{node.ce}".Queues.{node.queue}]',
+            f'[Sites."{node.site}".CEs.{node.ce}.Queues.{node.queue}]'))
         features = work / "features" / node.queue
         write_features(features / "machine", {
             "hs06": node.hs06 * 8, "jobslots": 8 // node.cores, "phys_cores": 8,
@@ -165,7 +170,6 @@ def demo_resources(source: Path, work: Path) -> Path:
                  f'MachineFeatures = "{features / "machine"}"',
                  f'JobFeatures = "{features / "job"}"',
                  f'JobStatusRoot = "{work / "jobstatus"}"']
-        at = lines.index(header)
         lines[at + 1:at + 1] = added
     target = work / "resources.toml"
     target.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -230,7 +234,7 @@ def _submit_as_a_user(base: str, secret: str, work: Path, echo: Callable[[str], 
     executor; the jobs run among the others."""
     import psij
 
-    from client.psij_executor import GridpilotExecutorConfig, register
+    from client.psij_executor import GridpilotExecutorConfig  # registers the executor
 
     (work / "dave.token").write_text(issue_token(secret, subject="dave", role="user", vo=VO,
                                                  group="lhcb_user", lifetime=3600))
@@ -242,7 +246,6 @@ def _submit_as_a_user(base: str, secret: str, work: Path, echo: Callable[[str], 
         raise SystemExit(f"gridpilot-client submit failed: {out.stderr}")
     ids = out.stdout.split()
     echo(f"\ngridpilot-client submit hello.jdl (as dave): jobs {', '.join(ids)}")
-    register()
     executor = psij.JobExecutor.get_instance(
         "gridpilot", url=base,
         config=GridpilotExecutorConfig(token_file=str(work / "dave.token"), poll_interval=1))

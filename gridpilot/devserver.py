@@ -31,7 +31,8 @@ def matcher_server(url: str, secret: str, resources_file: Path, work: Path, *,
     port = port or free_port()
     env = {**os.environ, "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": secret,
            "GRIDPILOT_RESOURCES_FILE": str(resources_file),
-           "GRIDPILOT_MATCHER_METRICS_DIR": str(work / "metrics")}
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(work / "metrics"),
+           "GRIDPILOT_MATCHER_URL": f"http://127.0.0.1:{port}"}
     log = (work / f"matcher-{port}.log").open("ab")
     proc = subprocess.Popen([sys.executable, "-m", "gridpilot", "serve", "--bind",
                              f"127.0.0.1:{port}", "--workers", str(workers)],

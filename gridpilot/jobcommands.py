@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 from sqlalchemy.orm import Session, sessionmaker
 
+from client.show import queue_verdicts
 from gridpilot.reports import history_table, jobs_table
 from optimizers.chain import (
     ChainContext,
@@ -22,8 +23,9 @@ from optimizers.chain import (
 )
 from optimizers.datalocation import catalogue_for
 from optimizers.description import JobDescriptionError, description_warnings
-from optimizers.jobexplain import explain_job
+from optimizers.jobexplain import explain_every_queue, explain_job
 from optimizers.resources import load_resources
+from taskqueue.buckets import memory_text
 from taskqueue.database import engine_for, make_session_factory, run_in_transaction
 from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import (
@@ -96,7 +98,7 @@ def show_job(settings: Settings, job_id: int) -> str:
             f"  owner {job.owner} / {job.owner_group} / VO {job.vo}, type {job.job_type}, "
             f"priority {job.user_priority}",
             f"  needs {job.cpu_time} s CPU, {job.processors} processor(s), "
-            f"{job.memory or 'any'} MB" + (f", SubmitPool {job.submit_pool}"
+            f"{memory_text(job.memory)}" + (f", SubmitPool {job.submit_pool}"
                                             if job.submit_pool else ""),
             f"  submitted {job.submitted_at:%Y-%m-%d %H:%M:%S} UTC"
             + (f", site {job.site}, pilot {job.pilot_reference}" if job.site or
@@ -113,15 +115,26 @@ def show_job(settings: Settings, job_id: int) -> str:
 def explain(settings: Settings, job_id: int, queue: str | None, resource_file: Path | None
             ) -> tuple[bool, str]:
     """Each matching rule for the job against a queue of the resources file or a resource
-    description; returns whether all hold, and the text."""
+    description (with neither, every configured queue and the rules that fail there); returns
+    whether the job can run there (somewhere), and the text."""
     resources = load_resources(Path(settings.resources.file))
     resource = _resource_from_file(resource_file) if resource_file is not None else None
     with _factory(settings)() as session:
         job = session.get(Job, job_id)
         if job is None:
             raise NotFoundError(f"job {job_id} does not exist")
+        catalogue = catalogue_for(settings.catalogue)
+        if queue is None and resource is None:
+            verdicts = explain_every_queue(session, settings, resources, job,
+                                           catalogue=catalogue)
+            text = queue_verdicts([
+                {"queue": v.queue, "can_run": v.can_run,
+                 "failed": [{"rule": r.rule, "detail": r.detail} for r in v.failed]}
+                for v in verdicts])
+            return (any(v.can_run for v in verdicts),
+                    f"job {job.id} ({job.status}) against every configured queue:\n{text}")
         result = explain_job(session, settings, resources, job, queue=queue, resource=resource,
-                             catalogue=catalogue_for(settings.catalogue))
+                             catalogue=catalogue)
         lines = [f"job {job.id} ({job.status}) against "
                  + (f"queue {queue}" if queue else f"resource {resource_file}") + ":"]
         lines += [f"  [{'ok' if r.holds else 'NO'}] {r.rule}: {r.detail}" for r in result.rules]

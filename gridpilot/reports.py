@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from taskqueue.buckets import memory_text
 from taskqueue.models import (
     Job,
     JobStatusHistory,
@@ -27,8 +28,12 @@ def queue_table(session: Session, limit: int) -> str:
     ).all()
     shown = rows[:limit]
     values = _values(session, [tq.id for tq, _ in shown])
+    totals: dict[str, float] = {}
+    for tq, n in rows:
+        if n:
+            totals[tq.vo] = totals.get(tq.vo, 0.0) + tq.priority
     lines = [f"{'id':>6} {'vo':<8} {'group':<12} {'owner':<10} {'cpu(s)':>8} {'cores':>5} "
-             f"{'MB':>6} {'type':<12} {'jobs':>6} {'priority':>9}  conditions"]
+             f"{'memory':>10} {'type':<12} {'jobs':>6} {'draws %':>7}  conditions"]
     for tq, n in shown:
         conditions = values.get(tq.id, "")
         if tq.submit_pool:
@@ -37,12 +42,24 @@ def queue_table(session: Session, limit: int) -> str:
             conditions += f" expr=({tq.expression})"
         lines.append(
             f"{tq.id:>6} {tq.vo:<8} {tq.owner_group:<12} {tq.owner or '(all)':<10} "
-            f"{tq.cpu_time:>8} {tq.processors:>5} {tq.memory:>6} {tq.job_type:<12} {n:>6} "
-            f"{tq.priority:>9.4g}  {conditions.strip()}".rstrip())
+            f"{tq.cpu_time:>8} {tq.processors:>5} {memory_text(tq.memory):>10} "
+            f"{tq.job_type:<12} {n:>6} "
+            f"{draw_share(tq.priority, totals.get(tq.vo, 0.0) if n else 0.0):>7}  "
+            f"{conditions.strip()}".rstrip())
     total = sum(n for _, n in rows)
     lines.append(f"{len(rows)} task queues, {total} waiting jobs"
-                 + (f" ({len(rows) - limit} more queues not shown)" if len(rows) > limit else ""))
+                 + (f" ({len(rows) - limit} more queues not shown)" if len(rows) > limit else "")
+                 + "; draws %: the share of matches a queue gets while pilots could run any "
+                   "of its VO's queues (its fair-share priority over their sum)")
     return "\n".join(lines)
+
+
+def draw_share(priority: float, vo_total: float) -> str:
+    """A queue's priority as its percentage of its VO's draws ("-": an empty queue)."""
+    if vo_total <= 0:
+        return "-"
+    share = 100 * priority / vo_total
+    return "<0.01" if 0 < share < 0.005 else f"{share:.2f}"
 
 
 def _values(session: Session, tq_ids: list[int]) -> dict[int, str]:

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from flask import Flask
 from gunicorn.app.base import BaseApplication
+from sqlalchemy.engine import make_url
 
+from gridpilot.listening import check_port_free, split_bind
 from matcher import create_app
 from matcher.app import metrics_dir
 from taskqueue.settings import Settings
@@ -46,8 +51,9 @@ def worker_app(settings: Settings) -> Flask:
 
 
 def gunicorn_options(settings: Settings, *, bind: str | None = None,
-                     workers: int | None = None) -> dict[str, Any]:
+                     workers: int | None = None, access_log: str | None = None) -> dict[str, Any]:
     m = settings.matcher
+    log = m.access_log if access_log is None else access_log
     return {
         "bind": bind or m.bind,
         "workers": workers or m.workers,
@@ -62,16 +68,42 @@ def gunicorn_options(settings: Settings, *, bind: str | None = None,
         # (matcher.proxies), never from gunicorn's own default list (loopback).
         "forwarded_allow_ips": "",
         "secure_scheme_headers": {},
-        "accesslog": None,
+        "accesslog": log or None,
         "errorlog": "-",
         "loglevel": "warning",
         "proc_name": "gridpilot-matcher",
     }
 
 
-def serve(settings: Settings, *, bind: str | None = None, workers: int | None = None) -> None:
+def startup_line(settings: Settings, options: dict[str, Any]) -> str:
+    """What ``gridpilot serve`` says once it listens: where, with which database (its
+    password hidden), and the URL pilots are given."""
+    host, port = split_bind(options["bind"])
+    shown = f"[{host}]" if ":" in host else host
+    database = make_url(settings.database.url).render_as_string(hide_password=True)
+    workers = (f"{options['workers']} worker(s) of {options['threads']} threads"
+               if options["worker_class"] == "gthread" else f"{options['workers']} worker(s)")
+    return (f"gridpilot serve: listening on http://{shown}:{port} ({workers}), database "
+            f"{database}; pilots are given {settings.matcher.url}")
+
+
+def _when_ready(settings: Settings, options: dict[str, Any]) -> Callable[[Any], None]:
+    def when_ready(_arbiter: Any) -> None:
+        print(startup_line(settings, options), flush=True)
+        # In a process of its own: the arbiter forks the workers next, and a thread of it
+        # would be copied into each half-way through its requests.
+        subprocess.Popen([sys.executable, "-m", "gridpilot.listening", options["bind"],
+                          settings.matcher.url], stdin=subprocess.DEVNULL)
+    return when_ready
+
+
+def serve(settings: Settings, *, bind: str | None = None, workers: int | None = None,
+          access_log: str | None = None) -> None:
     # One metrics folder for all the workers, made (or checked) here, before they start.
     settings = replace(settings, matcher=replace(settings.matcher,
                                                  metrics_dir=str(metrics_dir(settings))))
+    options = gunicorn_options(settings, bind=bind, workers=workers, access_log=access_log)
+    check_port_free(options["bind"])
     create_app(settings)  # fail here, with a clear message, rather than in every worker
-    MatcherServer(settings, gunicorn_options(settings, bind=bind, workers=workers)).run()
+    options["when_ready"] = _when_ready(settings, options)
+    MatcherServer(settings, options).run()

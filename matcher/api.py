@@ -242,6 +242,8 @@ def _read_query(params: tuple[Param, ...], page_size: int) -> dict[str, Any]:
             continue
         value: Any = text
         _refuse_nul(text, f"query parameter {name}")
+        if param.enum is not None:  # names in any letter case: ?status=waiting
+            value = {e.lower(): e for e in param.enum}.get(text.lower(), text)
         if param.type == "integer":
             if not re.fullmatch(r"-?\d{1,19}", text.strip()):
                 raise Problem(400, f"query parameter {name} must be an integer, got {text!r}")

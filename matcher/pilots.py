@@ -161,13 +161,14 @@ DESCRIPTIONS = Descriptions()
 
 @endpoint(bp, "POST", protocol.HEARTBEAT_PATH.removeprefix("/pilots"), tag="pilots",
           roles=(PILOT,),
-          summary="Heartbeat: the CPU time and progress of the pilot's jobs in; commands out "
+          summary="Heartbeat: the CPU time, progress and output tail of the pilot's jobs in; "
+                  "commands out "
                   "(kill: the job is no longer this pilot's to run)",
           body={JSON: schemas.HEARTBEAT_REQUEST},
           responses={200: ("Commands for the pilot", schemas.HEARTBEAT_RESPONSE)})
 def beat(call: Call) -> dict[str, Any]:
     reference = _own_reference(call.principal, call.body["pilot_reference"])
-    beats = [Beat(j["job_id"], j.get("cpu_used"), j.get("progress"))
+    beats = [Beat(j["job_id"], j.get("cpu_used"), j.get("progress"), j.get("output_tail"))
              for j in call.body.get("jobs", [])]
     commands = call.runtime.transaction(lambda session: heartbeat(
         session, vo=call.principal.vo, pilot_reference=reference, beats=beats, now=call.now))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pilot.protocol import KILL, NO_MATCH_REASONS
+from pilot.protocol import KILL, NO_MATCH_REASONS, PEEK_CHARS
 from taskqueue.pilotreports import REPORTABLE
 from taskqueue.pilots import PILOT_STATES
 
@@ -78,7 +78,8 @@ HEARTBEAT_REQUEST = obj({
     "pilot_reference": NAME,
     "jobs": {"type": "array", "maxItems": 1000, "items": obj({
         "job_id": ID, "cpu_used": {"type": "number", "minimum": 0},
-        "progress": {"type": "string", "maxLength": 255}}, ("job_id",))},
+        "progress": {"type": "string", "maxLength": 255},
+        "output_tail": {"type": "string", "maxLength": PEEK_CHARS}}, ("job_id",))},
 }, ("pilot_reference",))
 HEARTBEAT_RESPONSE = obj({"commands": {"type": "array", "items": obj(
     {"job_id": ID, "command": {"type": "string", "enum": [KILL]}}, ("job_id", "command"))}},
@@ -194,10 +195,15 @@ MATCHING_QUEUES = obj({
 }, ("task_queues", "waiting"))
 EXPLAIN_REQUEST = obj({"job_id": ID, "queue": {"type": "string", "maxLength": 1000},
                        "resource": RESOURCE}, ("job_id",))
+_RULE = obj({"rule": STRING, "holds": {"type": "boolean"}, "detail": STRING})
+#: Against one queue or resource: each rule. Against every configured queue (neither given):
+#: each queue with the rules that fail there, and can_run when one of them can run it.
 EXPLANATION = obj({
     "job_id": ID, "can_run": {"type": "boolean"},
-    "rules": {"type": "array", "items": obj({"rule": STRING, "holds": {"type": "boolean"},
-                                             "detail": STRING})},
+    "rules": {"type": "array", "items": _RULE},
+    "queues": {"type": "array", "items": obj({
+        "queue": STRING, "can_run": {"type": "boolean"},
+        "failed": {"type": "array", "items": _RULE}})},
 }, ("job_id", "can_run", "rules"))
 
 SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})

@@ -14,7 +14,7 @@ from matcher.auth import OPERATOR, PILOT, USER
 from matcher.pilots import pilot_resource
 from matcher.problems import Problem
 from optimizers.classads import expression_check
-from optimizers.jobexplain import explain_job
+from optimizers.jobexplain import explain_every_queue, explain_job
 from taskqueue.database import Session
 from taskqueue.matching import matching_queues
 from taskqueue.queues import queue_page
@@ -67,19 +67,29 @@ def matching(call: Call) -> dict[str, Any]:
 
 @endpoint(bp, "POST", "/explain", tag="taskqueues", roles=(USER, OPERATOR),
           summary="Explain: for a job and a queue (SITE/CE/QUEUE) or a resource description, "
-                  "each matching rule and whether it holds",
+                  "each matching rule and whether it holds; with neither, every configured "
+                  "queue and the rules that fail there",
           body={JSON: schemas.EXPLAIN_REQUEST},
           responses={200: ("Each rule, and whether the job can run there",
                            schemas.EXPLANATION)})
 def explain(call: Call) -> dict[str, Any]:
     body = call.body
-    if ("queue" in body) == ("resource" in body):
-        raise Problem(422, "give either body.queue (SITE/CE/QUEUE) or body.resource")
+    if "queue" in body and "resource" in body:
+        raise Problem(422, "give body.queue (SITE/CE/QUEUE), body.resource, or neither (every "
+                           "configured queue), not both")
     resource = parse_resource(body["resource"]) if "resource" in body else None
     resources = call.runtime.resources()
 
     def work(session: Session) -> dict[str, Any]:
         job = accessible_job(session, call.principal, body["job_id"])
+        if "queue" not in body and resource is None:
+            verdicts = explain_every_queue(session, call.runtime.settings, resources, job,
+                                           catalogue=call.runtime.catalogue())
+            return {"job_id": job.id, "can_run": any(v.can_run for v in verdicts), "rules": [],
+                    "queues": [{"queue": v.queue, "can_run": v.can_run,
+                                "failed": [{"rule": r.rule, "holds": r.holds,
+                                            "detail": r.detail} for r in v.failed]}
+                               for v in verdicts]}
         result = explain_job(session, call.runtime.settings, resources, job,
                              queue=body.get("queue"), resource=resource,
                              catalogue=call.runtime.catalogue())

@@ -1,1 +1,1 @@
-"""Job description parsing, the resources configuration and the optimizer chain (issue 3)."""
+"""Job description parsing, the resources configuration and the optimizer chain."""

@@ -11,7 +11,7 @@ from optimizers.classads import expression_check, why_not
 from optimizers.datalocation import DatabaseCatalogue, ReplicaCatalogue, explain_site
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
-from optimizers.resources import ResourcesConfig, explain_requirements
+from optimizers.resources import ResourcesConfig, explain_requirements, serves_vo
 from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.errors import InvalidInputError
@@ -57,6 +57,34 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
     data = (_data_rule(session, resources, job.vo, desc, resource, catalogue
                        or DatabaseCatalogue()) if desc.input_data else [])
     return Explanation(results + rfc7 + data)
+
+
+@dataclass(frozen=True)
+class QueueVerdict:
+    """One configured queue: whether the job can run there, and the rules that fail."""
+
+    queue: str
+    failed: list[RuleResult]
+
+    @property
+    def can_run(self) -> bool:
+        return not self.failed
+
+
+def explain_every_queue(session: Session, settings: Settings, resources: ResourcesConfig,
+                        job: Job, *, catalogue: ReplicaCatalogue | None = None
+                        ) -> list[QueueVerdict]:
+    """The job against each queue of the resources configuration that serves its VO, as
+    :func:`explain_job` explains it against one (the same rules the matcher applies)."""
+    serves = serves_vo(job.vo)
+    out = []
+    for q in resources.queues():
+        if serves(q):
+            path = f"{q.site}/{q.ce}/{q.name}"
+            result = explain_job(session, settings, resources, job, queue=path,
+                                 catalogue=catalogue)
+            out.append(QueueVerdict(path, [r for r in result.rules if not r.holds]))
+    return out
 
 
 def _data_rule(session: Session, resources: ResourcesConfig, vo: str, desc: JobDescription,

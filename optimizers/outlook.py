@@ -12,7 +12,12 @@ from optimizers.resources import ResourcesConfig, serves_vo
 from taskqueue.database import Session
 from taskqueue.matching import ExpressionCheck
 from taskqueue.resources import Resource
-from taskqueue.sitestatus import VoQueueKey, waiting_for, waiting_per_task_queue
+from taskqueue.sitestatus import (
+    VoQueueKey,
+    matching_task_queues,
+    waiting_for,
+    waiting_per_task_queue,
+)
 from taskqueue.submitpools import get_submit_pools_for_queue
 
 
@@ -39,4 +44,14 @@ def queue_outlook(session: Session, config: ResourcesConfig, vos: Iterable[str]
     out: dict[VoQueueKey, tuple[int, int]] = {}
     for vo in vos:
         out.update(waiting_for(session, described_queues(session, config, vo), waiting))
+    return out
+
+
+def runnable_task_queues(session: Session, config: ResourcesConfig, vos: Iterable[str]
+                         ) -> set[int]:
+    """The task queues that the pilots of at least one configured queue could run jobs of."""
+    out: set[int] = set()
+    for vo in vos:
+        for _, resource, check in described_queues(session, config, vo):
+            out.update(matching_task_queues(session, resource, check))
     return out

@@ -1,1 +1,1 @@
-"""The worker-node program: standard library and ``requests`` only (issue 5)."""
+"""The worker-node program: standard library and ``requests`` only."""

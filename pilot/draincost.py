@@ -42,8 +42,9 @@ EPILOG = f"""\
 columns (units):
   PILOT       the pilot's reference, or its directory name when the pilot wrote none
   CORES       cores in use by payloads / cores allocated to the pilot (? when not written)
-  REMAINING   until the last payload is expected to end (H:MM:SS)
-  LIMIT       until the last payload must end, by its enforced limits (H:MM:SS)
+  REMAINING   until the last payload is expected to end (H:MM:SS; idle: no payload runs)
+  LIMIT       until the last payload must end, by its enforced limits (H:MM:SS; idle: no
+              payload runs; assumed: the pilot knows no limit and assumes a week)
   DRAIN(core-h)  draining waste: core-hours left idle if the pilot starts no new payload
                  (? when the pilot did not write allocated_CPU: its idle cores are unknown)
   KILL(core-h)   kill waste: core-hours of payload work lost if the pilot is killed now
@@ -92,6 +93,8 @@ class PilotCost:
     kill_waste: float
     can_postpone: bool
     priority_factor: float
+    #: The enforced end is the pilot's assumption (it knows no limit); None: not said.
+    limit_assumed: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"pilot": self.pilot, "directory": str(self.directory),
@@ -99,7 +102,8 @@ class PilotCost:
                 "remaining_time": self.remaining_time,
                 "remaining_time_enforced": self.remaining_time_enforced,
                 "draining_waste": self.draining_waste, "kill_waste": self.kill_waste,
-                "can_postpone": self.can_postpone, "priority_factor": self.priority_factor}
+                "can_postpone": self.can_postpone, "priority_factor": self.priority_factor,
+                "limit_assumed": self.limit_assumed}
 
 
 def assess(directory: Path, values: JobStatusValues, now: float) -> PilotCost:
@@ -112,7 +116,8 @@ def assess(directory: Path, values: JobStatusValues, now: float) -> PilotCost:
         draining_waste=(None if values.allocated_CPU is None
                         else draining_waste(values, now)),
         kill_waste=kill_waste(values, now),
-        can_postpone=values.can_postpone_last_job, priority_factor=values.priority_factor)
+        can_postpone=values.can_postpone_last_job, priority_factor=values.priority_factor,
+        limit_assumed=values.limit_assumed)
 
 
 def drain_order(cost: PilotCost) -> tuple[bool, float, float, str, str]:
@@ -163,11 +168,19 @@ def _cores(cost: PilotCost) -> str:
     return f"{cost.used_CPU}/{allocated}"
 
 
+def _times(cost: PilotCost) -> tuple[str, str]:
+    """REMAINING and LIMIT: "idle" for a pilot with no payload (no time is running out)."""
+    if cost.used_CPU == 0:
+        return "idle", "idle"
+    limit = _duration(cost.remaining_time_enforced)
+    return _duration(cost.remaining_time), f"{limit} assumed" if cost.limit_assumed else limit
+
+
 def render_table(costs: Sequence[PilotCost]) -> str:
     header = ("PILOT", "CORES", "REMAINING", "LIMIT", "DRAIN(core-h)", "KILL(core-h)",
               "POSTPONE", "PRIORITY")
     rows = [header] + [
-        (c.pilot, _cores(c), _duration(c.remaining_time), _duration(c.remaining_time_enforced),
+        (c.pilot, _cores(c), *_times(c),
          _core_hours(c.draining_waste), _core_hours(c.kill_waste), str(c.can_postpone),
          f"{c.priority_factor:g}") for c in costs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]

@@ -26,9 +26,11 @@ integers when integral:
     a float ≥ 0: how critical the pilot's work is (higher: more critical).
 
 gridpilot extensions (informational, optional for readers; absent when unknown):
-``allocated_CPU`` (cores the pilot was given, integer) and ``pilot_reference`` (the pilot's
-reference, one line), so that ``gridpilot-drain-cost`` can show used/allocated cores and name
-the pilot.
+``allocated_CPU`` (cores the pilot was given, integer), ``pilot_reference`` (the pilot's
+reference, one line) and ``last_max_job_end_assumed`` (``True`` when the payload that ends
+last has no known limit, no wall limit and no shutdown time, so that ``last_max_job_end`` is
+the pilot's own assumption of a week), so that ``gridpilot-drain-cost`` can show
+used/allocated cores, name the pilot and mark an assumed limit.
 
 Conventions of :func:`compute_status`:
 
@@ -89,8 +91,9 @@ KEYS: tuple[str, ...] = (
 )
 ALLOCATED_CPU = "allocated_CPU"
 PILOT_REFERENCE = "pilot_reference"
+LIMIT_ASSUMED = "last_max_job_end_assumed"
 #: gridpilot's informational extensions (optional).
-EXTRA_KEYS: tuple[str, ...] = (ALLOCATED_CPU, PILOT_REFERENCE)
+EXTRA_KEYS: tuple[str, ...] = (ALLOCATED_CPU, PILOT_REFERENCE, LIMIT_ASSUMED)
 
 #: Temporary files are named ``<TEMP_PREFIX><key>.<pid>.<random>``; a writer holding the lock
 #: removes any it finds (left by a writer that died mid-write).
@@ -116,6 +119,8 @@ class RunningPayload:
     start: float
     expected_end: float
     max_end: float
+    #: max_end is the pilot's assumption, not a known limit.
+    max_end_assumed: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +138,8 @@ class JobStatusValues:
     priority_factor: float
     allocated_CPU: int | None = None
     pilot_reference: str | None = None
+    #: Whether last_max_job_end is assumed (None: not written, or no payload).
+    limit_assumed: bool | None = None
 
 
 # -- computing --------------------------------------------------------------------------------
@@ -180,12 +187,14 @@ def compute_status(allocated: int, payloads: Sequence[RunningPayload], *, now: f
     uncommitted = sum(c * (last_start - s) for c, s in zip(cores, starts, strict=True))
     final = max(0, allocated - used) * (last_exp - first_exp) + sum(
         c * (last_exp - e) for c, e in zip(cores, expected, strict=True))
+    last = max(range(len(enforced)), key=lambda i: (enforced[i], not payloads[i].max_end_assumed))
     return JobStatusValues(
         used_CPU=used, last_job_start=last_start, first_exp_job_end=first_exp,
-        last_exp_job_end=last_exp, last_max_job_end=max(enforced),
+        last_exp_job_end=last_exp, last_max_job_end=enforced[last],
         add_uncom_time=float(uncommitted), add_final_exp_waste=float(final),
         can_postpone_last_job=bool(can_postpone), priority_factor=priority,
-        allocated_CPU=allocated, pilot_reference=pilot_reference)
+        allocated_CPU=allocated, pilot_reference=pilot_reference,
+        limit_assumed=bool(payloads[last].max_end_assumed))
 
 
 # -- text form --------------------------------------------------------------------------------
@@ -228,6 +237,7 @@ def _texts(values: JobStatusValues) -> dict[str, str | None]:
     texts["can_postpone_last_job"] = "True" if values.can_postpone_last_job else "False"
     texts[ALLOCATED_CPU] = None if values.allocated_CPU is None else str(values.allocated_CPU)
     texts[PILOT_REFERENCE] = values.pilot_reference
+    texts[LIMIT_ASSUMED] = None if values.limit_assumed is None else str(values.limit_assumed)
     return {k: None if t is None else t + "\n" for k, t in texts.items()}
 
 
@@ -270,6 +280,8 @@ def _parse(directory: Path, texts: dict[str, str | None]) -> JobStatusValues:
     allocated = (None if allocated_text is None or not allocated_text.strip()
                  else integer(ALLOCATED_CPU, allocated_text))
     reference = (texts.get(PILOT_REFERENCE) or "").strip() or None
+    # Informational: anything but True or False counts as not written.
+    assumed = {"true": True, "false": False}.get((texts.get(LIMIT_ASSUMED) or "").strip().lower())
     return JobStatusValues(
         used_CPU=integer(USED_CPU, required[USED_CPU]),
         last_job_start=number("last_job_start", required["last_job_start"]),
@@ -280,7 +292,7 @@ def _parse(directory: Path, texts: dict[str, str | None]) -> JobStatusValues:
         add_final_exp_waste=number("add_final_exp_waste", required["add_final_exp_waste"]),
         can_postpone_last_job=flag == "true",
         priority_factor=number("priority_factor", required["priority_factor"]),
-        allocated_CPU=allocated, pilot_reference=reference)
+        allocated_CPU=allocated, pilot_reference=reference, limit_assumed=assumed)
 
 
 # -- locking ----------------------------------------------------------------------------------

@@ -293,6 +293,7 @@ class Pilot:
                 "minor_status": f"Payload could not start: {exc}"[:255]}))
             return
         payload.family = self.reaper.adopt(job.job_id, payload.process.pid)
+        payload.max_end_assumed = limits.wall_end is None and shutdown is None
         self.payloads[job.job_id] = payload
         self.summary.started += 1
         log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
@@ -343,6 +344,7 @@ class Pilot:
             log.info("job %d ended with exit code %d", job_id, code)
             outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
                 None, [p.stderr_path])], limit=self.options.output_limit)
+            outputs.killed = why == "killed by the matcher"
             if outputs.minor_status():
                 body["minor_status"] = "; ".join(filter(None, [body.get("minor_status"),
                                                                outputs.minor_status()]))[:255]
@@ -358,8 +360,10 @@ class Pilot:
 
     def _heartbeat(self, now: float) -> None:
         assert self.client is not None
-        beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2)}
-                 for p in self.payloads.values() if p.poll() is None]
+        running = [p for p in self.payloads.values() if p.poll() is None]
+        peek = min(protocol.PEEK_CHARS, protocol.PEEK_TOTAL_CHARS // max(1, len(running)))
+        beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2),
+                  "output_tail": p.tail()[-peek:]} for p in running]
         try:
             commands = self.client.heartbeat(self.node.reference, beats)
         except (TransientError, RefusedError) as exc:
@@ -464,8 +468,8 @@ class Pilot:
     def _write_jobstatus(self, now: float) -> None:
         if self.options.jobstatus is None:
             return
-        payloads = [RunningPayload(p.cores, p.started, p.expected_end, p.max_end)
-                    for p in self.payloads.values()]
+        payloads = [RunningPayload(p.cores, p.started, p.expected_end, p.max_end,
+                                   p.max_end_assumed) for p in self.payloads.values()]
         try:
             write_status(self.options.jobstatus, compute_status(
                 self.cores, payloads, now=now, can_postpone=bool(self.retiring),

@@ -44,6 +44,8 @@ class Payload:
     exit_code: int | None = field(default=None)
     #: Every process the payload started (see pilot.reaper), once the pilot tracks them.
     family: Family | None = None
+    #: max_end is the pilot's assumption (no wall limit and no shutdown time known).
+    max_end_assumed: bool = False
     #: CPU seconds of the first process and the children it waited for, once it has ended.
     root_cpu: float | None = None
 

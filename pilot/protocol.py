@@ -31,6 +31,11 @@ NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNE
 #: more (killed, deleted, rescheduled, or never given to it).
 KILL = "kill"
 
+#: A heartbeat carries the tail of each running job's output (a peek at it while it runs),
+#: at most this many characters a job, and at most PEEK_TOTAL_CHARS for all its jobs.
+PEEK_CHARS = 4096
+PEEK_TOTAL_CHARS = 256 * 1024
+
 #: Statuses a pilot reports on its jobs.
 RUNNING = "Running"
 DONE = "Done"

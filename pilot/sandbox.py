@@ -117,6 +117,8 @@ class Outputs:
     missing: list[str] = field(default_factory=list)
     too_large: list[str] = field(default_factory=list)
     attempts: int = 0
+    #: The job was killed on request: the service refusing its outputs is expected then.
+    killed: bool = False
 
     @property
     def sandbox_id(self) -> str:
@@ -224,6 +226,9 @@ def attach_output(client: MatcherClient, outputs: Outputs, reference: str,
         why = f"Output sandbox not uploaded after {outputs.attempts} attempts: {exc}"
     except RefusedError as exc:
         why = f"Output sandbox refused: {exc.detail}"
+        if outputs.killed:  # expected for a killed job, whose report says it was killed
+            log.info("job %d (killed): %s", outputs.job_id, why)
+            return True
     log.error("job %d: %s", outputs.job_id, why)
     body["minor_status"] = (f"{body['minor_status']}; {why}" if body.get("minor_status")
                             else why)[:255]

@@ -41,13 +41,21 @@ def write_plots(c: Comparison, out: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(10, 5))
     policies = [p for p in c.policies if p.multi_payload and p.time_aware] or list(c.policies)
     width = 0.8 / max(1, len(policies))
+    count = 0
     for i, p in enumerate(policies):
         events = [d for d in c.runs[p.name][0].drains if d.kind == "free"]
-        xs = [j + i * width for j in range(len(events))]
-        ax.bar(xs, [d.draining_waste / HOUR for d in events], width, label=f"{p.name} draining")
+        count = max(count, len(events))
+        xs = [j + 1 + (i - (len(policies) - 1) / 2) * width for j in range(len(events))]
+        # An edge in the bar's own colour: a policy that wasted nothing shows a line at 0,
+        # not a gap that reads as missing data.
+        bars = ax.bar(xs, [d.draining_waste / HOUR for d in events], width,
+                      label=f"{p.name} draining", linewidth=1.5)
+        for bar in bars:
+            bar.set_edgecolor(bar.get_facecolor())
         ax.bar(xs, [d.kill_waste / HOUR for d in events], width,
                bottom=[d.draining_waste / HOUR for d in events], color="black", alpha=0.5,
                label="killed work" if i == 0 else None)
+    ax.set_xticks(range(1, count + 1))  # events are counted: 1, 2, 3 ...
     ax.set_xlabel("'free nodes' event")
     ax.set_ylabel("core-hours")
     ax.set_title(f"Waste of each 'free nodes' event by victim choice (seed {c.seeds[0]})")

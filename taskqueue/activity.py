@@ -4,9 +4,10 @@ minute, and snapshots of the jobs per status, rolled up into hours and days and 
 Nothing on the claim or report paths writes here. The activity loop (``gridpilot agents
 activity``) derives the counters from what those paths record anyway: the job status history
 (its ``status, at`` index finds the recent changes) and the jobs' sites. Each turn recomputes
-the minutes of the last ``SETTLE`` from scratch (so a transaction that commits a little late is
-still counted, and running the loop twice changes nothing), then the hours and days those
-minutes belong to, then takes a snapshot of the jobs per status. Every matcher process reads
+the minutes from ``SETTLE`` before its previous turn on from scratch (so a transaction that
+commits a little late is still counted, minutes when no agent ran the loop are filled in, and
+running the loop twice changes nothing), then the hours and days those minutes belong to, then
+takes a snapshot of the jobs per status. Every matcher process reads
 the same rows.
 
 A job rescheduled before the loop saw its match no longer names a site; its match is counted
@@ -110,13 +111,24 @@ def record_activity(session: Session, *, now: datetime,
                     retention: Retention = Retention()) -> TurnSummary:
     """One turn of the activity loop: recent minutes, their hours and days, a snapshot of the
     jobs per status, and the pruning of rows past their retention."""
-    since = floor_time(now - SETTLE, MINUTE)
+    since = floor_time(_first_unsettled(session, now, retention), MINUTE)
     minutes = _recompute_minutes(session, since, now)
     for finer, coarser in ((MINUTE, HOUR), (HOUR, DAY)):
         _roll_up(session, finer, coarser, floor_time(since, coarser), now)
     snapshot = _snapshot(session, floor_time(now, MINUTE))
     pruned = _prune(session, now, retention)
     return TurnSummary(minutes, pruned, snapshot)
+
+
+def _first_unsettled(session: Session, now: datetime, retention: Retention) -> datetime:
+    """Where a turn starts recomputing: ``SETTLE`` before the last turn (every minute since
+    then is filled from the history, however long no turn ran), ``SETTLE`` before now on the
+    first turn, never further back than the minutes are kept."""
+    c = job_counts_table.c
+    last = session.execute(select(func.max(c.at)).where(c.period == MINUTE,
+                                                         c.at <= now)).scalar()
+    start = min(now, last) - SETTLE if last is not None else now - SETTLE
+    return max(start, now - retention.minutes)
 
 
 def _recompute_minutes(session: Session, since: datetime, now: datetime) -> int:

@@ -31,3 +31,9 @@ def significant_bits_bucket(value: int, bits: int = 3) -> int:
         return 0
     shift = max(value.bit_length() - bits, 0)
     return -(-value >> shift) << shift
+
+
+def memory_text(megabytes: int | None) -> str:
+    """A job's or task queue's memory as people read it, the same everywhere: "any memory"
+    when it asks for none in particular (0), else megabytes."""
+    return f"{megabytes:,} MB" if megabytes else "any memory"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from taskqueue.buckets import memory_text
 from taskqueue.definitions import TaskQueueDefinition
 from taskqueue.resources import Resource
 
@@ -50,7 +51,7 @@ def explain_match(d: TaskQueueDefinition, r: Resource,
              f"job needs {d.processors} (bucket); resource offers {r.processors}")
     if r.memory is not None:
         rule("memory", d.memory <= r.memory,
-             f"job needs {d.memory} MB (bucket); resource offers {r.memory} MB")
+             f"job needs {memory_text(d.memory)} (bucket); resource offers {r.memory:,} MB")
     if r.job_type is not None:
         rule("job type", d.job_type in r.job_type,
              f"job type {d.job_type}; resource takes {_names(r.job_type)}")

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Float, String, bindparam, func, select, update
+from sqlalchemy import Float, String, Text, bindparam, func, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, IllegalTransitionError, NotFoundError
@@ -41,17 +41,21 @@ _BEAT = (
     .values(heartbeat_at=bindparam("b_at"),
             cpu_used=func.coalesce(bindparam("b_cpu", type_=Float()), jobs_table.c.cpu_used),
             progress=func.coalesce(bindparam("b_progress", type_=String()),
-                                   jobs_table.c.progress))
+                                   jobs_table.c.progress),
+            output_tail=func.coalesce(bindparam("b_tail", type_=Text()),
+                                      jobs_table.c.output_tail))
 )
 
 
 @dataclass(frozen=True)
 class Beat:
-    """One job's heartbeat: CPU seconds used so far and free-text progress."""
+    """One job's heartbeat: CPU seconds used so far, free-text progress, and the tail of its
+    output so far (kept as the job's output tail until its final report replaces it)."""
 
     job_id: int
     cpu_used: float | None = None
     progress: str | None = None
+    output_tail: str | None = None
 
 
 def heartbeat(session: Session, *, vo: str, pilot_reference: str, beats: Sequence[Beat],
@@ -86,7 +90,8 @@ def heartbeat(session: Session, *, vo: str, pilot_reference: str, beats: Sequenc
     if live:
         session.connection().execute(_BEAT, [
             {"b_id": b.job_id, "b_at": now, "b_cpu": b.cpu_used,
-             "b_progress": (b.progress or None) and b.progress[:255]} for b in live])
+             "b_progress": (b.progress or None) and b.progress[:255],
+             "b_tail": b.output_tail} for b in live])
     _touch_pilot(session, vo, pilot_reference, now)
     return commands
 

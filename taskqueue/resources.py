@@ -1,7 +1,7 @@
 """A pilot's resource description, validated, in the form the matcher's queries use.
 
-Field rules (ARCHITECTURE.md): a single string equals a one-element list; an absent field or an
-empty list sets no condition, except ``tags`` (a resource naming no tags gets only untagged
+Field rules (docs/ARCHITECTURE.md): a single string equals a one-element list; an absent field
+or an empty list sets no condition, except ``tags`` (a resource naming no tags gets only untagged
 queues); ``ANY`` in any letter case, alone or in a list, switches the field's check off.
 An empty (or blank) string, alone or in a list, is not a value: ``tags: ""`` is no tags, as
 DIRAC pilots send it. Required tags must be among the resource's own tags.

@@ -155,6 +155,9 @@ class MatcherSettings:
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
+    #: Where each request is logged (gunicorn's access log): a file, "-" for the standard
+    #: output, empty for no access log.
+    access_log: str = ""
     #: Requests after which a worker is replaced (bounds the ClassAd library's small leak).
     max_requests: int = 20000
     #: Largest request body accepted, in bytes.
@@ -320,6 +323,9 @@ class AgentSettings:
     #: A Matched job its pilot neither reported Running nor beat for since the match goes
     #: back to its queue after this long: a match counts once its pilot confirms it.
     matched_lease: int = 120
+    #: A Waiting job no configured queue can run has a minor status that says so; 0 keeps it
+    #: waiting, N > 0 fails it after N seconds so.
+    unrunnable_timeout: int = 0
     #: Pilots one cycle submits to one queue at most, and the default caps per queue (a
     #: queue's MaxWaitingPilots / MaxTotalPilots parameters override them).
     pilots_per_cycle: int = 10

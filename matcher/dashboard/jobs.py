@@ -33,8 +33,11 @@ def jobs(p: Page) -> Response:
     if jump is not None:
         return redirect(url_for("ui.job", job_id=min(jump, MAX_ID)))  # type: ignore[return-value]
     args = {name: text_arg(name, 255) for name in FILTERS}
-    if args["status"] is not None and args["status"] not in STATUSES:
-        raise Problem(400, f"status must be one of {', '.join(STATUSES)}")
+    if args["status"] is not None:  # in any letter case
+        status = {s.lower(): s for s in STATUSES}.get(args["status"].lower())
+        if status is None:
+            raise Problem(400, f"status must be one of {', '.join(STATUSES)}")
+        args["status"] = status
     if not p.viewer.is_operator:
         args["owner"] = p.viewer.principal.subject  # a user sees their own jobs only
     before = int_arg("before")

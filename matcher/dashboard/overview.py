@@ -51,9 +51,11 @@ def overview(p: Page) -> Response:
     since = now - span
     until = floor_time(now, period)  # the current minute or hour so far is the last point
     last_minute = floor_time(now, MINUTE) - timedelta(minutes=1)
+    # The last hour in whole minutes, the same for the counters and the failures panel.
+    hour_ago = floor_time(now - timedelta(hours=1), MINUTE)
 
     def work(session: Session) -> dict[str, Any]:
-        hour = site_totals(session, p.vo, since=now - timedelta(hours=1))
+        hour = site_totals(session, p.vo, since=hour_ago)
         return {
             "snapshot": latest_snapshot(session, p.vo),
             "statuses": status_series(session, p.vo, since=since, period=period,
@@ -62,7 +64,7 @@ def overview(p: Page) -> Response:
                                         period=period),
             "last_minute": activity_series(session, p.vo, since=last_minute,
                                            until=last_minute, period=MINUTE),
-            "failures": recent_failures(session, p.vo, since=now - timedelta(hours=1)),
+            "failures": recent_failures(session, p.vo, since=hour_ago),
             "bans": site_bans(session, p.vo),
             "matched_hour": sum(t.matched for t in hour.values()),
             "done_hour": sum(t.done for t in hour.values()),

@@ -20,6 +20,7 @@ from matcher.dashboard.session import Viewer
 from matcher.idp import CANCEL, MODIFY
 from matcher.problems import Problem, status_of
 from matcher.runtime import Runtime, runtime_of
+from taskqueue.buckets import memory_text
 from taskqueue.errors import GridpilotError
 
 bp = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",
@@ -166,6 +167,11 @@ def _num(value: int | float | None) -> str:
     if value is None:
         return "—"
     return f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
+
+
+@bp.app_template_filter("memory")
+def _memory(value: int | None) -> str:
+    return memory_text(value)
 
 
 @bp.app_template_filter("pct")

@@ -21,7 +21,7 @@ from matcher.dashboard import session as cookies
 from taskqueue.models import Job, JobStatusHistory, SiteBan
 from taskqueue.settings import Settings
 from tests.api.conftest import SECRET, TokenMaker
-from tests.api.helpers import OTHER_SITE, SITE, VO, Api
+from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
 from tests.conftest import Database
 
 PAGES = ("/ui/", "/ui/sites", "/ui/taskqueues", "/ui/jobs", "/ui/pilots")
@@ -236,6 +236,9 @@ def test_the_overview_shows_the_database_counts(db: Database, client: Api,
         assert re.search(rf'data-status="{status}">\s*<span class="label">{status}</span>'
                          rf'<span class="value">{n:,}</span>', html), status
     assert re.search(r'id="failed-hour">1<', html)
+    # The failures panel counts the same hour as the counter beside it.
+    panel = html.split('id="failures"', 1)[1].split("</table>", 1)[0]
+    assert sum(int(n) for n in re.findall(r'<td class="num">(\d+)</td>', panel)) == 1
     assert re.search(r'id="matched-hour">4<', html)
     assert "Payload exited with code 3" in html
     assert "LCG.RAL.uk" in html and "downtime" in html
@@ -299,8 +302,9 @@ def test_job_lists_page_newest_first_without_gaps(client: Api, grid: dict[str, A
         found = re.search(r'href="([^"]+)" id="next"', html)
         url = found.group(1) if found else ""
     assert seen == sorted(grid["ids"], reverse=True)
-    assert re.findall(r'data-job="(\d+)"', page(operator_http, "/ui/jobs?status=Done")) == [
-        str(i) for i in sorted(grid["done"], reverse=True)]
+    for status in ("Done", "done", "DONE"):  # status names in any letter case
+        assert re.findall(r'data-job="(\d+)"', page(operator_http, f"/ui/jobs?status={status}")
+                          ) == [str(i) for i in sorted(grid["done"], reverse=True)]
     jump = operator_http.get(f"/ui/jobs?id={grid['failed']}")
     assert jump.headers["Location"] == f"/ui/jobs/{grid['failed']}"
 
@@ -453,3 +457,27 @@ def test_jobs_are_found_by_name_and_job_group(client: Api, user_token: str,
     assert f'data-job="{other[0]}"' not in grouped and "calib-0" in grouped
     # a "%" or "_" in a prefix is a character, not a pattern
     assert 'data-job=' not in page(operator_http, "/ui/jobs?job_name=cal%25*")
+
+
+def test_memory_reads_the_same_on_the_job_and_queue_pages(client: Api, user_token: str,
+                                                          operator_http: FlaskClient) -> None:
+    anything, big = (client.submit_jdl(user_token, jdl)[0] for jdl in (
+        '[ Executable = "/bin/true"; ]', '[ Executable = "/bin/true"; MaxRAM = 3000; ]'))
+    assert "1 core(s), any memory</td>" in page(operator_http, f"/ui/jobs/{anything}")
+    assert re.search(r"1 core\(s\), [\d,]+ MB</td>", page(operator_http, f"/ui/jobs/{big}"))
+    queues = page(operator_http, "/ui/taskqueues")
+    assert "any memory" in queues and " 0 MB" not in queues
+
+
+def test_a_running_jobs_page_shows_the_tail_its_heartbeat_sent(
+        client: Api, user_token: str, pilot_token: str, operator_http: FlaskClient) -> None:
+    job_id = client.submit_jdl(user_token, '[ Executable = "/bin/true"; ]')[0]
+    assert [j["job_id"] for j in client.match(pilot_token, pilot_reference=PILOT_REF,
+                                              site=SITE)["jobs"]] == [job_id]
+    assert client.report(pilot_token, job_id, "Running").status_code == 200
+    client.ok("POST", "/api/v1/pilots/heartbeat", pilot_token, json_body={
+        "pilot_reference": PILOT_REF, "jobs": [{"job_id": job_id, "output_tail": "step 7\n"}]})
+    html = page(operator_http, f"/ui/jobs/{job_id}")
+    assert '<pre class="code" id="output">step 7\n</pre>' in html
+    assert re.search(r'id="peek">\(while it runs: as of its pilot.s heartbeat at [\d-]+ '
+                     r'[\d:]+ UTC\)', html)

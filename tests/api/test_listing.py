@@ -107,6 +107,16 @@ def test_since_filter(client: Api, db: Database, user_token: str) -> None:
     assert client.ok("GET", "/api/v1/jobs", user_token, query={"since": future})["jobs"] == []
 
 
+def test_status_names_in_any_letter_case(client: Api, user_token: str) -> None:
+    waiting = client.submit_jdl(user_token)[0]
+    for status in ("Waiting", "waiting", "WAITING"):
+        answer = client.ok("GET", "/api/v1/jobs", user_token, query={"status": status})
+        assert [j["job_id"] for j in answer["jobs"]] == [waiting]
+    assert client.ok("GET", "/api/v1/jobs", user_token, query={"status": "done"})["jobs"] == []
+    assert_problem(client.call("GET", "/api/v1/jobs", user_token, query={"status": "waitin"}),
+                   400, "status", "Waiting")
+
+
 @pytest.mark.parametrize("since", ["yesterday", "2026-13-01", "", "1d"])
 def test_a_bad_since_is_400(client: Api, user_token: str, since: str) -> None:
     response = client.call("GET", "/api/v1/jobs", user_token, query={"since": since})

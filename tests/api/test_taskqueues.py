@@ -128,16 +128,34 @@ def test_explain_with_a_resource(client: Api, user_token: str) -> None:
     assert rules(banned)["site"] is False
 
 
-def test_explain_needs_exactly_one_of_queue_and_resource(client: Api,
-                                                         user_token: str) -> None:
+def test_explain_takes_a_queue_or_a_resource_not_both(client: Api, user_token: str) -> None:
     job_id = client.submit_jdl(user_token)[0]
     both = client.call("POST", "/api/v1/taskqueues/explain", user_token,
                        json_body={"job_id": job_id, "queue": CERN_CONDOR,
                                   "resource": {"vo": VO}})
     assert_problem(both, 422, "body.queue", "body.resource")
-    neither = client.call("POST", "/api/v1/taskqueues/explain", user_token,
-                          json_body={"job_id": job_id})
-    assert_problem(neither, 422, "body.queue")
+
+
+def test_explain_without_a_queue_checks_every_configured_queue(client: Api,
+                                                               user_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "x"; Platform = "aarch64-el9";')[0]
+    answer = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                       json_body={"job_id": job_id})
+    assert answer["job_id"] == job_id and answer["rules"] == []
+    verdicts = {q["queue"]: q for q in answer["queues"]}
+    assert CERN_CONDOR in verdicts and CERN_ARM in verdicts
+    assert verdicts[CERN_ARM]["can_run"] is True and verdicts[CERN_ARM]["failed"] == []
+    condor = verdicts[CERN_CONDOR]
+    assert condor["can_run"] is False
+    assert [r["rule"] for r in condor["failed"]] == ["platform"]
+    assert answer["can_run"] is True
+    # A day of CPU (the default) on no queue of a site whose queues give less.
+    short = client.submit_jdl(user_token, 'Executable = "x"; Site = "DIRAC.Demo.local";')[0]
+    nowhere = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                        json_body={"job_id": short})
+    assert nowhere["can_run"] is False
+    demo = [q for q in nowhere["queues"] if q["queue"].startswith("DIRAC.Demo.local/")]
+    assert demo and all("CPU time" in {r["rule"] for r in q["failed"]} for q in demo)
 
 
 def test_explain_with_a_malformed_or_unknown_queue(client: Api, user_token: str) -> None:

@@ -221,3 +221,20 @@ def test_the_queue_snapshot_replaces_itself(db: Database) -> None:
     with db.factory() as session:
         assert [(q.site, q.configured) for q in queue_states(session, "lhcb")] == [
             ("A", False), ("C", False)]
+
+
+def test_minutes_when_no_turn_ran_are_filled_from_the_history(db: Database) -> None:
+    """The loop stopped for an hour: its next turn counts every minute since its last one."""
+    add_job(db, status="Running", site="A", changes=(("Running", NOW, ""),))  # a snapshot
+    turn(db, NOW)
+    gap = [NOW + timedelta(minutes=m) for m in (5, 20, 50)]
+    for at in gap:
+        add_job(db, status="Done", site="A", changes=(("Matched", at, ""), ("Done", at, "")))
+    add_job(db, status="Failed", site="A", changes=(("Failed", gap[1], "exit code 1"),))
+    turn(db, NOW + timedelta(hours=1))
+    assert rows(db, MINUTE) == [(floor_time(at, MINUTE), "lhcb", "A", 1, 1, int(at == gap[1]))
+                                for at in gap]
+    with db.factory() as session:
+        totals = site_totals(session, "lhcb", since=NOW)
+        assert (totals["A"].matched, totals["A"].done, totals["A"].failed) == (3, 3, 1)
+        assert recent_failures(session, "lhcb", since=NOW) == [("exit code 1", 1)]

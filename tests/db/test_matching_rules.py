@@ -1,4 +1,4 @@
-"""Every matching rule of ARCHITECTURE.md, one by one, matching and not matching."""
+"""Every matching rule of docs/ARCHITECTURE.md, one by one, matching and not matching."""
 
 from __future__ import annotations
 

@@ -78,6 +78,24 @@ def test_heartbeat_records_progress(db: Database, settings: Settings, now: datet
     assert (job_b.status, job_b.heartbeat_at) == ("Matched", later)
 
 
+def test_heartbeat_carries_the_output_tail_until_the_final_report(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """A peek at a running job: each heartbeat's tail replaces the last; a beat without one
+    keeps it; the final report's tail replaces it for good, and a late beat leaves that."""
+    (job_id,) = matched_jobs(db, settings, now)
+    report(db, job_id, S.RUNNING, now)
+    beat(db, [Beat(job_id, output_tail="event 1\n")], now + timedelta(minutes=5))
+    assert stored(db, job_id).output_tail == "event 1\n"
+    beat(db, [Beat(job_id, output_tail="event 1\nevent 2\n")], now + timedelta(minutes=10))
+    beat(db, [Beat(job_id, cpu_used=12.0)], now + timedelta(minutes=15))
+    assert stored(db, job_id).output_tail == "event 1\nevent 2\n"
+    report(db, job_id, S.DONE, now + timedelta(minutes=20), exit_code=0,
+           output_tail="the end\n")
+    assert beat(db, [Beat(job_id, output_tail="late\n")], now + timedelta(minutes=21)) == {
+        job_id: "kill"}
+    assert stored(db, job_id).output_tail == "the end\n"
+
+
 def test_heartbeat_cuts_long_progress(db: Database, settings: Settings, now: datetime) -> None:
     (job_id,) = matched_jobs(db, settings, now)
     assert beat(db, [Beat(job_id, progress="x" * 300)], now) == {}

@@ -391,5 +391,6 @@ def test_watchdog_summary_parses(db: Database, agent_cfg: Settings, now: datetim
     assert set(_counts([summary])) == {
         "stalled", "rescheduled", "of dead pilots rescheduled",
         "returned to their queue unstarted", "failed at the maximum of reschedules",
-        "failed in the optimizer chain"}
+        "failed in the optimizer chain", "waiting jobs no queue can run", "runnable again",
+        "failed for it"}
     assert sum(_counts([summary]).values()) == 0

@@ -121,6 +121,11 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     assert ran, out.stdout
     assert int(ran[1]) > 0 and int(ran[2]) == waiting + by_user
     assert "gridpilot-drain-cost: no pilot $JOBSTATUS directory" in out.stdout
+    # Every queue that got pilots is labelled, and the ended pilots' folders are gone.
+    table = out.stdout.split("per queue:\n", 1)[1].split("\n  total", 1)[0].splitlines()[1:]
+    labels = [line[2:14].strip() for line in table]
+    assert len(labels) == 6 and all(labels), table
+    assert [p.name for p in (tmp_path / "work" / "pilots").iterdir()] in ([], ["psij"])
 
 
 SECRET = "cli-test-secret-0123456789abcdef"

@@ -20,6 +20,11 @@ from click.testing import CliRunner, Result
 from client.cli import EXIT_NOT_DONE, EXIT_PARTIAL, EXIT_TIMEOUT, cli
 from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
+from pilot.archive import Member, pack
+from pilot.client import MatcherClient
+from pilot.protocol import PEEK_CHARS
+from pilot.sandbox import Outputs
+from pilot.sandbox import upload as upload_output
 from taskqueue.database import make_engine
 from taskqueue.tokens import issue_token
 
@@ -47,18 +52,25 @@ class Server:
         assert response.status_code == 200, response.text
         return response.json()
 
-    def run_job(self, tag: str, exit_code: int = 0, tail: str = "hello\n") -> int:
+    def run_job(self, tag: str, exit_code: int = 0, tail: str = "hello\n",
+                outputs: list[Member] | None = None) -> int:
         """A pilot that runs only jobs tagged ``tag`` takes one, runs it and reports it
-        ended."""
+        ended (with ``outputs`` uploaded as its output sandbox, by the pilot's own code)."""
         jobs = self.pilot("POST", "/pilots/match", {"resource": {
             "vo": "lhcb", "pilot_reference": "p-1", "tags": [tag], "required_tags": [tag],
             **CERN}})["jobs"]
         job_id = int(jobs[0]["job_id"])
         self.pilot("POST", f"/pilots/jobs/{job_id}/status",
                    {"pilot_reference": "p-1", "status": "Running"})
-        self.pilot("POST", f"/pilots/jobs/{job_id}/status",
-                   {"pilot_reference": "p-1", "status": "Done" if exit_code == 0 else "Failed",
-                    "exit_code": exit_code, "output_tail": tail, "cpu_used": 1.5})
+        report: dict[str, Any] = {
+            "pilot_reference": "p-1", "status": "Done" if exit_code == 0 else "Failed",
+            "exit_code": exit_code, "output_tail": tail, "cpu_used": 1.5}
+        if outputs is not None:
+            client = MatcherClient(self.url, self.token("factory", "pilot", pilot="p-1"))
+            report["output_sandbox"] = upload_output(client, Outputs(job_id, pack(outputs)),
+                                                     "p-1")
+            client.http.close()
+        self.pilot("POST", f"/pilots/jobs/{job_id}/status", report)
         return job_id
 
 
@@ -225,7 +237,33 @@ def test_wait_output_log_explain(gp: Any, server: Server, tmp_path: Path) -> Non
     assert cannot.exit_code == EXIT_NOT_DONE and "[NO] tags" in cannot.output
     node = write(tmp_path, "node.json", json.dumps({"vo": "lhcb", "tags": ["GPU"]}))
     assert gp("explain", str(waiting), "--resource", node).exit_code == 0
-    assert gp("explain", str(waiting)).exit_code == 2
+    assert gp("explain", str(waiting), "--resource", node, "--queue", "a/b/c").exit_code == 2
+    everywhere = gp("explain", str(waiting))
+    assert everywhere.exit_code == 0, everywhere.output
+    assert "[ok] LCG.RAL.uk/arc-ce01.gridpp.rl.ac.uk/gpu" in everywhere.output.splitlines()
+    assert "[NO] LCG.CERN.cern/ce503.cern.ch/condor: tags:" in everywhere.output
+
+
+def test_output_fetches_the_output_sandbox_files(gp: Any, server: Server,
+                                                 tmp_path: Path) -> None:
+    (job_id,) = submitted(gp("submit", write(tmp_path, "o.jdl", 'Executable = "x"; '
+                                             'Tags = "t-out"; OutputSandbox = {"r.txt"};')))
+    assert server.run_job("t-out", 0, "tail\n", outputs=[
+        Member("r.txt", b"result\n"), Member("std.out", b"the whole output\n")]) == job_id
+    out = gp("output", str(job_id), "-d", str(tmp_path / "all"))
+    assert out.exit_code == 0, out.output
+    assert sorted(p.name for p in (tmp_path / "all").iterdir()) == [
+        "output.txt", "r.txt", "std.out"]
+    assert (tmp_path / "all" / "r.txt").read_bytes() == b"result\n"
+    assert str(tmp_path / "all" / "r.txt") in out.output
+    # Only the tail when asked; and a folder that has the files already is refused, named.
+    tail_only = gp("output", str(job_id), "-d", str(tmp_path / "tail"), "--no-sandbox")
+    assert tail_only.exit_code == 0
+    assert [p.name for p in (tmp_path / "tail").iterdir()] == ["output.txt"]
+    again = gp("output", str(job_id), "-d", str(tmp_path / "all"))
+    assert again.exit_code == 2
+    assert "cannot be unpacked into" in again.output and "--no-sandbox" in again.output
+    assert "Traceback" not in again.output
 
 
 def test_whoami(gp: Any, server: Server) -> None:
@@ -291,3 +329,33 @@ def test_the_installed_command(server: Server, tmp_path: Path) -> None:
                         timeout=60)
     assert me.returncode == 0 and "alice" in me.stdout, me.stderr
     assert time.monotonic() - started < 60
+
+
+def test_peek_shows_the_tail_a_running_job_sent_with_its_heartbeat(
+        gp: Any, server: Server, tmp_path: Path) -> None:
+    (job_id,) = submitted(gp("submit", write(tmp_path, "p.jdl", 'Executable = "x"; '
+                                             'Tags = "t-peek";')))
+    jobs = server.pilot("POST", "/pilots/match", {"resource": {
+        "vo": "lhcb", "pilot_reference": "p-1", "tags": ["t-peek"], "required_tags": ["t-peek"],
+        **CERN}})["jobs"]
+    assert int(jobs[0]["job_id"]) == job_id
+    server.pilot("POST", f"/pilots/jobs/{job_id}/status",
+                 {"pilot_reference": "p-1", "status": "Running"})
+    nothing = gp("peek", str(job_id)).output.strip()
+    assert nothing.startswith(f"job {job_id} (Running)") and nothing.endswith(": no output yet")
+    server.pilot("POST", "/pilots/heartbeat", {"pilot_reference": "p-1", "jobs": [
+        {"job_id": job_id, "cpu_used": 3.0, "output_tail": "event 1\nevent 2\n"}]})
+    peeked = gp("peek", str(job_id))
+    assert peeked.exit_code == 0
+    head, *tail = peeked.output.splitlines()
+    assert head.startswith(f"job {job_id} (Running), as of its pilot's heartbeat at ")
+    assert tail == ["event 1", "event 2"]
+    # A tail over the bound is refused whole, and the last one is kept.
+    too_long = requests.post(
+        f"{server.url}/api/v1/pilots/heartbeat", timeout=30,
+        json={"pilot_reference": "p-1", "jobs": [
+            {"job_id": job_id, "output_tail": "x" * (PEEK_CHARS + 1)}]},
+        headers={"Authorization": "Bearer " + server.token("factory", "pilot", pilot="p-1")})
+    assert too_long.status_code == 422 and "output_tail" in too_long.text
+    assert gp("peek", str(job_id)).output.splitlines()[1:] == ["event 1", "event 2"]
+

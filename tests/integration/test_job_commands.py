@@ -65,6 +65,15 @@ def test_submit_list_show_and_explain(gp, tmp_path: Path) -> None:  # type: igno
         {"vo": "lhcb", "site": "LCG.RAL.uk", "tags": ["GPU"], "processors": 4}))
     assert gp("explain", str(ids[0]), "--resource", resource).returncode == 0
 
+    everywhere = gp("explain", str(ids[0]))
+    assert everywhere.returncode == 0, everywhere.stdout + everywhere.stderr
+    lines = everywhere.stdout.splitlines()
+    assert lines[0] == f"job {ids[0]} (Waiting) against every configured queue:"
+    assert "[ok] LCG.RAL.uk/arc-ce01.gridpp.rl.ac.uk/gpu" in lines
+    assert ("[NO] LCG.CERN.cern/ce503.cern.ch/condor: tags: job needs tags GPU; resource has "
+            "none (missing GPU)") in lines
+    assert re.fullmatch(r"=> 1 of \d+ configured queues can run it", lines[-1])
+
 
 def test_bad_input_is_refused_whole_with_the_place(gp, tmp_path: Path  # type: ignore[no-untyped-def]
                                                    ) -> None:

@@ -215,3 +215,29 @@ def test_results_survive_the_matcher_going_down(tmp_path: Path) -> None:
         assert code == 0, out
         job = grid.job(job_id)
     assert job["status"] == "Done" and job["exit_code"] == 0
+
+
+def test_a_running_jobs_output_tail_comes_with_the_heartbeats(grid: Grid) -> None:
+    """A peek: what the payload printed is the job's output tail while it still runs."""
+    script = grid.tmp / "peek.py"
+    script.write_text("import time\nprint('peek-marker', flush=True)\ntime.sleep(120)\n",
+                      encoding="utf-8")
+    response = grid.user.post(
+        f"{grid.base}/api/v1/jobs", timeout=30, headers={"Content-Type": "text/plain"},
+        data=f'[ Executable = "{sys.executable}"; Arguments = "{script}"; CPUTime = 600 ]')
+    assert response.status_code == 201, response.text
+    (job_id,) = response.json()["job_ids"]
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "2")
+    deadline = time.monotonic() + 60
+    while True:
+        output = grid.user.get(f"{grid.base}/api/v1/jobs/{job_id}/output", timeout=30).json()
+        if "peek-marker" in (output["output_tail"] or ""):
+            break
+        assert time.monotonic() < deadline, f"no output tail while it ran: {output}"
+        time.sleep(0.2)
+    assert output["status"] == "Running" and output["exit_code"] is None
+    killed = grid.user.post(f"{grid.base}/api/v1/jobs/{job_id}/kill", json={}, timeout=30)
+    assert killed.status_code == 200, killed.text
+    code, out = _finish(proc, timeout=60)
+    assert code == 0, out
+    assert " ERROR " not in out, out

@@ -1,4 +1,5 @@
-"""The package boundaries of ARCHITECTURE.md, checked on the source and in a fresh interpreter."""
+"""The package boundaries of docs/ARCHITECTURE.md, checked on the source and in a fresh
+interpreter."""
 
 from __future__ import annotations
 

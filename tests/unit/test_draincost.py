@@ -70,7 +70,8 @@ def test_json_numbers_and_drain_order(root: Path, capsys: pytest.CaptureFixture[
     assert by_name["busy"] == {
         "pilot": "busy", "directory": str(root / "p1"), "used_CPU": 3, "allocated_CPU": 4,
         "remaining_time": 1500, "remaining_time_enforced": 5500, "draining_waste": 3500,
-        "kill_waste": 5500, "can_postpone": False, "priority_factor": 1.5}
+        "kill_waste": 5500, "can_postpone": False, "priority_factor": 1.5,
+        "limit_assumed": False}
     assert (by_name["retiring"]["draining_waste"], by_name["retiring"]["kill_waste"]) == (0, 28000)
     assert (by_name["idle"]["draining_waste"], by_name["idle"]["kill_waste"]) == (0, 0)
     assert (by_name["p4"]["draining_waste"], by_name["p4"]["kill_waste"]) == (300, 500)
@@ -85,7 +86,7 @@ def test_table(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
                                 "KILL(core-h)", "POSTPONE", "PRIORITY"]
     assert [line.split() for line in lines[1:]] == [
         ["retiring", "8/8", "1:48:20", "4:35:00", "0.00", "7.78", "True", "2"],
-        ["idle", "0/2", "0:00:00", "0:00:00", "0.00", "0.00", "False", "0.5"],
+        ["idle", "0/2", "idle", "idle", "0.00", "0.00", "False", "0.5"],
         ["p4", "1/4", "0:01:40", "0:08:20", "0.08", "0.14", "False", "1.5"],
         ["busy", "3/4", "0:25:00", "1:31:40", "0.97", "1.53", "False", "1.5"],
     ]
@@ -161,7 +162,7 @@ def test_pick_drain(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert dict(line.split(" ", 1) for line in lines[1:]) == {
         "pilot": "retiring", "used_CPU": "8", "allocated_CPU": "8", "remaining_time": "6500",
         "remaining_time_enforced": "16500", "draining_waste": "0", "kill_waste": "28000",
-        "can_postpone": "True", "priority_factor": "2"}
+        "can_postpone": "True", "priority_factor": "2", "limit_assumed": "False"}
 
 
 def test_pick_kill_takes_the_least_critical_then_the_cheapest(
@@ -303,3 +304,14 @@ def test_what_if_later(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert rows["busy"]["draining_waste"] == 3000       # 1 * 0 + 3000
     assert rows["p4"]["draining_waste"] == 0             # 3 * (3600 - 4000) + 0 < 0
     assert rows["retiring"]["kill_waste"] == 32000       # 8 * 4000
+
+
+def test_an_assumed_limit_is_marked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = tmp_path / "jobstatus"
+    pilot(r, "p", 1, [RunningPayload(1, 3000, 3600, 3000 + 7 * 86400, max_end_assumed=True)],
+          reference="no-features")
+    code, out, _ = run(capsys, "--root", str(r), "--now", NOW)
+    assert code == EXIT_OK
+    assert out.splitlines()[1].split()[:5] == ["no-features", "1/1", "0:01:40", "167:51:40",
+                                               "assumed"]
+

@@ -55,7 +55,7 @@ def test_the_nine_keys() -> None:
     assert KEYS == ("used_CPU", "last_job_start", "first_exp_job_end", "last_exp_job_end",
                     "last_max_job_end", "add_uncom_time", "add_final_exp_waste",
                     "can_postpone_last_job", "priority_factor")
-    assert EXTRA_KEYS == ("allocated_CPU", "pilot_reference")
+    assert EXTRA_KEYS == ("allocated_CPU", "pilot_reference", "last_max_job_end_assumed")
 
 
 def test_compute_status_by_hand() -> None:
@@ -70,7 +70,19 @@ def test_compute_status_by_hand() -> None:
         add_uncom_time=1000,            # 1 * (2000 - 1000) + 2 * (2000 - 2000)
         add_final_exp_waste=3000,       # (4 - 3) * (5000 - 4000) + 1 * 0 + 2 * (5000 - 4000)
         can_postpone_last_job=True, priority_factor=1.5, allocated_CPU=4,
-        pilot_reference="pilot-42")
+        pilot_reference="pilot-42", limit_assumed=False)  # the 1-core payload's limit is known
+
+
+def test_an_assumed_limit_is_said_when_the_last_enforced_end_is_assumed() -> None:
+    assumed = RunningPayload(1, 1000, 5000, 9000, max_end_assumed=True)
+    known = RunningPayload(2, 2000, 4000, 9000)
+    assert compute_status(4, [assumed], now=3000, can_postpone=False,
+                          priority_factor=1).limit_assumed is True
+    # a known limit at the same time wins; no payload: not said
+    assert compute_status(4, [assumed, known], now=3000, can_postpone=False,
+                          priority_factor=1).limit_assumed is False
+    assert compute_status(4, [], now=3000, can_postpone=False,
+                          priority_factor=1).limit_assumed is None
 
 
 def test_payload_order_does_not_matter() -> None:
@@ -139,7 +151,8 @@ def test_round_trip_and_file_format(tmp_path: Path) -> None:
         "used_CPU": "3\n", "last_job_start": "2000.25\n", "first_exp_job_end": "4000\n",
         "last_exp_job_end": "5000\n", "last_max_job_end": "9000\n", "add_uncom_time": "1000\n",
         "add_final_exp_waste": "3000\n", "can_postpone_last_job": "True\n",
-        "priority_factor": "0.1\n", "allocated_CPU": "4\n", "pilot_reference": "pilot-42\n"}
+        "priority_factor": "0.1\n", "allocated_CPU": "4\n", "pilot_reference": "pilot-42\n",
+        "last_max_job_end_assumed": "False\n"}
     assert read_status(directory) == values
 
 
@@ -488,7 +501,8 @@ def snapshot(k: int) -> JobStatusValues:
         used_CPU=k, last_job_start=1_700_000_000 + k / 3, first_exp_job_end=1_700_100_000 + k,
         last_exp_job_end=1_700_200_000 + k / 7, last_max_job_end=1_700_300_000 + k,
         add_uncom_time=k * 11.1, add_final_exp_waste=k / 13, can_postpone_last_job=k % 2 == 0,
-        priority_factor=k / 17, allocated_CPU=k + 1000, pilot_reference=f"snapshot-{k}-" + "x" * k)
+        priority_factor=k / 17, allocated_CPU=k + 1000, pilot_reference=f"snapshot-{k}-" + "x" * k,
+        limit_assumed=k % 3 == 0)
 
 
 def _write_snapshots(directory: str, seen: Any, writer_done: Any) -> None:
@@ -512,7 +526,7 @@ def _whole(key: str, text: str) -> bool:
     if key == "pilot_reference":
         return re.fullmatch(r"snapshot-(\d+)-x*\n", text) is not None and len(text) == len(
             snapshot(int(text.split("-")[1])).pilot_reference or "") + 1
-    if key == "can_postpone_last_job":
+    if key in ("can_postpone_last_job", "last_max_job_end_assumed"):
         return text in ("True\n", "False\n")
     try:
         k = float(text)

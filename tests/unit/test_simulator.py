@@ -367,3 +367,20 @@ def test_vos_share_the_freed_cores_by_their_shares() -> None:
 def test_a_job_class_of_a_vo_without_a_share_is_refused() -> None:
     with pytest.raises(ValueError, match="vo_shares"):
         one_node(vo_shares=(("a", 1.0),))
+
+
+def test_a_reduction_comes_with_its_interval_and_a_word_when_not_significant() -> None:
+    from simulator.report import Estimate, reduction_text
+
+    assert reduction_text(Estimate.of([0.5, 0.6, 0.55, 0.52, 0.58])).startswith(
+        "55% less (95% interval ")
+    assert "not significant" not in reduction_text(Estimate.of([0.5, 0.6, 0.55, 0.52, 0.58]))
+    wide = reduction_text(Estimate.of([0.9, -0.6, 0.8, -0.5, 0.6]))
+    assert wide.endswith("over 5 seeds); not significant: the interval includes no reduction")
+    assert reduction_text(Estimate.of([0.4])) == "40% less (one seed: no interval)"
+
+
+def test_one_day_is_one_day() -> None:
+    from simulator.report import _days
+
+    assert (_days(1), _days(7), _days(0.5)) == ("1 day", "7 days", "0.5 days")

@@ -1,0 +1,102 @@
+"""A Waiting job that no configured queue can run: the watchdog says so in its minor status,
+gives the usual one back when a queue that can run it appears, and fails it after
+``[agents] unrunnable_timeout`` when the operator set one."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from agents.context import AgentContext
+from agents.watchdog import watch_jobs
+from taskqueue.jobs import job_history
+from taskqueue.models import Job, TaskQueueJob
+from taskqueue.queues import WAITING_MINOR_STATUS
+from taskqueue.settings import ResourcesSettings, Settings
+from taskqueue.unrunnable import NO_QUEUE_MINOR_STATUS
+from tests.conftest import Database
+from tests.helpers import requirements, submit
+
+#: One queue: an hour of CPU at 1 HS06 (3,600 s).
+ONE_HOUR_QUEUE = """
+[Sites."DIRAC.Demo.local"]
+VO = "lhcb"
+HS06 = 1.0
+[Sites."DIRAC.Demo.local".CEs.localhost.Queues.local]
+MaxCPUTime = 60
+"""
+#: The same site with a second queue of two days.
+WITH_A_LONG_QUEUE = ONE_HOUR_QUEUE + """
+[Sites."DIRAC.Demo.local".CEs.localhost.Queues.long]
+MaxCPUTime = 2880
+"""
+
+
+def _settings(settings: Settings, tmp_path: Path, timeout: int = 0) -> Settings:
+    file = tmp_path / "resources.toml"
+    file.write_text(ONE_HOUR_QUEUE, encoding="utf-8")
+    return replace(settings, resources=ResourcesSettings(file=str(file)),
+                   agents=replace(settings.agents, unrunnable_timeout=timeout))
+
+
+def _watch(db: Database, settings: Settings, at: datetime) -> str:
+    return watch_jobs(AgentContext(settings=settings, factory=db.factory, clock=lambda: at))
+
+
+def _job(db: Database, job_id: int) -> tuple[str, str, bool]:
+    with db.factory() as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        return job.status, job.minor_status, s.get(TaskQueueJob, job_id) is not None
+
+
+def _two_jobs(db: Database, settings: Settings, now: datetime) -> tuple[int, int]:
+    """A job of a day's CPU (the default) and one of ten minutes."""
+    with db.factory.begin() as s:
+        long_job, short_job = submit(s, settings, now, [requirements(cpu_time=86_400),
+                                                        requirements(cpu_time=600)])
+    return long_job, short_job
+
+
+def test_a_job_no_queue_can_run_says_so(db: Database, settings: Settings, tmp_path: Path,
+                                        now: datetime) -> None:
+    settings = _settings(settings, tmp_path)
+    long_job, short_job = _two_jobs(db, settings, now)
+    line = _watch(db, settings, now)
+    assert line.endswith(", 1 waiting jobs no queue can run, 0 runnable again, 0 failed for it")
+    assert _job(db, long_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
+    assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+    with db.factory() as s:
+        assert [h.minor_status for h in job_history(s, long_job)][-1] == NO_QUEUE_MINOR_STATUS
+    # Said once: the next turn changes nothing, and the job keeps waiting (no timeout set).
+    assert ", 0 waiting jobs no queue can run" in _watch(db, settings, now + timedelta(days=30))
+    assert _job(db, long_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
+
+
+def test_a_queue_that_can_run_it_gives_the_usual_status_back(
+        db: Database, settings: Settings, tmp_path: Path, now: datetime) -> None:
+    settings = _settings(settings, tmp_path)
+    long_job, _ = _two_jobs(db, settings, now)
+    _watch(db, settings, now)
+    file = Path(settings.resources.file)
+    file.write_text(WITH_A_LONG_QUEUE, encoding="utf-8")
+    os.utime(file, ns=(0, 1))  # read again whatever the file system's clock resolution
+    assert _watch(db, settings, now).endswith(", 0 waiting jobs no queue can run, "
+                                              "1 runnable again, 0 failed for it")
+    assert _job(db, long_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+
+
+def test_the_operator_may_fail_it_after_a_time(db: Database, settings: Settings,
+                                               tmp_path: Path, now: datetime) -> None:
+    settings = _settings(settings, tmp_path, timeout=3600)
+    long_job, short_job = _two_jobs(db, settings, now)
+    _watch(db, settings, now)
+    _watch(db, settings, now + timedelta(seconds=3599))
+    assert _job(db, long_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
+    line = _watch(db, settings, now + timedelta(seconds=3600))
+    assert line.endswith(", 0 waiting jobs no queue can run, 0 runnable again, 1 failed for it")
+    assert _job(db, long_job) == ("Failed", "No configured queue could run it within 3600 s",
+                                  False)
+    assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)
