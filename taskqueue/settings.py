@@ -485,6 +485,36 @@ class CatalogueSettings:
 
 
 @dataclass(frozen=True)
+class PurgeSettings:
+    """The purge loop (``gridpilot agents purge``): jobs that ended longer ago than their
+    status's retention are removed with their history, queue rows and sandbox references
+    (taskqueue.purge). Retentions in days; 0 keeps the jobs of that status for ever."""
+
+    done: int = 30
+    killed: int = 30
+    failed: int = 60
+    deleted: int = 1
+    #: Jobs removed per transaction (each batch is its own short transaction).
+    batch: int = 500
+    #: Seconds between two turns of the loop.
+    interval: int = 3600
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) < 0:
+                raise ConfigurationError(
+                    f"purge.{f.name} must not be negative, got {getattr(self, f.name)}")
+        if self.batch < 1:
+            raise ConfigurationError(f"purge.batch must be at least 1, got {self.batch}")
+
+    def retentions(self) -> dict[str, int]:
+        """Days of retention per final status, for the statuses that are purged at all."""
+        days = {"Done": self.done, "Killed": self.killed, "Failed": self.failed,
+                "Deleted": self.deleted}
+        return {status: d for status, d in days.items() if d > 0}
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -496,6 +526,7 @@ class Settings:
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
     catalogue: CatalogueSettings = field(default_factory=CatalogueSettings)
+    purge: PurgeSettings = field(default_factory=PurgeSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups
