@@ -9,8 +9,9 @@ Two loops on one connection in autocommit, each for a few seconds:
 For each: calls per second, p50/p99 latency, the client's CPU per call (this process's CPU
 time inside the loop) and, where it can be read from /proc on this host, the server's CPU per
 call (PostgreSQL: the connection's backend process; MariaDB: the connection's own thread,
-found through performance_schema when it is on). The claim benchmarks divide their own figures
-by these (``ratios``): absolute numbers differ from machine to machine, ratios much less.
+found through performance_schema when it is on, else the busiest server thread in the loop).
+The claim benchmarks divide their own figures by these (``ratios``): absolute numbers differ
+from machine to machine, ratios much less.
 """
 
 from __future__ import annotations
@@ -36,36 +37,58 @@ def _proc_cpu(path: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def _mariadb_thread(cursor: Any) -> str | None:
-    """/proc path of the mariadbd thread serving this connection, when it can be found."""
+def _mariadb_threads() -> list[str]:
+    """/proc paths of every thread of the MariaDB server processes on this host."""
+    paths = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry.name}/comm").read_text().strip()
+            if comm in ("mariadbd", "mysqld"):
+                paths += [f"/proc/{entry.name}/task/{tid}/stat"
+                          for tid in os.listdir(f"/proc/{entry.name}/task")]
+        except OSError:
+            continue
+    return paths
+
+
+def _mariadb_thread(cursor: Any) -> list[str]:
+    """/proc path of the mariadbd thread serving this connection when performance_schema
+    names it; otherwise every mariadbd thread (the busiest in the loop is the connection's,
+    most likely: an estimate on a server others use)."""
     try:
         cursor.execute("SELECT THREAD_OS_ID FROM performance_schema.threads "
                        "WHERE PROCESSLIST_ID = CONNECTION_ID()")
         row = cursor.fetchone()
-    except Exception:  # performance_schema off or not readable: no server figure
-        return None
-    if not row or row[0] is None:
-        return None
-    tid = int(row[0])
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and os.path.exists(f"/proc/{entry.name}/task/{tid}"):
-            return f"/proc/{entry.name}/task/{tid}/stat"
-    return None
+    except Exception:  # performance_schema off or not readable
+        row = None
+    if row and row[0] is not None:
+        tid = int(row[0])
+        for path in _mariadb_threads():
+            if path.endswith(f"/task/{tid}/stat"):
+                return [path]
+    return _mariadb_threads()
 
 
-def _server_stat(backend: str, cursor: Any) -> str | None:
+def _server_stat(backend: str, cursor: Any) -> list[str]:
+    """/proc stat files among which the busiest in a loop is the connection's server side."""
     if backend == "postgresql":
         cursor.execute("SELECT pg_backend_pid()")
         path = f"/proc/{int(cursor.fetchone()[0])}/stat"
-        return path if os.path.exists(path) else None
+        return [path] if os.path.exists(path) else []
     if backend == "mariadb":
         return _mariadb_thread(cursor)
-    return None
+    return []
 
 
-def _loop(cursor: Any, statement: str, seconds: float, stat: str | None) -> dict[str, Any]:
+def _cpu_of(paths: list[str]) -> dict[str, float]:
+    return {p: c for p in paths if (c := _proc_cpu(p)) is not None}
+
+
+def _loop(cursor: Any, statement: str, seconds: float, stat: list[str]) -> dict[str, Any]:
     latencies: list[float] = []
-    server0 = _proc_cpu(stat) if stat else None
+    server0 = _cpu_of(stat)
     cpu0 = time.process_time()
     start = time.perf_counter()
     deadline = start + seconds
@@ -78,10 +101,11 @@ def _loop(cursor: Any, statement: str, seconds: float, stat: str | None) -> dict
         now = after
     window = now - start
     client = time.process_time() - cpu0
-    server1 = _proc_cpu(stat) if stat else None
+    server1 = _cpu_of(stat)
     n = len(latencies)
     latencies.sort()
-    server = (server1 - server0) if server0 is not None and server1 is not None else None
+    deltas = [c - server0[p] for p, c in server1.items() if p in server0]
+    server = max(deltas) if deltas else None
     return {
         "calls": n, "per_s": round(n / window, 1),
         "p50_ms": round(latencies[n // 2] * 1000, 3),
@@ -117,7 +141,10 @@ def calibrate(url: str, backend: str, *, seconds: float = 3.0) -> dict[str, Any]
         engine.dispose()
     return {"measure": "calibration", "backend": backend, "seconds": seconds,
             "select_1": select_one, "update_commit": updates,
-            "update_statement": update, "server_cpu_readable": stat is not None}
+            "update_statement": update, "server_cpu_readable": bool(stat),
+            "server_cpu_scope": ("backend process" if backend == "postgresql" else
+                                 "connection's thread" if len(stat) == 1 else
+                                 "busiest server thread (estimate)" if stat else None)}
 
 
 def ratios(record: dict[str, Any], calibration: dict[str, Any]) -> dict[str, float | None]:
