@@ -1049,13 +1049,16 @@ def profile_summary(profiler: Any, path: str) -> dict[str, Any]:
 def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, processes: int,
             count: int, seed: int, path: str, claims: int, seconds: float,
             profile: str | None, http: dict[str, Any] | None = None,
-            threads: int = 1) -> dict[str, Any]:
+            threads: int = 1, stop: Any = None, on_start: Any = None) -> dict[str, Any]:
+    """One measurement. ``stop`` (a spawn-context Value("i")) ends it early when set to 1 by
+    another process; ``on_start`` (a spawn-context Event) is set when the clock starts."""
     ctx = mp.get_context("spawn")
     waiting = [0] * wl.k
     for q in wl.job_queue:
         waiting[q] += 1
     shared = Shared(lock=ctx.Lock(), taken=ctx.Array("b", len(job_ids), lock=False),
-                    waiting=ctx.Array("l", waiting, lock=False), stop=ctx.Value("i", 0),
+                    waiting=ctx.Array("l", waiting, lock=False),
+                    stop=stop if stop is not None else ctx.Value("i", 0),
                     budget=ctx.Value("l", claims))
     barrier = ctx.Barrier(processes + 1)
     results = ctx.Queue()
@@ -1076,6 +1079,8 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         raise SystemExit(f"the claimers did not start: {exc!r}") from exc
     per_thread = backend == "mariadb"
     a = sample(server_processes(backend), threads=per_thread)
+    if on_start is not None:
+        on_start.set()
     gunicorn_a = _tree_cpu(http["pid"]) if http else None
     outcome: list[ClaimerResult] = [results.get() for _ in procs]
     b = sample(server_processes(backend), threads=per_thread)
