@@ -5,7 +5,9 @@ bytes, once the sandbox retention has passed since their upload (the sandbox cle
 
 from __future__ import annotations
 
+import time
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 
@@ -15,7 +17,8 @@ from taskqueue.purge import purge_batch
 from taskqueue.sandboxstore import SandboxStore, open_store
 
 
-def purge_ended_jobs(ctx: AgentContext, store: SandboxStore | None = None) -> str:
+def purge_ended_jobs(ctx: AgentContext, store: SandboxStore | None = None, *,
+                     sleep: Callable[[float], None] = time.sleep) -> str:
     settings = ctx.settings.purge
     purged: Counter[str] = Counter()
     skipped = removed = freed = 0
@@ -35,6 +38,8 @@ def purge_ended_jobs(ctx: AgentContext, store: SandboxStore | None = None) -> st
             # same candidates would come back).
             if batch.candidates < settings.batch or not batch.jobs:
                 break
+            if settings.pause:
+                sleep(settings.pause)
     detail = ", ".join(f"{status} {n}" for status, n in purged.items() if n)
     return (f"{sum(purged.values())} ended job(s) purged{f' ({detail})' if detail else ''}, "
             f"{skipped} skipped as changed meanwhile, {removed} sandbox(es) removed, "

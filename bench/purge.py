@@ -151,7 +151,8 @@ def ended_left(url: str) -> int:
         engine.dispose()
 
 
-def purger(url: str, batch: int, started: Any, go: Any, stop: Any, done: Any) -> None:
+def purger(url: str, batch: int, pause: float, started: Any, go: Any, stop: Any,
+           done: Any) -> None:
     """The purge loop's turn, in a process of its own, from the claims' start (``go``);
     its seconds go to ``done``, and ``stop`` ends the claims with it."""
     from dataclasses import replace
@@ -163,7 +164,7 @@ def purger(url: str, batch: int, started: Any, go: Any, stop: Any, done: Any) ->
 
     base = Settings()
     settings = replace(base, database=replace(base.database, url=url),
-                       purge=replace(base.purge, batch=batch))
+                       purge=replace(base.purge, batch=batch, pause=pause))
     engine = make_engine(url)
     ctx = AgentContext(settings, make_session_factory(engine))
     started.set()
@@ -189,10 +190,14 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="seconds of each claim measurement (default 30)")
     parser.add_argument("--batch", type=int, default=500,
                         help="jobs per purge transaction (default 500, [purge] batch)")
+    parser.add_argument("--pause", type=float, default=0.0,
+                        help="seconds between two purge batches (default 0, [purge] pause)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if min(args.ended, args.jobs, args.k, args.batch) < 1 or args.seconds <= 0:
         parser.error("--ended, --jobs, --k, --batch and --seconds must be positive")
+    if args.pause < 0:
+        parser.error("--pause must not be negative")
     return args
 
 
@@ -233,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if mode == "with_purge":
                 started = ctx.Event()
                 proc = ctx.Process(target=purger,
-                                   args=(url, args.batch, started, go, stop, done))
+                                   args=(url, args.batch, args.pause, started, go, stop,
+                                         done))
                 proc.start()
                 started.wait(120)
             t0 = time.perf_counter()
@@ -256,6 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 removed = args.ended - left
                 purge = {"measure": "purge", "backend": backend, "ended": args.ended,
                          "removed": removed, "left": left, "batch": args.batch,
+                         "pause": args.pause,
                          "seconds": round(took, 2),
                          "jobs_per_s": round(removed / took, 1) if took else None,
                          # The claims stop with the purge: false when they ran out first.

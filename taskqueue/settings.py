@@ -496,6 +496,9 @@ class PurgeSettings:
     deleted: int = 1
     #: Jobs removed per transaction (each batch is its own short transaction).
     batch: int = 500
+    #: Seconds the loop waits between two batches (DIRAC's ThrottlingPeriod): on a small
+    #: server, a pause leaves the claims their share of its CPU and disk.
+    pause: float = 0.0
     #: Seconds between two turns of the loop.
     interval: int = 3600
 

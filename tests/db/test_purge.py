@@ -193,3 +193,18 @@ def test_a_purge_skips_a_job_a_change_in_progress_holds(db: Database, settings: 
         assert session.get(Job, job).status == "Received"  # type: ignore[union-attr]
     assert purge_ended_jobs(_context(db, settings, now)).startswith("0 ended job(s) purged")
     assert _jobs(db) == {job}
+
+
+def test_the_purge_pauses_between_batches(db: Database, settings: Settings,
+                                          now: datetime) -> None:
+    with db.factory.begin() as session:
+        ids = submit(session, settings, now - 50 * DAY, [requirements()] * 3)
+    for job in ids:
+        _set(db, job, "Done", now - 40 * DAY)
+    settings = replace(settings, purge=replace(settings.purge, batch=1, pause=0.25))
+    pauses: list[float] = []
+    summary = purge_ended_jobs(AgentContext(settings, db.factory, clock=lambda: now),
+                               sleep=pauses.append)
+    assert summary.startswith("3 ended job(s) purged")
+    # After each full batch (the fourth finds nothing and ends the status's pass).
+    assert pauses == [0.25] * 3
