@@ -8,7 +8,7 @@ queues, VO ``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (
 every variant) claim one job each on one autocommit connection, the first 50 as a warm-up.
 One JSON line per run: the backend's CPU ms per claim, the wall ms per call, the jobs handed
 out (equal for equal rules). On a shared machine rounds differ: compare within a round. The
-installed function is put back (migration 0014's text) at the end.
+installed function is put back (the head migration's text, 0026) at the end.
 
     .venv/bin/python bench/claim_variants.py --url postgresql+psycopg://postgres@127.0.0.1/x \\
         - variant.sql
@@ -69,8 +69,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
     ps = _load("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
     tq = ps.sibling("taskqueue")
-    original = _load("gp_migration_0014", _HERE.parent / "migrations" / "versions"
-                     / "0014_claim_function_postgresql.py").CLAIM_FUNCTION
+    original = _load("gp_migration_0026", _HERE.parent / "migrations" / "versions"
+                     / "0026_purged_jobs.py").claim_function()
     import psycopg
 
     from taskqueue.pilotmatch import _CALL, _parameters
