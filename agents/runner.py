@@ -5,8 +5,9 @@ pilots (what the compute elements say of the pilots; kills passed on, logs of en
 kept), submitpools (SubmitPool → queue mappings re-evaluated; unused pools dropped),
 watchdog (silent jobs Stalled, rescheduled or failed), priorities (fair share), cleanup
 (empty task queues), activity (the dashboard's counters and job-count snapshots), sandboxes
-(expired sandboxes and pilot logs removed). Several agent processes may run at once: each
-loop's turn is taken in the database (taskqueue.agentruns) and held by a
+(expired sandboxes and pilot logs removed), purge (jobs ended longer ago than their status's
+retention removed, with their history and sandboxes). Several agent processes may run at
+once: each loop's turn is taken in the database (taskqueue.agentruns) and held by a
 heartbeat while the loop runs (so a killed agent's turn is free after ``[agents] turn_lease``),
 and every loop is itself safe to run twice at once.
 """
@@ -33,6 +34,7 @@ from agents.maintenance import (
 )
 from agents.metrics import AgentMetrics, MetricsServer
 from agents.pilotstatus import PilotFollower, follow_pilots
+from agents.purge import purge_ended_jobs
 from agents.sandboxcleanup import clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
@@ -111,6 +113,7 @@ class Agents:
             "cleanup": (a.cleanup_interval, partial(clean_up, ctx)),
             "activity": (a.activity_interval, partial(record_dashboard_activity, ctx)),
             "sandboxes": (a.cleanup_interval, partial(clean_up_sandboxes, ctx)),
+            "purge": (ctx.settings.purge.interval, partial(purge_ended_jobs, ctx)),
         }
         assert tuple(every) == LOOP_NAMES
         unknown = sorted(set(names or ()) - set(every))

@@ -4,6 +4,7 @@ job ever used), records first and bytes after, in either store."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 from agents.context import AgentContext
@@ -17,12 +18,21 @@ BATCH = 500
 
 def clean_up_sandboxes(ctx: AgentContext, store: SandboxStore | None = None, *,
                        batch: int = BATCH) -> str:
-    store = store or open_store(ctx.settings)
+    removed, freed = remove_expired_sandboxes(ctx, store or open_store(ctx.settings),
+                                              batch=batch)
+    return f"{removed} sandbox(es) removed, {freed} bytes freed"
+
+
+def remove_expired_sandboxes(ctx: AgentContext, store: SandboxStore, *, batch: int = BATCH,
+                             among: Sequence[str] | None = None) -> tuple[int, int]:
+    """Remove the expired sandboxes (only those of ``among`` when given): records, then bytes.
+    Returns the sandboxes removed and the bytes freed."""
     retention = ctx.settings.sandboxes.retention
     removed = freed = 0
     while True:
         def work(session: Session) -> list[tuple[str, int]]:
-            ids = expired_sandboxes(session, now=ctx.now(), retention=retention, limit=batch)
+            ids = expired_sandboxes(session, now=ctx.now(), retention=retention, limit=batch,
+                                    among=among)
             sizes = []
             for sid in ids:
                 row = session.get(Sandbox, sid)
@@ -43,4 +53,4 @@ def clean_up_sandboxes(ctx: AgentContext, store: SandboxStore | None = None, *,
                 freed += size
         if len(gone) < batch:
             break
-    return f"{removed} sandbox(es) removed, {freed} bytes freed"
+    return removed, freed

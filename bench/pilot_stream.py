@@ -40,6 +40,13 @@ process, which also serves anyone else on the server), SQL statements and commit
 (a SQLAlchemy event counter, in process), and the machine's load in the window (/proc/stat:
 busy cores, and the cores used by neither the benchmark nor the database; /proc/loadavg).
 
+The yardsticks. Before each K, bench/calibration.py measures on the same database a ``SELECT 1``
+loop and a single-row ``UPDATE … RETURNING`` with a durable commit per call (the floor of any
+durable claim), with the client's and the server's CPU per call; it prints them (``"measure":
+"calibration"``), and every measurement carries ``ratios``: its rates as multiples of the
+floor's, its p99 as a multiple of the floor's, its server and client CPU per claim as multiples
+of the calibration UPDATE's. Machines differ; the ratios are what to compare.
+
 The database. ``--url`` names a database the benchmark may write to (default: an SQLite file in
 a temporary folder); the schema is brought up to date, and only the benchmark's own VOs
 (``benchvo``, ``benchbg*``) are deleted and loaded, by bulk INSERT (COPY on PostgreSQL), the
@@ -105,7 +112,8 @@ JOB_MEMORY = 2048
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MATCH_PATH = "/api/v1/pilots/match"
 #: Names the sibling benchmarks are loaded under (their own names would shadow packages).
-_SIBLINGS = {"taskqueue": "gp_bench_taskqueue", "matcher": "gp_bench_matcher"}
+_SIBLINGS = {"taskqueue": "gp_bench_taskqueue", "matcher": "gp_bench_matcher",
+             "calibration": "gp_bench_calibration"}
 
 
 def log(message: str) -> None:
@@ -1041,13 +1049,16 @@ def profile_summary(profiler: Any, path: str) -> dict[str, Any]:
 def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, processes: int,
             count: int, seed: int, path: str, claims: int, seconds: float,
             profile: str | None, http: dict[str, Any] | None = None,
-            threads: int = 1) -> dict[str, Any]:
+            threads: int = 1, stop: Any = None, on_start: Any = None) -> dict[str, Any]:
+    """One measurement. ``stop`` (a spawn-context Value("i")) ends it early when set to 1 by
+    another process; ``on_start`` (a spawn-context Event) is set when the clock starts."""
     ctx = mp.get_context("spawn")
     waiting = [0] * wl.k
     for q in wl.job_queue:
         waiting[q] += 1
     shared = Shared(lock=ctx.Lock(), taken=ctx.Array("b", len(job_ids), lock=False),
-                    waiting=ctx.Array("l", waiting, lock=False), stop=ctx.Value("i", 0),
+                    waiting=ctx.Array("l", waiting, lock=False),
+                    stop=stop if stop is not None else ctx.Value("i", 0),
                     budget=ctx.Value("l", claims))
     barrier = ctx.Barrier(processes + 1)
     results = ctx.Queue()
@@ -1068,6 +1079,8 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         raise SystemExit(f"the claimers did not start: {exc!r}") from exc
     per_thread = backend == "mariadb"
     a = sample(server_processes(backend), threads=per_thread)
+    if on_start is not None:
+        on_start.set()
     gunicorn_a = _tree_cpu(http["pid"]) if http else None
     outcome: list[ClaimerResult] = [results.get() for _ in procs]
     b = sample(server_processes(backend), threads=per_thread)
@@ -1214,6 +1227,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=120.0,
                         help="stop a measurement after this many seconds (default 120)")
     parser.add_argument("--seed", type=int, default=1, help="the workload's seed (default 1)")
+    parser.add_argument("--calibration-seconds", type=float, default=3.0,
+                        help="seconds of each calibration loop (SELECT 1; single-row UPDATE "
+                             "and durable COMMIT), run before each K (default 3)")
     parser.add_argument("--background-jobs", type=int, default=0,
                         help="waiting jobs in four other VOs (default 0; the issue asks for "
                              "1000000)")
@@ -1241,6 +1257,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.profile and args.cpu_profile:
         parser.error("--profile and --cpu-profile exclude each other")
+    if args.calibration_seconds <= 0:
+        parser.error("--calibration-seconds must be positive")
     if args.jobs < 1 or args.seconds <= 0 or (args.claims is not None and args.claims < 1):
         parser.error("--jobs, --seconds and --claims must be positive")
     if args.background_jobs < 0 or args.background_queues < 1:
@@ -1272,8 +1290,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         emit(tq.server_info(url, backend))
         ensure_background(url, backend, args.background_jobs, args.background_queues,
                           args.seed)
+        cal = sibling("calibration")
         for k in args.k:
             wl = make_workload(k, args.jobs, args.seed)
+            # The machine's floor, measured again for each K: the ratios below compare
+            # figures taken minutes apart at most.
+            calibration = cal.calibrate(url, backend, seconds=args.calibration_seconds)
+            calibration["k"] = k
+            emit(calibration)
+            log(f"K={k}: calibration: SELECT 1 {calibration['select_1']['per_s']}/s, "
+                f"UPDATE+COMMIT {calibration['update_commit']['per_s']}/s (server "
+                f"{calibration['update_commit']['server_cpu_ms']} ms, client "
+                f"{calibration['update_commit']['client_cpu_ms']} ms per call)")
             claims = args.claims or len(wl.job_queue)
             plan: list[tuple[str, int, int, int]] = []
             if not args.http_only:
@@ -1301,12 +1329,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                                      claims=claims, seconds=args.seconds, profile=profile,
                                      threads=threads)
                 record["background_jobs"] = args.background_jobs
+                record["ratios"] = cal.ratios(record, calibration)
                 emit(record)
                 log(f"  {record['claims_per_s']} claims/s, p50 {record['p50_ms']} ms, p99 "
                     f"{record['p99_ms']} ms, misses {record['misses']}, duplicates "
                     f"{record['duplicates']}, violations {record['violations']}, client "
                     f"{record['client_cpu_ms_per_claim']} ms/claim, server "
                     f"{record['server_cpu_ms_per_claim']} ms/claim, load {record['load']}")
+                log(f"  as multiples of the floor: {record['ratios']}")
             clear_vos(url, [VO])
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

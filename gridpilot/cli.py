@@ -436,8 +436,9 @@ def serve(settings: Settings, bind: str | None, workers: int | None,
 @_friendly
 def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> None:
     """Run the central loops (all, or the NAMES given): optimizer, director, pilots,
-    submitpools, watchdog, priorities, cleanup, activity, sandboxes. Intervals come from
-    [agents]; several agent processes may run at once."""
+    submitpools, watchdog, priorities, cleanup, activity, sandboxes, purge. Intervals come
+    from [agents] ([purge] interval for the purge); several agent processes may run at
+    once."""
     from agents.context import AgentContext
     from agents.runner import Agents
 

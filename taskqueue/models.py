@@ -143,8 +143,9 @@ class JobStatusHistory(Base):
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
     #: The job's id. No foreign key (migration 0016): a history row is written only with its
-    #: job (stored in the same statement, or locked by the change it records), and no job
-    #: is ever deleted; the key's check cost a third of a bulk submission's database time.
+    #: job (stored in the same statement, or locked by the change it records), and removed
+    #: with it by the purge (taskqueue.purge); the key's check cost a third of a bulk
+    #: submission's database time.
     job_id: Mapped[int] = mapped_column(BigId, index=True)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
     status: Mapped[str] = mapped_column(String(16))
@@ -431,6 +432,17 @@ class JobCount(Base):
     jobs: Mapped[int] = mapped_column(BigInteger)
 
 
+class PurgedJobs(Base):
+    """Jobs the purge loop removed, per VO and final status (taskqueue.purge): the
+    dashboard's job counts add them, so that purging changes no total."""
+
+    __tablename__ = "purged_jobs"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
 class QueueStatus(Base):
     """What each queue (site, CE, queue) is doing for a VO, as the activity loop last saw it:
     jobs running through its pilots, waiting jobs its pilots could run, its pilots by status
@@ -471,6 +483,7 @@ submit_pool_queues_table = cast(Table, SubmitPoolQueue.__table__)
 site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)
 queue_status_table = cast(Table, QueueStatus.__table__)
+purged_jobs_table = cast(Table, PurgedJobs.__table__)
 
 
 class Sandbox(Base):

@@ -182,9 +182,9 @@ def usage_by_vo(session: Session) -> list[VoUsage]:
 
 
 def expired_sandboxes(session: Session, *, now: datetime, retention: int,
-                      limit: int = 1000) -> list[str]:
+                      limit: int = 1000, among: Sequence[str] | None = None) -> list[str]:
     """Sandboxes no live job references, older than the retention period, whose referencing
-    jobs all ended more than the retention period ago."""
+    jobs all ended more than the retention period ago (only those of ``among`` when given)."""
     cutoff = now - timedelta(seconds=retention)
     final = [s.value for s in FINAL_STATES]
     in_use = exists().where(
@@ -192,9 +192,10 @@ def expired_sandboxes(session: Session, *, now: datetime, retention: int,
         ~and_(Job.status.in_(final),
               func.coalesce(Job.ended_at, Job.submitted_at) < cutoff))
     # Locked: a job submitted meanwhile with one of them waits, then finds it gone.
-    return list(session.scalars(
-        select(Sandbox.id).where(Sandbox.created_at < cutoff, ~in_use)
-        .order_by(Sandbox.id).limit(limit).with_for_update()))
+    stmt = select(Sandbox.id).where(Sandbox.created_at < cutoff, ~in_use)
+    if among is not None:
+        stmt = stmt.where(Sandbox.id.in_(list(among)))
+    return list(session.scalars(stmt.order_by(Sandbox.id).limit(limit).with_for_update()))
 
 
 def forget_sandboxes(session: Session, sandbox_ids: Sequence[str]) -> None:

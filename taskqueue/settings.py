@@ -497,6 +497,39 @@ class CatalogueSettings:
 
 
 @dataclass(frozen=True)
+class PurgeSettings:
+    """The purge loop (``gridpilot agents purge``): jobs that ended longer ago than their
+    status's retention are removed with their history, queue rows and sandbox references
+    (taskqueue.purge). Retentions in days; 0 keeps the jobs of that status for ever."""
+
+    done: int = 30
+    killed: int = 30
+    failed: int = 60
+    deleted: int = 1
+    #: Jobs removed per transaction (each batch is its own short transaction).
+    batch: int = 500
+    #: Seconds the loop waits between two batches (DIRAC's ThrottlingPeriod): on a small
+    #: server, a pause leaves the claims their share of its CPU and disk.
+    pause: float = 0.0
+    #: Seconds between two turns of the loop.
+    interval: int = 3600
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if getattr(self, f.name) < 0:
+                raise ConfigurationError(
+                    f"purge.{f.name} must not be negative, got {getattr(self, f.name)}")
+        if self.batch < 1:
+            raise ConfigurationError(f"purge.batch must be at least 1, got {self.batch}")
+
+    def retentions(self) -> dict[str, int]:
+        """Days of retention per final status, for the statuses that are purged at all."""
+        days = {"Done": self.done, "Killed": self.killed, "Failed": self.failed,
+                "Deleted": self.deleted}
+        return {status: d for status, d in days.items() if d > 0}
+
+
+@dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     taskqueue: TaskQueueSettings = field(default_factory=TaskQueueSettings)
@@ -508,6 +541,7 @@ class Settings:
     dashboard: DashboardSettings = field(default_factory=DashboardSettings)
     sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
     catalogue: CatalogueSettings = field(default_factory=CatalogueSettings)
+    purge: PurgeSettings = field(default_factory=PurgeSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

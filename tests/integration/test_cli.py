@@ -164,7 +164,8 @@ def test_agents_once_runs_every_loop(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     names = [line.split(":", 1)[0] for line in out.stdout.splitlines()]
     assert names == ["optimizer", "director", "pilots", "submitpools", "watchdog",
-                     "priorities", "cleanup", "activity", "sandboxes"]
+                     "priorities", "cleanup", "activity", "sandboxes", "purge"]
+    assert "purge: 0 ended job(s) purged" in out.stdout
     assert "director: 0 pilot(s) submitted" in out.stdout  # no job waits: no pilot
     unknown = run(["agents", "nosuch", "--once"], tmp_path, **env)
     assert unknown.returncode == 2 and "no agent loop named nosuch" in unknown.stderr

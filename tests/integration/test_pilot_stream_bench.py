@@ -72,12 +72,26 @@ def run_bench(*args: str) -> list[dict[str, Any]]:
 
 def test_tiny_run_is_correct(bench_url: str) -> None:
     records = run_bench("--url", bench_url, "--jobs", "300", "--k", "10,100",
+                        "--calibration-seconds", "0.5",
                         "--processes", "1,2", "--background-jobs", "500",
                         "--background-queues", "20", "--seed", "7")
     streams = [r for r in records if r["measure"] == "pilot_stream"]
     assert [(r["k"], r["processes"]) for r in streams] == [(10, 1), (10, 2), (100, 1), (100, 2)]
     assert records[0]["measure"] == "server"
+    backend = records[0]["backend"]
+    calibrations = [r for r in records if r["measure"] == "calibration"]
+    assert [c["k"] for c in calibrations] == [10, 100]
+    for c in calibrations:
+        for loop in ("select_1", "update_commit"):
+            assert c[loop]["calls"] > 0 and c[loop]["per_s"] > 0, c
+            assert c[loop]["client_cpu_ms"] >= 0
+        # The servers run on this host: their CPU is read (PostgreSQL's backend process, a
+        # MariaDB thread).
+        if backend != "sqlite":
+            assert c["server_cpu_readable"] and c["update_commit"]["server_cpu_ms"] is not None
     for r in streams:
+        floor = next(c for c in calibrations if c["k"] == r["k"])["update_commit"]["per_s"]
+        assert r["ratios"]["claims_per_s_x_floor"] == round(r["claims_per_s"] / floor, 2)
         assert r["claims"] > 0 and r["claims_per_s"] > 0
         assert r["misses"] == 0, r
         assert r["duplicates"] == 0, r

@@ -18,6 +18,12 @@ def test_the_shipped_file_loads(repo_root: Path) -> None:
     s = load_settings(repo_root / "conf" / "gridpilot.toml", {})
     assert s.share_of("lhcb_prod") == 4.0
     assert s.group_shares_jobs("lhcb_prod") and not s.group_shares_jobs("lhcb_user")
+    assert s.purge.retentions() == {"Done": 30, "Killed": 30, "Failed": 60, "Deleted": 1}
+
+
+def test_a_retention_of_zero_keeps_that_status() -> None:
+    s = load_settings(None, {"GRIDPILOT_PURGE_FAILED": "0", "GRIDPILOT_PURGE_DONE": "7"})
+    assert s.purge.retentions() == {"Done": 7, "Killed": 30, "Deleted": 1}
 
 
 def test_environment_overrides_the_file(tmp_path: Path) -> None:
@@ -56,6 +62,9 @@ def test_settings_are_frozen() -> None:
     ("[agents]\nmetrics_bind = '127.0.0.1:99999'\n", {}, "must be host:port"),
     ("[agents]\nmetrics_bind = 'http://127.0.0.1:9110'\n", {}, "must be host:port"),
     ("[agents]\nmetrics_bind = ' :9110'\n", {}, "must be host:port"),
+    ("[purge]\nfailed = -1\n", {}, "purge.failed must not be negative, got -1"),
+    ("[purge]\nbatch = 0\n", {}, "purge.batch must be at least 1, got 0"),
+    ("[purge]\npause = -0.5\n", {}, "purge.pause must not be negative, got -0.5"),
 ])
 def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, str],
                                      message: str) -> None:

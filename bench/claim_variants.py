@@ -1,0 +1,125 @@
+"""A/B of PostgreSQL claim-function variants: the same workload and the same pilots for each
+variant, in interleaved rounds, with the backend's CPU per claim read from /proc.
+
+Each VARIANT is a file holding a ``CREATE OR REPLACE FUNCTION gridpilot_claim(...)`` text
+(``-`` leaves the installed function as it is). For each round and each variant in turn: the
+variant is installed, bench/pilot_stream.py's workload (``--jobs`` waiting jobs over ``--k``
+queues, VO ``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (the same for
+every variant) claim one job each on one autocommit connection, the first 50 as a warm-up.
+One JSON line per run: the backend's CPU ms per claim, the wall ms per call, the jobs handed
+out (equal for equal rules). On a shared machine rounds differ: compare within a round. The
+installed function is put back (the head migration's text, 0026) at the end.
+
+    .venv/bin/python bench/claim_variants.py --url postgresql+psycopg://postgres@127.0.0.1/x \\
+        - variant.sql
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
+    sys.path[0] = str(_HERE.parent)
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import random  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from datetime import UTC, datetime  # noqa: E402
+from types import ModuleType  # noqa: E402
+from typing import Any  # noqa: E402
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+WARM_UP = 50
+
+
+def _load(name: str, path: Path) -> ModuleType:
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cpu(pid: int) -> float:
+    raw = Path(f"/proc/{pid}/stat").read_text()
+    fields = raw[raw.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("variants", nargs="+", help="files of function text, or - (as is)")
+    parser.add_argument("--url", required=True, help="a PostgreSQL database on this host")
+    parser.add_argument("--k", type=int, default=1000, help="task queues (default 1000)")
+    parser.add_argument("--claims", type=int, default=2000, help="claims per run (default 2000)")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds (default 2)")
+    args = parser.parse_args(argv)
+    if min(args.k, args.rounds) < 1 or args.claims <= WARM_UP:
+        parser.error(f"--k and --rounds must be positive, --claims above {WARM_UP}")
+    texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
+    ps = _load("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
+    tq = ps.sibling("taskqueue")
+    original = _load("gp_migration_0026", _HERE.parent / "migrations" / "versions"
+                     / "0026_purged_jobs.py").claim_function()
+    import psycopg
+
+    from taskqueue.pilotmatch import _CALL, _parameters
+    from taskqueue.resources import parse_resource
+
+    if tq.backend_of(args.url) != "postgresql":
+        raise SystemExit("bench/claim_variants.py compares PostgreSQL claim functions only")
+    dsn = args.url.replace("postgresql+psycopg://", "postgresql://")
+    wl = ps.make_workload(args.k, args.claims + 200, 1)
+    try:
+        for rnd in range(args.rounds):
+            for name, text in texts.items():
+                if text is not None:
+                    with psycopg.connect(dsn, autocommit=True) as conn:
+                        conn.execute(text)  # type: ignore[arg-type]
+                ps.load_workload(args.url, "postgresql", wl)
+                tq.analyze(args.url, "postgresql", vacuum=True)
+                rng = random.Random(7)
+                order = list(range(len(wl.job_queue)))
+                rng.shuffle(order)
+                calls: list[tuple[Any, ...]] = []
+                for i in order[:args.claims]:
+                    pilot = ps.pilot_for(ps.queue_spec(wl.job_queue[i]), rng, 1)
+                    calls.append(_parameters(parse_resource(pilot.data(f"ab-{i}")),
+                                             now=datetime.now(UTC), count=1,
+                                             rng=random.Random(i), with_expressions=True))
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    cur = conn.cursor()
+                    row = cur.execute("SELECT pg_backend_pid()").fetchone()
+                    assert row is not None
+                    pid = int(row[0])
+                    for params in calls[:WARM_UP]:
+                        cur.execute(_CALL, params).fetchall()
+                    cpu0, t0, jobs = _cpu(pid), time.perf_counter(), 0
+                    for params in calls[WARM_UP:]:
+                        jobs += len(cur.execute(_CALL, params).fetchall())
+                    wall, cpu = time.perf_counter() - t0, _cpu(pid) - cpu0
+                n = len(calls) - WARM_UP
+                print(json.dumps({"measure": "claim_variant", "round": rnd, "variant": name,
+                                  "k": args.k, "claims": n, "jobs": jobs,
+                                  "server_cpu_ms_per_claim": round(cpu * 1000 / n, 3),
+                                  "wall_ms_per_claim": round(wall * 1000 / n, 3)}),
+                      flush=True)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(original)
+        ps.clear_vos(args.url, [ps.VO])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
