@@ -44,7 +44,7 @@ from taskqueue.monitoring import FAILED_SUMMARY
 
 #: The loops of ``gridpilot agents``, in the order they run.
 LOOP_NAMES = ("optimizer", "director", "pilots", "submitpools", "watchdog", "priorities",
-              "cleanup", "activity", "sandboxes")
+              "cleanup", "activity", "sandboxes", "purge")
 
 
 @dataclass(frozen=True)
