@@ -11,14 +11,14 @@ import random
 from collections import Counter
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
-from gridpilot import schema
+from sqlalchemy import Engine
+
 from pilot.resource import NodeDescription
 from simulator.central import Job
 from simulator.config import Scenario
 from taskqueue.buckets import significant_bits_bucket
-from taskqueue.database import make_engine, make_session_factory
+from taskqueue.database import make_session_factory
 from taskqueue.definitions import JobRequirements
 from taskqueue.jobs import NewJob, add_jobs, apply_transition
 from taskqueue.matching import claim_jobs
@@ -32,11 +32,12 @@ EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 class TaskQueueCentral:
-    """Simulated jobs in the real task queues of an SQLite database at ``path`` (created)."""
+    """Simulated jobs in the real task queues of the database behind ``engine``, whose schema
+    the caller has created (``gridpilot db upgrade``; the simulator does not hold the
+    migrations)."""
 
-    def __init__(self, scenario: Scenario, path: Path, rng: random.Random) -> None:
-        self.engine = make_engine(f"sqlite:///{path}", pooled=False)
-        schema.upgrade(self.engine)
+    def __init__(self, scenario: Scenario, engine: Engine, rng: random.Random) -> None:
+        self.engine = engine
         self.sessions = make_session_factory(self.engine)
         self.settings = replace(Settings(), taskqueue=TaskQueueSettings(
             cpu_time_segments=scenario.cpu_time_segments))
@@ -45,9 +46,6 @@ class TaskQueueCentral:
         self.cores_waiting: Counter[tuple[str, int, int]] = Counter()
         self.waiting = 0
         self.waiting_by_vo: Counter[str] = Counter()
-
-    def close(self) -> None:
-        self.engine.dispose()
 
     def enqueue(self, job: Job, *, front: bool, now: float) -> None:
         """Store and queue ``job`` (a job handed back comes back as a new one, at the end of

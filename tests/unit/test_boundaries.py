@@ -30,8 +30,10 @@ ALLOWED: dict[str, set[str]] = {
     "agents": {"agents", "taskqueue", "optimizers", "psij", "requests", "cryptography",
                "prometheus_client"},
     "migrations": {"migrations", "taskqueue", "alembic", "sqlalchemy"},
-    # The site simulator drives the pilot's own decision code; matplotlib draws its plots.
-    "simulator": {"simulator", "pilot", "matplotlib"},
+    # The site simulator drives the pilot's own decision code and follows the matcher's rules
+    # (taskqueue's CPU-time buckets; simulator.realqueue claims with the real claim code);
+    # matplotlib draws its plots.
+    "simulator": {"simulator", "pilot", "taskqueue", "sqlalchemy", "matplotlib"},
 }
 
 

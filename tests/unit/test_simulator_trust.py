@@ -16,9 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from gridpilot import schema
 from simulator.config import HOUR, JobClass, Policy, Scenario
 from simulator.engine import RunResult, simulate
 from simulator.realqueue import TaskQueueCentral
+from taskqueue.database import make_engine
 
 SCENARIO = Scenario(
     nodes=4, cores_per_node=8, wall_limit_hours=12.0, days=1.0, warmup_hours=0.0,
@@ -34,11 +36,13 @@ POLICY = Policy("multi/aware/drain-cost")
 def test_the_model_of_the_matcher_agrees_with_the_real_claim(tmp_path: Path,
                                                               seed: int) -> None:
     model = simulate(SCENARIO, POLICY, seed)
-    central = TaskQueueCentral(SCENARIO, tmp_path / "tq.db", random.Random(seed))
+    engine = make_engine(f"sqlite:///{tmp_path / 'tq.db'}", pooled=False)
     try:
+        schema.upgrade(engine)
+        central = TaskQueueCentral(SCENARIO, engine, random.Random(seed))
         real = simulate(SCENARIO, POLICY, seed, central=central)
     finally:
-        central.close()
+        engine.dispose()
     assert 300 <= model.jobs_started <= 600  # the scenario is what its docstring says
     assert real.pilots_started == model.pilots_started > 0
     assert abs(real.occupancy - model.occupancy) <= 0.025, (real.occupancy, model.occupancy)
