@@ -501,6 +501,16 @@ class SandboxOwner(Base):
     __table_args__ = (Index(None, "vo", "owner"),)
 
 
+class SandboxQuotaLock(Base):
+    """One row per uploader, locked while their quota is checked and their upload recorded:
+    parallel uploads of one owner are checked one after the other."""
+
+    __tablename__ = "sandbox_quota_locks"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
 class JobSandbox(Base):
     """A job's reference to a sandbox: its input ("input") or what it brought back
     ("output"). A referenced sandbox cannot be deleted (no cascade from sandboxes)."""
