@@ -1,10 +1,15 @@
 """The sandbox cleanup loop: sandboxes no live job references are removed once the retention
 period has passed since the last referencing job ended (or since the upload, for a sandbox no
-job ever used), records first and bytes after, in either store."""
+job ever used), records first and bytes after, in either store; stored objects that no record
+names are swept too."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import partial
+from itertools import islice
+
+from sqlalchemy import select
 
 from agents.context import AgentContext
 from taskqueue.database import Session
@@ -30,17 +35,44 @@ def clean_up_sandboxes(ctx: AgentContext, store: SandboxStore | None = None, *,
             forget_sandboxes(session, ids)
             return sizes
 
-        def recorded(session: Session, sid: str) -> bool:
-            return find_sandbox(session, sid) is not None
-
         gone = ctx.transaction(work)
         for sandbox_id, size in gone:
             # The bytes go once the record has: a sandbox uploaded again in between keeps
             # them (its new record is there).
-            if not ctx.transaction(partial(recorded, sid=sandbox_id)):
+            if not ctx.transaction(partial(_recorded, sid=sandbox_id)):
                 store.delete(sandbox_id)
                 removed += 1
                 freed += size
         if len(gone) < batch:
             break
-    return f"{removed} sandbox(es) removed, {freed} bytes freed"
+    swept = _sweep_unrecorded(ctx, store, batch)
+    return (f"{removed} sandbox(es) removed, {freed} bytes freed, {swept} unrecorded "
+            "object(s) swept")
+
+
+def _sweep_unrecorded(ctx: AgentContext, store: SandboxStore, batch: int) -> int:
+    """Remove stored objects that no record names (a failed upload, a presigned upload never
+    registered) once they are older than the retention period, and than a presigned URL's
+    lifetime (an upload through one is recorded after it ends)."""
+    settings = ctx.settings.sandboxes
+    before = ctx.now() - timedelta(seconds=max(settings.retention, settings.url_lifetime))
+    swept = 0
+    keys = store.keys()
+    while chunk := list(islice(keys, batch)):
+        def recorded(session: Session, ids: list[str] = chunk) -> set[str]:
+            return set(session.scalars(select(Sandbox.id).where(Sandbox.id.in_(ids))))
+
+        known = ctx.transaction(recorded)
+        for sandbox_id in chunk:
+            if sandbox_id in known:
+                continue
+            stored = store.modified_at(sandbox_id)
+            if stored is not None and stored < before \
+                    and not ctx.transaction(partial(_recorded, sid=sandbox_id)):
+                store.delete(sandbox_id)
+                swept += 1
+    return swept
+
+
+def _recorded(session: Session, sid: str) -> bool:
+    return find_sandbox(session, sid) is not None
