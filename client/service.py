@@ -130,7 +130,7 @@ class Service:
             response = transfer.request(self.http, method, self.url + API_PREFIX + path,
                                         deadline=self.timeout, **kwargs)
         except transfer.TransferError as exc:
-            raise ServiceError(0, f"{self.url}: {exc}") from exc
+            raise ServiceError(0, str(exc)) from exc
         except requests.RequestException as exc:
             raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc)}") from exc
         if response.status_code >= 400:

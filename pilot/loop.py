@@ -200,7 +200,8 @@ class Pilot:
                 break
             else:
                 idle_since = idle_since or now
-                if now - idle_since >= o.idle_timeout:
+                # The clock read again: a match request may have taken its whole deadline.
+                if self.clock() - idle_since >= o.idle_timeout:
                     self.retiring = f"no job for {o.idle_timeout:.0f} s"
                     break
             time.sleep(o.tick)
