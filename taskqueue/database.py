@@ -34,6 +34,8 @@ SessionFactory = sessionmaker[Session]
 #: What a caller is told when the database cannot be reached or did not answer in time.
 UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
                "seconds")
+#: What a caller is told when the connection broke under the transaction (a restart).
+LOST = ("the database connection was lost; nothing was changed, try again in a few seconds")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
@@ -174,12 +176,20 @@ def is_retryable(exc: BaseException) -> bool:
 
 def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session], T], *,
                        attempts: int = 5) -> T:
-    """Run ``work`` in one transaction, again from the start if it lost a race."""
+    """Run ``work`` in one transaction, again from the start if it lost a race, and once more
+    on a fresh connection when the one it had was dead (the server restarted since it was
+    pooled: the pool drops the others of its age as well)."""
+    reconnected = False
     for attempt in range(1, attempts + 1):
         try:
             with factory.begin() as session:
                 return work(session)
         except DBAPIError as exc:
+            if exc.connection_invalidated and not reconnected:
+                reconnected = True
+                continue
+            if exc.connection_invalidated:
+                raise DatabaseUnavailableError(LOST) from exc
             if not is_retryable(exc) or attempt == attempts:
                 if is_retryable(exc):
                     raise ConflictError(
@@ -191,4 +201,4 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                 raise
         except PoolTimeoutError as exc:
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
-    raise AssertionError("unreachable")
+    raise DatabaseUnavailableError(LOST)  # the last attempt went to a fresh connection
