@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from taskqueue.errors import ConfigurationError, ConflictError, DatabaseUnavailableError
 from taskqueue.settings import DatabaseSettings
+from taskqueue.statementdeadline import install as install_deadline
 
 __all__ = ["Session", "SessionFactory", "engine_for", "make_engine", "make_session_factory",
            "run_in_transaction"]
@@ -100,9 +101,13 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         # descriptions, tokens' subjects, reasons.
         if autocommit:
             pooling["pool_reset_on_return"] = None
-        return create_engine(url, echo=echo,
-                             isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
-                             hide_parameters=True, connect_args=connect_args, **pooling)
+        engine = create_engine(url, echo=echo,
+                               isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
+                               hide_parameters=True, connect_args=connect_args, **pooling)
+        if backend == "postgresql":
+            # Also behind a pooler, whose server-side timeout is the server's own setting.
+            install_deadline(engine, statement_timeout)
+        return engine
     raise ConfigurationError(
         f"database URL {shown!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
