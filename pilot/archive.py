@@ -235,11 +235,16 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
                 elif member.issym():
                     link = posixpath.normpath(posixpath.join(posixpath.dirname(name),
                                                              member.linkname))
+                    # Lexically, then as the file system resolves it through the links
+                    # already unpacked ("d -> ." then "x -> d/.." is the folder's parent).
+                    resolved = os.path.realpath(os.path.join(os.path.dirname(target),
+                                                             member.linkname))
                     if member.linkname.startswith("/") or link == ".." or link.startswith(
-                            "../"):
+                            "../") or not _inside(root, resolved):
                         raise UnsafeArchiveError(f"member {member.name} is a link to "
                                                  f"{member.linkname}, outside the folder")
                     _refuse_existing(target, member.name)
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                     os.symlink(member.linkname, target)
                 elif member.islnk():
                     try:
@@ -254,6 +259,7 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
                                                  f"{member.linkname}, not a file unpacked "
                                                  "before it")
                     _refuse_existing(target, member.name)
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                     os.link(src, target)
                 else:
                     raise UnsafeArchiveError(f"member {member.name} is a device, pipe or other "

@@ -100,6 +100,14 @@ HOSTILE: dict[str, tuple[Callable[[tarfile.TarFile], None], str]] = {
         lambda t: (_special(t, "d", tarfile.SYMTYPE, "."), _special(
             t, "e", tarfile.SYMTYPE, "d/.."), _file(t, "e/evil")),
         "outside the folder"),
+    "link out through a link": (
+        lambda t: (_special(t, "d", tarfile.SYMTYPE, "."), _special(
+            t, "x", tarfile.SYMTYPE, "d/..")),
+        "outside the folder"),
+    "link out through a link in a folder": (
+        lambda t: (_special(t, "a/up", tarfile.SYMTYPE, ".."), _special(
+            t, "a/b", tarfile.SYMTYPE, "up/..")),
+        "outside the folder"),
     "hard link out": (lambda t: _special(t, "h", tarfile.LNKTYPE, "/etc/passwd"),
                       "hard link"),
     "hard link to nothing": (lambda t: _special(t, "h", tarfile.LNKTYPE, "nope"),
