@@ -158,6 +158,11 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
         raise Problem(415, f"send the body as {' or '.join(accepted)}"
                       + (f", not {media}" if media else " (no Content-Type was given)"))
     raw = request.get_data(cache=False)
+    most = current_app.config.get("MAX_CONTENT_LENGTH")
+    if request.content_length is None and most is not None and len(raw) >= most \
+            and request.environ["wsgi.input"].read(1):
+        # A chunked body is cut at the limit without a word: more after it means too large.
+        raise Problem(413, f"the request body is larger than the {most} bytes accepted")
     if media == ARCHIVE:
         return media, "", raw
     limit = runtime_of(current_app).settings.matcher.max_body_bytes

@@ -4,6 +4,7 @@ InputSandbox of a submission, a pilot's output upload and the job's output answe
 from __future__ import annotations
 
 import hashlib
+import io
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -296,3 +297,23 @@ def test_a_json_bulk_with_a_parametric_object_links_each_job_to_its_own_sandboxe
     for job_id, sids in zip(ids, wanted, strict=True):
         out = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
         assert out["input_sandboxes"] == sids, (job_id, out)
+
+
+def test_a_chunked_upload_over_the_limit_is_413_not_damaged(make_app: Any,
+                                                            api_settings: Settings,
+                                                            token: TokenMaker) -> None:
+    settings = replace(api_settings, sandboxes=replace(api_settings.sandboxes,
+                                                       max_upload_bytes=4096),
+                       matcher=replace(api_settings.matcher, max_body_bytes=4096))
+    app = make_app(settings)
+    alice = token("alice", "user")
+    big = pack([Member("noise", b"".join(hashlib.sha512(bytes([i, j])).digest()
+                                         for i in range(10) for j in range(10)))])
+    assert len(big) > 4096
+    # No Content-Length: the body comes in chunks, as a streaming client sends it.
+    response = app.test_client().put(
+        f"/api/v1/sandboxes/{sandbox_id(big)}", input_stream=io.BytesIO(big),
+        headers={"Authorization": f"Bearer {alice}", "Content-Type": ARCHIVE,
+                 "Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input_terminated": True})
+    assert_problem(response, 413, "larger than the 4096 bytes")
