@@ -511,6 +511,17 @@ class SandboxQuotaLock(Base):
     owner: Mapped[str] = mapped_column(String(255), primary_key=True)
 
 
+class DashboardSignOut(Base):
+    """A dashboard session signed out before its cookie expires: the cookie, signed and valid
+    till then, no longer opens a page. Kept until the session would have ended."""
+
+    __tablename__ = "dashboard_sign_outs"
+
+    #: sha256 (hex) of the session's random value.
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 class JobSandbox(Base):
     """A job's reference to a sandbox: its input ("input") or what it brought back
     ("output"). A referenced sandbox cannot be deleted (no cascade from sandboxes)."""
