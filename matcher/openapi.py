@@ -8,11 +8,12 @@ from typing import Any
 from flask import Flask
 
 from matcher import schemas
-from matcher.api import OPERATIONS, PATH_TEXT_LIMITS, Operation
+from matcher.api import OPERATIONS, PATH_TEXT_DEFAULT, PATH_TEXT_LIMITS, Operation
 
 #: Problems every endpoint may answer with, besides its own.
 _COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
            413: "The body is larger than the service accepts",
+           414: "The URL is longer than the service accepts",
            415: "The body's media type is not one this endpoint reads",
            422: "The body is well-formed but wrong: the detail names the field"}
 _AUTH = {401: "No token, or a token that is not valid or has expired",
@@ -63,7 +64,7 @@ def _operation(op: Operation) -> dict[str, Any]:
         params.append({"name": name, "in": "path", "required": True,
                        "schema": {"type": "integer", "minimum": 0} if kind == "int"
                        else {"type": "string", "minLength": 1,
-                             "maxLength": PATH_TEXT_LIMITS.get(name, 1000)}})
+                             "maxLength": PATH_TEXT_LIMITS.get(name, PATH_TEXT_DEFAULT)}})
     for p in op.query:
         params.append({"name": p.name, "in": "query", "required": p.required,
                        "description": p.description, "schema": p.schema()})

@@ -192,3 +192,18 @@ def test_secured_operations_document_401_and_403(client: Api) -> None:
             assert all(role in documented["description"] for role in op.roles)
         if op.body is not None:
             assert set(documented["requestBody"]["content"]) == set(op.body)
+
+
+def test_the_document_and_the_service_agree_on_limits(client: Api, user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    upload = doc["paths"]["/api/v1/sandboxes/{sandbox_id}"]["put"]
+    (param,) = [p for p in upload["parameters"] if p["name"] == "sandbox_id"]
+    most = param["schema"]["maxLength"]
+    assert most == 80
+    assert "414" in upload["responses"] and "413" in upload["responses"]
+    longer = "sb:sha256:" + "a" * (most - 9)
+    assert_problem(client.call("GET", f"/api/v1/sandboxes/{longer}", user_token), 422,
+                   f"at most {most}")
+    start = doc["paths"]["/api/v1/sandboxes"]["post"]
+    body = start["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["checksum"]["pattern"] == "^[0-9a-f]{64}$"
