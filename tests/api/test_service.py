@@ -207,3 +207,11 @@ def test_the_document_and_the_service_agree_on_limits(client: Api, user_token: s
     start = doc["paths"]["/api/v1/sandboxes"]["post"]
     body = start["requestBody"]["content"]["application/json"]["schema"]
     assert body["properties"]["checksum"]["pattern"] == "^[0-9a-f]{64}$"
+
+
+def test_allow_names_only_documented_methods(client: Api, user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    response = client.call("DELETE", "/api/v1/whoami", user_token)
+    assert response.status_code == 405
+    allowed = {m.strip().lower() for m in response.headers["Allow"].split(",")}
+    assert allowed == set(doc["paths"]["/api/v1/whoami"])
