@@ -9,12 +9,15 @@ from datetime import timedelta
 from functools import partial
 from itertools import islice
 
-from sqlalchemy import select
-
 from agents.context import AgentContext
 from taskqueue.database import Session
 from taskqueue.models import Sandbox
-from taskqueue.sandboxes import expired_sandboxes, find_sandbox, forget_sandboxes
+from taskqueue.sandboxes import (
+    expired_sandboxes,
+    find_sandbox,
+    forget_sandboxes,
+    recorded_sandboxes,
+)
 from taskqueue.sandboxstore import SandboxStore, open_store
 
 BATCH = 500
@@ -59,10 +62,7 @@ def _sweep_unrecorded(ctx: AgentContext, store: SandboxStore, batch: int) -> int
     swept = 0
     keys = store.keys()
     while chunk := list(islice(keys, batch)):
-        def recorded(session: Session, ids: list[str] = chunk) -> set[str]:
-            return set(session.scalars(select(Sandbox.id).where(Sandbox.id.in_(ids))))
-
-        known = ctx.transaction(recorded)
+        known = ctx.transaction(partial(recorded_sandboxes, sandbox_ids=chunk))
         for sandbox_id in chunk:
             if sandbox_id in known:
                 continue

@@ -25,8 +25,8 @@ from typing import Any
 
 import requests
 
+import pilot.transfer as transfer
 from client.service import Service, ServiceError
-from pilot import transfer
 from pilot.archive import MAX_UNPACKED_BYTES, Member, is_sandbox_id, pack, unpack
 
 #: Largest sandbox archive downloaded (as large as the files it may unpack to).

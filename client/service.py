@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import requests
 
-from pilot import transfer
+import pilot.transfer as transfer
 from pilot.protocol import API_PREFIX
 
 #: Most jobs one bulk request may name (the service's limit): larger lists are split.

@@ -19,8 +19,6 @@ from urllib.parse import urljoin, urlsplit
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 #: Most bytes of one answer read by default (sandbox downloads give their own limit).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
@@ -75,43 +73,44 @@ def _shut(sock: socket.socket | None) -> None:
             socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-def _watch_this(conn: HTTPConnection) -> None:
+def _watch_this(conn: Any) -> None:
     watch: _Watch | None = getattr(_current, "watch", None)
     if watch is not None:
         watch.attach(conn.sock)
 
 
-class _WatchedHTTPConnection(HTTPConnection):
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
+def _watched_pool(pool: type[Any]) -> type[Any]:
+    """A subclass of one of urllib3's pool classes whose connections show their socket to the
+    request's watch when they wait for an answer (made from the class ``requests`` uses, so
+    that the pilot needs no other import)."""
+    base = pool.ConnectionCls
+
+    def getresponse(self: Any, *args: Any, **kwargs: Any) -> Any:
         _watch_this(self)
-        return super().getresponse(*args, **kwargs)
+        return base.getresponse(self, *args, **kwargs)
+
+    connection = type(f"Watched{base.__name__}", (base,), {"getresponse": getresponse})
+    return type(f"Watched{pool.__name__}", (pool,), {"ConnectionCls": connection})
 
 
-class _WatchedHTTPSConnection(HTTPSConnection):
-    def getresponse(self, *args: Any, **kwargs: Any) -> Any:
-        _watch_this(self)
-        return super().getresponse(*args, **kwargs)
+_POOLS: dict[str, type[Any]] = {}
 
 
-class _WatchedHTTPPool(HTTPConnectionPool):
-    ConnectionCls = _WatchedHTTPConnection
-
-
-class _WatchedHTTPSPool(HTTPSConnectionPool):
-    ConnectionCls = _WatchedHTTPSConnection
-
-
-_POOLS = {"http": _WatchedHTTPPool, "https": _WatchedHTTPSPool}
+def _watched_pools(manager: Any) -> None:
+    if not _POOLS:
+        for scheme, pool in manager.pool_classes_by_scheme.items():
+            _POOLS[scheme] = _watched_pool(pool)
+    manager.pool_classes_by_scheme = _POOLS
 
 
 class _WatchedAdapter(HTTPAdapter):
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
+        _watched_pools(self.poolmanager)
 
     def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
         manager = super().proxy_manager_for(proxy, **kwargs)
-        manager.pool_classes_by_scheme = _POOLS
+        _watched_pools(manager)
         return manager
 
 

@@ -46,6 +46,11 @@ def find_sandbox(session: Session, sandbox_id: str) -> Sandbox | None:
     return session.get(Sandbox, sandbox_id)
 
 
+def recorded_sandboxes(session: Session, sandbox_ids: Sequence[str]) -> set[str]:
+    """Those of ``sandbox_ids`` that have a record."""
+    return set(session.scalars(select(Sandbox.id).where(Sandbox.id.in_(list(sandbox_ids)))))
+
+
 def is_owner(session: Session, sandbox_id: str, vo: str, owner: str) -> bool:
     return session.get(SandboxOwner, (sandbox_id, vo, owner)) is not None
 
