@@ -215,3 +215,17 @@ def test_allow_names_only_documented_methods(client: Api, user_token: str) -> No
     assert response.status_code == 405
     allowed = {m.strip().lower() for m in response.headers["Allow"].split(",")}
     assert allowed == set(doc["paths"]["/api/v1/whoami"])
+
+
+def test_the_document_says_texts_hold_no_nul_as_the_service_does(client: Api,
+                                                                  user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    explain = doc["paths"]["/api/v1/taskqueues/explain"]["post"]
+    queue = explain["requestBody"]["content"]["application/json"]["schema"]["properties"][
+        "queue"]
+    assert re.fullmatch(queue["pattern"], "condor") and not re.search(queue["pattern"],
+                                                                      "con\x00dor")
+    assert_problem(client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                               json_body={"job_id": 1, "queue": "con\x00dor"}), 422, "NUL")
+    (reference,) = doc["paths"]["/api/v1/pilots/{reference}/log"]["get"]["parameters"]
+    assert reference["schema"]["pattern"] == queue["pattern"]
