@@ -67,6 +67,12 @@ def optimize(ctx: AgentContext) -> str:
     return f"{total_ok} job(s) now Waiting, {total_failed} failed"
 
 
+#: How a turn's summary starts when the database could not be reached to take the turn.
+NOT_RUN = "not run: "
+#: Longest wait, in seconds, between rounds while the database cannot be reached.
+MAX_DATABASE_WAIT = 60.0
+
+
 class TurnKeeper:
     """Renews one loop's turn every ``every`` seconds, in a thread, while the loop runs."""
 
@@ -138,12 +144,19 @@ class Agents:
         if server is not None:
             server.start()
         try:
+            waits = 0  # rounds in a row in which the database could not be reached
             while not self.stopping:
+                summaries = []
                 for loop in self.loops:
                     if self.stopping:
                         break
-                    self._turn(loop, force=False)
-                sleep(1.0)
+                    summaries.append(self._turn(loop, force=False))
+                if summaries and all(s.startswith(NOT_RUN) for s in summaries):
+                    waits += 1
+                    sleep(min(MAX_DATABASE_WAIT, 2.0 ** waits))  # back off while it is away
+                else:
+                    waits = 0
+                    sleep(1.0)
         finally:
             if server is not None:
                 server.stop()
@@ -158,7 +171,7 @@ class Agents:
                                             lease=lease, force=force))
         except DatabaseUnavailableError as exc:  # the process waits for it, it does not die
             ctx.log.warning("agent loop %s not run: %s", loop.name, exc)
-            return f"not run: {exc}"
+            return f"{NOT_RUN}{exc}"
         if not taken:
             return "not due, or running in another agent process"
         keeper = TurnKeeper(ctx, loop.name, self.holder, every=lease / 3)

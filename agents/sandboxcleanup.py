@@ -1,16 +1,24 @@
 """The sandbox cleanup loop: sandboxes no live job references are removed once the retention
 period has passed since the last referencing job ended (or since the upload, for a sandbox no
-job ever used), records first and bytes after, in either store."""
+job ever used), records first and bytes after, in either store; stored objects that no record
+names are swept too."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 from functools import partial
+from itertools import islice
 
 from agents.context import AgentContext
 from taskqueue.database import Session
 from taskqueue.models import Sandbox
-from taskqueue.sandboxes import expired_sandboxes, find_sandbox, forget_sandboxes
+from taskqueue.sandboxes import (
+    expired_sandboxes,
+    find_sandbox,
+    forget_sandboxes,
+    recorded_sandboxes,
+)
 from taskqueue.sandboxstore import SandboxStore, open_store
 
 BATCH = 500
@@ -18,9 +26,11 @@ BATCH = 500
 
 def clean_up_sandboxes(ctx: AgentContext, store: SandboxStore | None = None, *,
                        batch: int = BATCH) -> str:
-    removed, freed = remove_expired_sandboxes(ctx, store or open_store(ctx.settings),
-                                              batch=batch)
-    return f"{removed} sandbox(es) removed, {freed} bytes freed"
+    store = store or open_store(ctx.settings)
+    removed, freed = remove_expired_sandboxes(ctx, store, batch=batch)
+    swept = _sweep_unrecorded(ctx, store, batch)
+    return (f"{removed} sandbox(es) removed, {freed} bytes freed, {swept} unrecorded "
+            "object(s) swept")
 
 
 def remove_expired_sandboxes(ctx: AgentContext, store: SandboxStore, *, batch: int = BATCH,
@@ -40,17 +50,39 @@ def remove_expired_sandboxes(ctx: AgentContext, store: SandboxStore, *, batch: i
             forget_sandboxes(session, ids)
             return sizes
 
-        def recorded(session: Session, sid: str) -> bool:
-            return find_sandbox(session, sid) is not None
-
         gone = ctx.transaction(work)
         for sandbox_id, size in gone:
             # The bytes go once the record has: a sandbox uploaded again in between keeps
             # them (its new record is there).
-            if not ctx.transaction(partial(recorded, sid=sandbox_id)):
+            if not ctx.transaction(partial(_recorded, sid=sandbox_id)):
                 store.delete(sandbox_id)
                 removed += 1
                 freed += size
         if len(gone) < batch:
             break
     return removed, freed
+
+
+def _sweep_unrecorded(ctx: AgentContext, store: SandboxStore, batch: int) -> int:
+    """Remove stored objects that no record names (a failed upload, a presigned upload never
+    registered) once they are older than the retention period, and than a presigned URL's
+    lifetime (an upload through one is recorded after it ends)."""
+    settings = ctx.settings.sandboxes
+    before = ctx.now() - timedelta(seconds=max(settings.retention, settings.url_lifetime))
+    swept = 0
+    keys = store.keys()
+    while chunk := list(islice(keys, batch)):
+        known = ctx.transaction(partial(recorded_sandboxes, sandbox_ids=chunk))
+        for sandbox_id in chunk:
+            if sandbox_id in known:
+                continue
+            stored = store.modified_at(sandbox_id)
+            if stored is not None and stored < before \
+                    and not ctx.transaction(partial(_recorded, sid=sandbox_id)):
+                store.delete(sandbox_id)
+                swept += 1
+    return swept
+
+
+def _recorded(session: Session, sid: str) -> bool:
+    return find_sandbox(session, sid) is not None

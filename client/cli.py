@@ -77,6 +77,10 @@ def _handled(fn: F) -> F:
         except ServiceError as exc:
             raise Exit(exc.detail, EXIT_UNREACHABLE if exc.status == 0
                        else EXIT_REFUSED) from exc
+        except (KeyError, TypeError, AttributeError) as exc:
+            # An answer whose inner parts are not what a gridpilot service sends.
+            raise Exit(f"unexpected answer from the service ({type(exc).__name__}: {exc})",
+                       EXIT_REFUSED) from exc
 
     return wrapper  # type: ignore[return-value]
 

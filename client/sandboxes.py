@@ -25,9 +25,19 @@ from typing import Any
 
 import requests
 
+import pilot.transfer as transfer
 from client.service import Service, ServiceError
-from pilot.archive import Member, UnsafeArchiveError, is_sandbox_id, pack, unpack
+from pilot.archive import (
+    MAX_UNPACKED_BYTES,
+    Member,
+    UnsafeArchiveError,
+    is_sandbox_id,
+    pack,
+    unpack,
+)
 
+#: Largest sandbox archive downloaded (as large as the files it may unpack to).
+MAX_DOWNLOAD_BYTES = MAX_UNPACKED_BYTES
 #: A JDL's tokens: strings, comments, punctuation, and words (names, paths: a "/" that does
 #: not start a comment belongs to the word).
 _TOKEN = re.compile(r'"(?:\\.|[^"\\])*"|//[^\n]*|#[^\n]*|/\*.*?\*/|[\[\]{}();=,]'
@@ -91,8 +101,9 @@ def upload(service: Service, data: bytes) -> str:
         url, headers = str(ticket.get("url", "")), dict(ticket.get("headers") or {})
         ours = url.startswith(service.url)
         try:
-            http = service.http if ours else requests.Session()
-            response = http.put(url, data=data, headers=headers, timeout=service.timeout)
+            http = service.http if ours else requests.Session()  # no token to the store
+            response = transfer.request(http, "PUT", url, data=data, headers=headers,
+                                        deadline=service.timeout, follow=False)
         except requests.RequestException as exc:
             raise ServiceError(0, f"the sandbox upload failed: {exc}") from exc
         if response.status_code >= 400:
@@ -205,9 +216,12 @@ def fetch_output(service: Service, sandbox: str, dest: Path) -> list[str]:
     ``dest``; return the names written."""
     url = f"{service.url}/api/v1/sandboxes/{sandbox}"
     try:
-        response = service.http.get(url, timeout=service.timeout, allow_redirects=False)
-        if response.status_code in (301, 302, 303, 307, 308):
-            response = requests.get(response.headers["Location"], timeout=service.timeout)
+        response = transfer.request(service.http, "GET", url, deadline=service.timeout,
+                                    follow=False, max_bytes=MAX_DOWNLOAD_BYTES)
+        if response.status_code in (301, 302, 303, 307, 308):  # the store's presigned URL
+            response = transfer.request(requests.Session(), "GET",
+                                        response.headers["Location"], follow=False,
+                                        deadline=service.timeout, max_bytes=MAX_DOWNLOAD_BYTES)
     except (requests.RequestException, KeyError) as exc:
         raise ServiceError(0, f"the sandbox download failed: {exc}") from exc
     if response.status_code >= 400:

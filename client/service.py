@@ -10,6 +10,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
+import pilot.transfer as transfer
 from pilot.protocol import API_PREFIX
 
 #: Most jobs one bulk request may name (the service's limit): larger lists are split.
@@ -42,11 +43,16 @@ class Service:
     def submit(self, text: str, fmt: str) -> dict[str, Any]:
         """Submit one description ("jdl" or "json"); the new jobs with their status."""
         media = "application/json" if fmt == "json" else "text/plain"
-        return self.call("POST", "/jobs", data=text.encode("utf-8"),
-                         headers={"Content-Type": f"{media}; charset=utf-8"})
+        answer = self.call("POST", "/jobs", data=text.encode("utf-8"),
+                           headers={"Content-Type": f"{media}; charset=utf-8"})
+        self._shaped(answer, "POST /jobs", jobs=list)
+        for job in answer["jobs"]:
+            self._shaped(job, "POST /jobs", job_id=int, status=str)
+        return answer
 
     def job(self, job_id: int) -> dict[str, Any]:
-        return self.call("GET", f"/jobs/{job_id}")
+        return self._shaped(self.call("GET", f"/jobs/{job_id}"), f"GET /jobs/{job_id}",
+                            job_id=int, status=str)
 
     def output(self, job_id: int) -> dict[str, Any]:
         return self.call("GET", f"/jobs/{job_id}/output")
@@ -62,8 +68,10 @@ class Service:
             query["limit"] = page_size if limit is None else min(page_size, limit - given)
             if after is not None:
                 query["after"] = after
-            page = self.call("GET", "/jobs", params=query)
+            page = self._shaped(self.call("GET", "/jobs", params=query), "GET /jobs",
+                                jobs=list)
             for job in page["jobs"]:
+                self._shaped(job, "GET /jobs", job_id=int, status=str)
                 yield job
                 given += 1
                 if limit is not None and given >= limit:
@@ -86,7 +94,8 @@ class Service:
             body: dict[str, Any] = {"job_ids": ids[start:start + BULK_CHUNK]}
             if reason:
                 body["reason"] = reason
-            answer = self.call("POST", f"/jobs/{action}", json=body)
+            answer = self._shaped(self.call("POST", f"/jobs/{action}", json=body),
+                                  f"POST /jobs/{action}", jobs=list, errors=list)
             out["jobs"] += answer["jobs"]
             out["errors"] += answer["errors"]
         return out
@@ -98,10 +107,12 @@ class Service:
             body["queue"] = queue
         if resource is not None:
             body["resource"] = dict(resource)
-        return self.call("POST", "/taskqueues/explain", json=body)
+        return self._shaped(self.call("POST", "/taskqueues/explain", json=body),
+                            "POST /taskqueues/explain", can_run=bool)
 
     def whoami(self) -> dict[str, Any]:
-        return self.call("GET", "/whoami")
+        return self._shaped(self.call("GET", "/whoami"), "GET /whoami", subject=str,
+                            role=str, vo=str, group=str)
 
     # -- pilots --------------------------------------------------------------------------
 
@@ -114,18 +125,21 @@ class Service:
     # -- the transport -------------------------------------------------------------------
 
     def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        """One request to ``/api/v1`` + ``path``; the decoded answer, or ServiceError."""
+        """One request to ``/api/v1`` + ``path``, all of it within the timeout and its answer
+        at most MAX_ANSWER_BYTES; the decoded answer, or ServiceError."""
         try:
             try:
-                response = self.http.request(method, self.url + API_PREFIX + path,
-                                             timeout=self.timeout, **kwargs)
+                response = transfer.request(self.http, method, self.url + API_PREFIX + path,
+                                            deadline=self.timeout, **kwargs)
             except requests.ConnectionError as exc:
                 if not _stale_connection(exc):
                     raise
                 # The service closed a kept-alive connection as the request went out on it
                 # (it had not read it): once more, on a new connection.
-                response = self.http.request(method, self.url + API_PREFIX + path,
-                                             timeout=self.timeout, **kwargs)
+                response = transfer.request(self.http, method, self.url + API_PREFIX + path,
+                                            deadline=self.timeout, **kwargs)
+        except transfer.TransferError as exc:
+            raise ServiceError(0, str(exc)) from exc
         except requests.RequestException as exc:
             raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc, self.url)}") from exc
         if response.status_code >= 400:
@@ -139,6 +153,19 @@ class Service:
         if not isinstance(data, dict):
             raise ServiceError(response.status_code, f"unexpected answer to {method} {path}")
         return data
+
+    def _shaped(self, answer: dict[str, Any], what: str, **fields: type | tuple[type, ...]
+                ) -> dict[str, Any]:
+        """``answer``, once each of ``fields`` is there with its type (the items of a list
+        field must be objects); ServiceError otherwise."""
+        for name, kind in fields.items():
+            value = answer.get(name)
+            if not isinstance(value, kind) or (isinstance(value, bool) and kind is int) or (
+                    isinstance(value, list) and not all(isinstance(v, dict) for v in value)):
+                raise ServiceError(200, f"unexpected answer to {what} from {self.url}: "
+                                   f"{name!r} is missing or not what a gridpilot service "
+                                   "sends")
+        return answer
 
 
 def problem_detail(response: requests.Response) -> str:

@@ -158,6 +158,11 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
         raise Problem(415, f"send the body as {' or '.join(accepted)}"
                       + (f", not {media}" if media else " (no Content-Type was given)"))
     raw = request.get_data(cache=False)
+    most = current_app.config.get("MAX_CONTENT_LENGTH")
+    if request.content_length is None and most is not None and len(raw) >= most \
+            and request.environ["wsgi.input"].read(1):
+        # A chunked body is cut at the limit without a word: more after it means too large.
+        raise Problem(413, f"the request body is larger than the {most} bytes accepted")
     if media == ARCHIVE:
         return media, "", raw
     limit = runtime_of(current_app).settings.matcher.max_body_bytes
@@ -209,7 +214,9 @@ def _refuse_constant(name: str) -> Any:
 
 #: Longest value of each text path parameter (the database columns they go to), and the
 #: largest id (64-bit keys): longer is refused, larger does not exist.
-PATH_TEXT_LIMITS = {"site": 128, "group": 128, "reference": 255}
+PATH_TEXT_LIMITS = {"site": 128, "group": 128, "reference": 255, "sandbox_id": 80}
+#: Longest text of any other path parameter.
+PATH_TEXT_DEFAULT = 1000
 MAX_ID = 2**63 - 1
 
 
@@ -217,7 +224,7 @@ def _check_path(path: dict[str, Any]) -> None:
     for name, value in path.items():
         if isinstance(value, int) and value > MAX_ID:
             raise Problem(404, f"{name.replace('_', ' ')} {value} does not exist")
-        limit = PATH_TEXT_LIMITS.get(name)
+        limit = PATH_TEXT_LIMITS.get(name, PATH_TEXT_DEFAULT)
         if isinstance(value, str):
             _refuse_nul(value, f"the {name} in the path")
         if isinstance(value, str) and limit is not None and len(value) > limit:

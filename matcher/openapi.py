@@ -8,15 +8,18 @@ from typing import Any
 from flask import Flask
 
 from matcher import schemas
-from matcher.api import OPERATIONS, PATH_TEXT_LIMITS, Operation
+from matcher.api import JSON, OPERATIONS, PATH_TEXT_DEFAULT, PATH_TEXT_LIMITS, Operation
 
 #: Problems every endpoint may answer with, besides its own.
 _COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
            413: "The body is larger than the service accepts",
+           414: "The URL is longer than the service accepts",
            415: "The body's media type is not one this endpoint reads",
            422: "The body is well-formed but wrong: the detail names the field"}
 _AUTH = {401: "No token, or a token that is not valid or has expired",
          403: "The token's role, VO, site or pilot may not do this"}
+#: The pattern of a text that holds no U+0000.
+NO_NUL = "^[^\\u0000]*$"
 _RULE_PARAM = re.compile(r"<(?:(\w+):)?(\w+)>")
 
 
@@ -63,7 +66,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         params.append({"name": name, "in": "path", "required": True,
                        "schema": {"type": "integer", "minimum": 0} if kind == "int"
                        else {"type": "string", "minLength": 1,
-                             "maxLength": PATH_TEXT_LIMITS.get(name, 1000)}})
+                             "maxLength": PATH_TEXT_LIMITS.get(name, PATH_TEXT_DEFAULT),
+                             "pattern": NO_NUL}})
     for p in op.query:
         params.append({"name": p.name, "in": "query", "required": p.required,
                        "description": p.description, "schema": p.schema()})
@@ -71,7 +75,8 @@ def _operation(op: Operation) -> dict[str, Any]:
         out["parameters"] = params
     if op.body is not None:
         out["requestBody"] = {"required": op.body_required, "content": {
-            media: {"schema": _openapi_schema(schema)} for media, schema in op.body.items()}}
+            media: {"schema": _no_nul(_openapi_schema(schema)) if media == JSON
+                    else _openapi_schema(schema)} for media, schema in op.body.items()}}
     responses: dict[str, Any] = {}
     for status, (description, schema) in op.responses.items():
         if status in op.archive_responses:
@@ -94,6 +99,22 @@ def _operation(op: Operation) -> dict[str, Any]:
         responses.setdefault(str(status), {"description": description, "content": {
             "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
     out["responses"] = responses
+    return out
+
+
+def _no_nul(schema: Any) -> Any:
+    """``schema`` with every free text refusing U+0000, as the service does (PostgreSQL
+    cannot store it)."""
+    if isinstance(schema, list):
+        return [_no_nul(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _no_nul(v) if k in ("items", "oneOf", "additionalProperties") else v
+           for k, v in schema.items()}
+    if isinstance(out.get("properties"), dict):
+        out["properties"] = {name: _no_nul(v) for name, v in out["properties"].items()}
+    if out.get("type") == "string" and not {"pattern", "enum", "format"} & set(out):
+        out["pattern"] = NO_NUL
     return out
 
 

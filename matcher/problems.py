@@ -96,7 +96,8 @@ def install(app: Flask) -> None:
         response = problem_response(status, detail)
         allowed = getattr(exc, "valid_methods", None)
         if status == 405 and allowed:
-            response.headers["Allow"] = ", ".join(sorted(allowed))
+            # The methods the API documents: not the HEAD and OPTIONS Flask adds to each route.
+            response.headers["Allow"] = ", ".join(sorted(set(allowed) - {"HEAD", "OPTIONS"}))
         return response
 
     @app.errorhandler(Exception)

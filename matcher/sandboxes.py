@@ -10,6 +10,7 @@ answered 404, as if it did not exist.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from typing import Any
 
@@ -23,6 +24,7 @@ from taskqueue.database import Session
 from taskqueue.errors import NotFoundError
 from taskqueue.sandboxes import (
     Uploader,
+    check_quota,
     find_sandbox,
     is_owner,
     pilot_holds,
@@ -33,6 +35,7 @@ from taskqueue.sandboxes import (
 )
 from taskqueue.sandboxstore import UploadTicket
 
+log = logging.getLogger(__name__)
 bp = Blueprint("sandboxes", __name__, url_prefix="/api/v1/sandboxes")
 ALL = (USER, OPERATOR, PILOT)
 _HEX = re.compile(r"[0-9a-f]{64}")
@@ -108,10 +111,14 @@ def start_upload(call: Call) -> dict[str, Any]:
     job_id, reference = call.body.get("job_id"), call.body.get("pilot_reference")
     store = call.runtime.sandbox_store()
 
+    quota = call.runtime.settings.sandboxes.user_quota_bytes
+
     def work(session: Session) -> str:
         who, output = _uploader(session, call, job_id, reference)
         if is_owner(session, sandbox_id, who.vo, who.owner):
             return "owned"
+        if not output:  # refused before any byte travels
+            check_quota(session, who, size, quota)
         if not store.presigned or store.size(sandbox_id) != size:
             return "new"
         # In object storage already. Recorded for nobody: the caller's own presigned upload
@@ -120,7 +127,7 @@ def start_upload(call: Call) -> dict[str, Any]:
         # them without storing them again (and nobody overwrites another's object).
         if find_sandbox(session, sandbox_id) is None:
             register_sandbox(session, sandbox_id, size, who, now=call.now, output=output,
-                             quota=call.runtime.settings.sandboxes.user_quota_bytes)
+                             quota=quota)
             return "owned"
         return "prove"
 
@@ -150,8 +157,15 @@ def put_sandbox(call: Call, sandbox_id: str) -> tuple[dict[str, Any], int]:
     store = call.runtime.sandbox_store()
     job_id, reference = call.query.get("job_id"), call.query.get("pilot_reference")
 
+    quota = call.runtime.settings.sandboxes.user_quota_bytes
+    wrote = False
+
     def work(session: Session) -> None:
+        nonlocal wrote
         who, output = _uploader(session, call, job_id, reference)
+        if not output and not is_owner(session, sandbox_id, who.vo, who.owner):
+            # Under the owner's quota lock, before a byte is written.
+            check_quota(session, who, len(data), quota)
         if store.size(sandbox_id) != len(data):
             if store.presigned:
                 # New bytes go to the object store directly, through the URL that
@@ -159,11 +173,27 @@ def put_sandbox(call: Call, sandbox_id: str) -> tuple[dict[str, Any], int]:
                 raise Problem(409, "this service keeps sandboxes in object storage: upload to "
                               "the URL POST /api/v1/sandboxes answers with")
             store.put(sandbox_id, data)
+            wrote = True
         register_sandbox(session, sandbox_id, len(data), who, now=call.now, output=output,
-                         quota=call.runtime.settings.sandboxes.user_quota_bytes)
+                         quota=quota)
 
-    call.runtime.transaction(work)
+    try:
+        call.runtime.transaction(work)
+    except BaseException:
+        if wrote:
+            _discard_unrecorded(call, sandbox_id)
+        raise
     return {"sandbox_id": sandbox_id, "size": len(data)}, 201
+
+
+def _discard_unrecorded(call: Call, sandbox_id: str) -> None:
+    """Remove bytes this request wrote when no record came of them (the cleanup agent sweeps
+    what this cannot: the database may be the reason the request failed)."""
+    try:
+        if call.runtime.transaction(lambda s: find_sandbox(s, sandbox_id) is None):
+            call.runtime.sandbox_store().delete(sandbox_id)
+    except Exception:  # the request's own error is the one to answer
+        log.warning("sandbox %s: bytes left for the cleanup agent", sandbox_id, exc_info=True)
 
 
 @endpoint(bp, "GET", "/<sandbox_id>", tag="sandboxes", roles=ALL,

@@ -234,7 +234,8 @@ HEALTH = obj({"status": STRING, "database": STRING})
 
 #: The checksum-first upload handshake, and the sandbox it stored.
 SANDBOX_REQUEST = obj({
-    "checksum": {"type": "string", "minLength": 64, "maxLength": 64},
+    "checksum": {"type": "string", "minLength": 64, "maxLength": 64,
+                 "pattern": "^[0-9a-f]{64}$"},
     "size": {"type": "integer", "minimum": 1, "maximum": 2**63 - 1},
     "job_id": ID,
     "pilot_reference": NAME,

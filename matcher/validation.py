@@ -7,6 +7,7 @@ enough for our schemas, and every error names the path of the offending value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -50,6 +51,8 @@ def validate(value: Any, schema: Schema, where: str = "body") -> None:
                               f"{where} must be at least {schema['minLength']} characters")
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise SchemaError(f"{where} must be at most {schema['maxLength']} characters long")
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            raise SchemaError(f"{where} must match {schema['pattern']}")
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             raise SchemaError(f"{where} must hold at least {schema['minItems']} item"

@@ -5,8 +5,8 @@ Standard library only: the pilot, the user's client and the matcher all use this
 that the three agree on the format by construction. Packing is deterministic (sorted names,
 fixed times, owners and modes), so the same files give the same id and are stored once.
 Unpacking trusts nothing: absolute names, ``..``, links that leave the folder, devices,
-pipes, too many members and too many bytes are refused before anything lands outside the
-folder.
+pipes, sparse files, too many members, too many bytes and oversized headers or names are
+refused before anything lands outside the folder.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 PREFIX = "sb:sha256:"
 ID_PATTERN = re.compile(r"sb:sha256:[0-9a-f]{64}")
@@ -32,6 +32,17 @@ ID_LENGTH = len(PREFIX) + 64
 #: Defaults for unpacking: at most this many bytes of files and this many members.
 MAX_UNPACKED_BYTES = 1024 * 1024 * 1024
 MAX_MEMBERS = 10_000
+#: Most bytes one tar extension header (a PAX record set, a GNU long name or link) may hold,
+#: and most such headers in a row: ``tarfile`` reads each into memory whole, so both are
+#: checked on the header block that announces them, before a byte of them is read.
+MAX_EXTENSION_BYTES = 64 * 1024
+MAX_EXTENSIONS_IN_A_ROW = 8
+#: Longest name of one path component, and of a whole member name (Linux's limits): a longer
+#: name is refused as unsafe instead of failing later as an error of the file system.
+MAX_COMPONENT_BYTES = 255
+MAX_NAME_BYTES = 4095
+_EXTENSION_TYPES = (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE,
+                    tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK)
 
 
 class UnsafeArchiveError(ValueError):
@@ -153,6 +164,37 @@ class _Limited(io.RawIOBase):
         return len(data)
 
 
+def _guarded_info() -> type[tarfile.TarInfo]:
+    """A TarInfo class that refuses, on the header block itself, an extension header larger
+    than MAX_EXTENSION_BYTES, more than MAX_EXTENSIONS_IN_A_ROW of them, and sparse members
+    (whose maps ``tarfile`` also reads before anyone can look). One class per unpacking, as
+    it counts."""
+    in_a_row = 0
+
+    class GuardedInfo(tarfile.TarInfo):
+        @classmethod
+        def frombuf(cls, buf: bytes | bytearray, encoding: str, errors: str) -> Self:
+            nonlocal in_a_row
+            info = super().frombuf(buf, encoding, errors)
+            if info.type in _EXTENSION_TYPES:
+                in_a_row += 1
+                if info.size > MAX_EXTENSION_BYTES:
+                    raise UnsafeArchiveError(f"the archive holds an extension header of "
+                                             f"{info.size} bytes (at most "
+                                             f"{MAX_EXTENSION_BYTES})")
+                if in_a_row > MAX_EXTENSIONS_IN_A_ROW:
+                    raise UnsafeArchiveError(f"the archive holds more than "
+                                             f"{MAX_EXTENSIONS_IN_A_ROW} extension headers "
+                                             "in a row")
+            else:
+                in_a_row = 0
+                if info.type == tarfile.GNUTYPE_SPARSE:
+                    raise UnsafeArchiveError(f"member {info.name} is a sparse file")
+            return info
+
+    return GuardedInfo
+
+
 def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
            max_members: int = MAX_MEMBERS) -> list[str]:
     """Unpack the tar.gz ``data`` into the folder ``dest``; return the names written.
@@ -171,7 +213,8 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
     written: list[str] = []
     total = 0
     try:
-        with tarfile.open(fileobj=io.BufferedReader(stream), mode="r|") as tar:
+        with tarfile.open(fileobj=io.BufferedReader(stream), mode="r|",
+                          tarinfo=_guarded_info()) as tar:
             for count, member in enumerate(tar, start=1):
                 if count > max_members:
                     raise UnsafeArchiveError(f"the archive holds more than {max_members} "
@@ -192,11 +235,16 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
                 elif member.issym():
                     link = posixpath.normpath(posixpath.join(posixpath.dirname(name),
                                                              member.linkname))
+                    # Lexically, then as the file system resolves it through the links
+                    # already unpacked ("d -> ." then "x -> d/.." is the folder's parent).
+                    resolved = os.path.realpath(os.path.join(os.path.dirname(target),
+                                                             member.linkname))
                     if member.linkname.startswith("/") or link == ".." or link.startswith(
-                            "../"):
+                            "../") or not _inside(root, resolved):
                         raise UnsafeArchiveError(f"member {member.name} is a link to "
                                                  f"{member.linkname}, outside the folder")
                     _refuse_existing(target, member.name)
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                     os.symlink(member.linkname, target)
                 elif member.islnk():
                     try:
@@ -211,6 +259,7 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
                                                  f"{member.linkname}, not a file unpacked "
                                                  "before it")
                     _refuse_existing(target, member.name)
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
                     os.link(src, target)
                 else:
                     raise UnsafeArchiveError(f"member {member.name} is a device, pipe or other "
@@ -223,9 +272,16 @@ def unpack(data: bytes, dest: Path, *, max_bytes: int = MAX_UNPACKED_BYTES,
 
 def _member_name(member: tarfile.TarInfo) -> str:
     try:
-        return safe_name(member.name)
+        name = safe_name(member.name)
     except ValueError as exc:
         raise UnsafeArchiveError(f"member {member.name!r} is refused: {exc}") from exc
+    if len(os.fsencode(name)) > MAX_NAME_BYTES:
+        raise UnsafeArchiveError(f"member {name[:80]}... has a name longer than "
+                                 f"{MAX_NAME_BYTES} bytes")
+    if any(len(os.fsencode(part)) > MAX_COMPONENT_BYTES for part in name.split("/")):
+        raise UnsafeArchiveError(f"member {name[:80]}... has a file or folder name longer "
+                                 f"than {MAX_COMPONENT_BYTES} bytes")
+    return name
 
 
 def _refuse_existing(target: str, name: str) -> None:

@@ -58,7 +58,9 @@ Exit codes:
      matched nothing more
   {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
      WORKDIR/undelivered-reports.json, for gridpilot-pilot --replay FILE
-  {EXIT_UNREACHABLE}  the matcher was never reached before --idle-timeout
+  {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
+     read (wrong shape, redirected to another host, too large, too slow), before
+     --idle-timeout (plus at most one --request-timeout)
 The reason for a non-zero exit code is the last line on stderr.
 """
 
@@ -130,6 +132,9 @@ def parser() -> argparse.ArgumentParser:
     timing = p.add_argument_group("timing")
     timing.add_argument("--idle-timeout", type=float, default=600.0,
                         help="stop after this many seconds without any job (default 600)")
+    timing.add_argument("--request-timeout", type=float, default=30.0,
+                        help="seconds one request to the matcher may take in all, its answer "
+                             "included (default 30)")
     timing.add_argument("--heartbeat", type=float, default=60.0,
                         help="seconds between heartbeats (default 60)")
     timing.add_argument("--grace", type=float, default=30.0,
@@ -218,6 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         machine_features=args.machine_features, job_features=args.job_features,
         jobstatus=args.jobstatus, drain_file=args.drain_file, cores=args.cores,
         memory_mb=args.memory, idle_timeout=args.idle_timeout,
+        request_timeout=args.request_timeout,
         heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
         priority_factor=args.priority_factor, keep_job_folders=args.keep_job_folders,
@@ -236,7 +242,8 @@ def _replay(args: argparse.Namespace, token: str) -> int:
     except ReplayError as exc:
         print(f"gridpilot-pilot: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    code, line = replay(MatcherClient(args.matcher, token), args.replay, reports,
+    code, line = replay(MatcherClient(args.matcher, token, timeout=args.request_timeout),
+                        args.replay, reports,
                         timeout=args.report_timeout,
                         backoff=Backoff(1.0, args.backoff_cap))
     print(line)

@@ -1,7 +1,8 @@
 """The pilot's side of the matcher's HTTP API (paths and payloads in pilot.protocol).
 
 Every call either returns the answer or raises :class:`TransientError` (the matcher cannot be
-reached, timed out, or answered 5xx/429: try again later) or :class:`RefusedError` (a 4xx: the
+reached, gave no complete answer within the timeout, answered 5xx/429, or answered something
+that cannot be read: try again later) or :class:`RefusedError` (a 4xx: the
 request itself is wrong or not allowed; trying again will not help). Back-off is the caller's,
 with :class:`Backoff`.
 """
@@ -9,14 +10,16 @@ with :class:`Backoff`.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
 
-from pilot import protocol
+from pilot import protocol, transfer
 from pilot.protocol import JobPayload
+
+T = TypeVar("T")
 
 
 class MatcherError(Exception):
@@ -24,7 +27,12 @@ class MatcherError(Exception):
 
 
 class TransientError(MatcherError):
-    """The matcher could not answer now; the same call may succeed later."""
+    """The matcher could not answer now; the same call may succeed later. ``unreadable``: it
+    answered, but not with anything the pilot can read (a broken or wrong server)."""
+
+    def __init__(self, message: str, *, unreadable: bool = False) -> None:
+        super().__init__(message)
+        self.unreadable = unreadable
 
 
 class RefusedError(MatcherError):
@@ -54,53 +62,68 @@ class MatcherClient:
         #: refusal), and why the last call that could not reach it failed.
         self.reached = False
         self.last_failure = ""
+        self.last_failure_unreadable = False
 
     def match(self, resource: Mapping[str, Any], count: int = 1) -> MatchAnswer:
-        answer = self._call("POST", protocol.MATCH_PATH, {"resource": dict(resource),
-                                                          "count": count})
-        try:
+        def read(answer: dict[str, Any]) -> MatchAnswer:
             jobs = [JobPayload.from_dict(job) for job in answer["jobs"]]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TransientError(f"the match answer cannot be read: {exc}") from exc
-        no_match = answer.get("no_match") or {}
-        return MatchAnswer(jobs, no_match.get("reason"), no_match.get("detail", ""))
+            no_match = answer.get("no_match") or {}
+            return MatchAnswer(jobs, no_match.get("reason"), str(no_match.get("detail", "")))
+
+        return self._call("POST", protocol.MATCH_PATH, read,
+                          {"resource": dict(resource), "count": count})
 
     def heartbeat(self, reference: str, beats: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-        answer = self._call("POST", protocol.HEARTBEAT_PATH,
-                            {"pilot_reference": reference, "jobs": list(beats)})
-        return {int(c["job_id"]): str(c["command"]) for c in answer.get("commands", [])}
+        return self._call("POST", protocol.HEARTBEAT_PATH, lambda answer: {
+            int(c["job_id"]): str(c["command"]) for c in answer.get("commands", [])},
+            {"pilot_reference": reference, "jobs": list(beats)})
 
     def report(self, job_id: int, body: Mapping[str, Any]) -> str:
-        answer = self._call("POST", protocol.JOB_STATUS_PATH.format(job_id=job_id), dict(body))
-        return str(answer.get("status", ""))
+        return self._call("POST", protocol.JOB_STATUS_PATH.format(job_id=job_id),
+                          lambda answer: str(answer.get("status", "")), dict(body))
 
     def submit_pools(self, site: str, ce: str, queue: str) -> list[str]:
-        answer = self._call("GET", protocol.SUBMIT_POOLS_PATH,
-                            params={"site": site, "ce": ce, "queue": queue})
-        return [str(p) for p in answer.get("submit_pools", [])]
+        return self._call("GET", protocol.SUBMIT_POOLS_PATH,
+                          lambda answer: [str(p) for p in answer.get("submit_pools", [])],
+                          params={"site": site, "ce": ce, "queue": queue})
+
+    def start_upload(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST /sandboxes: whether the sandbox is stored already, or where to send it."""
+        return self._call("POST", protocol.SANDBOXES_PATH, dict, dict(body))
 
     def register(self, reference: str, *, site: str, ce: str, queue: str, status: str) -> None:
-        self._call("PUT", protocol.PILOT_PATH.format(reference=reference),
+        self._call("PUT", protocol.PILOT_PATH.format(reference=reference), lambda answer: None,
                    {"site": site, "ce": ce, "queue": queue, "status": status})
 
-    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None,
-              params: Mapping[str, str] | None = None) -> dict[str, Any]:
+    def _call(self, method: str, path: str, read: Callable[[dict[str, Any]], T],
+              body: Mapping[str, Any] | None = None,
+              params: Mapping[str, str] | None = None) -> T:
+        """The answer to one call, as ``read`` makes it of the decoded JSON object. The
+        matcher counts as reached only once an answer could be read (a refusal included)."""
         try:
             data = self._request(method, path, body, params)
+            try:
+                result = read(data)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise TransientError(f"{method} {path}: the answer cannot be read: "
+                                     f"{type(exc).__name__}: {exc}", unreadable=True) from exc
         except TransientError as exc:
             self.last_failure = str(exc)
+            self.last_failure_unreadable = exc.unreadable
             raise
         except RefusedError:
             self.reached = True
             raise
         self.reached = True
-        return data
+        return result
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None,
                  params: Mapping[str, str] | None) -> dict[str, Any]:
         try:
-            response = self.http.request(method, self.api + path, json=body, params=params,
-                                         timeout=self.timeout)
+            response = transfer.request(self.http, method, self.api + path, json=body,
+                                        params=params, deadline=self.timeout)
+        except transfer.TransferError as exc:  # it answered, too slowly, too much or away
+            raise TransientError(f"{type(exc).__name__}: {exc}", unreadable=True) from exc
         except requests.RequestException as exc:
             raise TransientError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code == 429:
@@ -111,9 +134,11 @@ class MatcherClient:
         try:
             data = response.json()
         except ValueError as exc:
-            raise TransientError(f"{method} {path}: the answer is not JSON") from exc
+            raise TransientError(f"{method} {path}: the answer is not JSON",
+                                 unreadable=True) from exc
         if not isinstance(data, dict):
-            raise TransientError(f"{method} {path}: the answer is not a JSON object")
+            raise TransientError(f"{method} {path}: the answer is not a JSON object",
+                                 unreadable=True)
         return data
 
 

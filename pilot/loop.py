@@ -69,6 +69,8 @@ class PilotOptions:
     memory_mb: int | None = None
     #: Stop after this many seconds without a payload and without a match.
     idle_timeout: float = 600.0
+    #: Seconds one request to the matcher may take in all, its answer included.
+    request_timeout: float = 30.0
     heartbeat_interval: float = 60.0
     #: Seconds between SIGTERM and SIGKILL when a payload is stopped.
     grace: float = 30.0
@@ -134,7 +136,8 @@ class Pilot:
     def __post_init__(self) -> None:
         o = self.options
         self.features = Features(o.machine_features, o.job_features)
-        self.client = self.client or MatcherClient(o.matcher_url, o.token)
+        self.client = self.client or MatcherClient(o.matcher_url, o.token,
+                                                   timeout=o.request_timeout)
         self.match_backoff = Backoff(o.backoff_base, o.backoff_cap)
         self.report_backoff = Backoff(o.backoff_base, o.backoff_cap)
 
@@ -197,7 +200,8 @@ class Pilot:
                 break
             else:
                 idle_since = idle_since or now
-                if now - idle_since >= o.idle_timeout:
+                # The clock read again: a match request may have taken its whole deadline.
+                if self.clock() - idle_since >= o.idle_timeout:
                     self.retiring = f"no job for {o.idle_timeout:.0f} s"
                     break
             time.sleep(o.tick)
@@ -207,10 +211,12 @@ class Pilot:
         assert self.client is not None
         if self.summary.exit_code == EXIT_OK and not self.client.reached:
             self.summary.exit_code = EXIT_UNREACHABLE
-            self.summary.error = (f"the matcher at {o.matcher_url} was never reached: "
+            what = ("never gave a readable answer" if self.client.last_failure_unreadable
+                    else "was never reached")
+            self.summary.error = (f"the matcher at {o.matcher_url} {what}: "
                                   f"{self.client.last_failure or 'no answer'}")
-        if self.summary.exit_code != EXIT_REFUSED:
-            self._register("Done")
+        if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE):
+            self._register("Done")  # not to a matcher that never answered: one more wait
         self._remove_jobstatus()
         return self.summary
 

@@ -20,6 +20,8 @@ SUBMIT_POOLS_PATH = "/pilots/submitpools"
 JOB_STATUS_PATH = "/pilots/jobs/{job_id}/status"
 #: Format with ``reference``.
 PILOT_PATH = "/pilots/{reference}"
+#: Sandboxes: start an upload (POST), download one (GET /sandboxes/<id>).
+SANDBOXES_PATH = "/sandboxes"
 
 #: Why a match request found no job.
 NO_MATCHING_JOB = "no_matching_job"

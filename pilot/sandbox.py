@@ -17,7 +17,7 @@ from typing import Any
 
 import requests
 
-from pilot import protocol
+from pilot import protocol, transfer
 from pilot.archive import (
     MAX_MEMBERS,
     MAX_UNPACKED_BYTES,
@@ -35,9 +35,10 @@ from pilot.client import MatcherClient, RefusedError, TransientError, problem_de
 
 log = logging.getLogger("pilot")
 
-SANDBOXES_PATH = "/sandboxes"
 #: Bytes of output files, standard output and error one job may bring back.
 OUTPUT_LIMIT = 10 * 1024 * 1024
+#: Largest sandbox archive the pilot downloads (as large as the files it may unpack to).
+MAX_DOWNLOAD_BYTES = MAX_UNPACKED_BYTES
 #: Failed uploads of one job's output before its report goes without it.
 UPLOAD_ATTEMPTS = 5
 
@@ -81,13 +82,16 @@ def fetch_inputs(client: MatcherClient, job: protocol.JobPayload, directory: Pat
 def download(client: MatcherClient, sandbox: str, reference: str) -> bytes:
     """The verified bytes of one sandbox (from the matcher, or from the object store its
     answer redirects to)."""
-    url = f"{client.api}{SANDBOXES_PATH}/{sandbox}"
+    url = f"{client.api}{protocol.SANDBOXES_PATH}/{sandbox}"
     try:
-        response = client.http.get(url, params={"pilot_reference": reference},
-                                   timeout=client.timeout, allow_redirects=False)
+        response = transfer.request(client.http, "GET", url, deadline=client.timeout,
+                                    params={"pilot_reference": reference}, follow=False,
+                                    max_bytes=MAX_DOWNLOAD_BYTES)
         if response.status_code in (301, 302, 303, 307, 308):
             # A presigned URL: it carries its own signature, never the pilot's token.
-            response = requests.get(response.headers["Location"], timeout=client.timeout)
+            response = transfer.request(requests.Session(), "GET",
+                                        response.headers["Location"], deadline=client.timeout,
+                                        follow=False, max_bytes=MAX_DOWNLOAD_BYTES)
     except (requests.RequestException, KeyError) as exc:
         raise SandboxError(f"input sandbox {sandbox} cannot be downloaded: {exc}",
                            transient=True) from exc
@@ -180,7 +184,7 @@ def upload(client: MatcherClient, outputs: Outputs, reference: str) -> str:
     data = outputs.archive
     body = {"checksum": hashlib.sha256(data).hexdigest(), "size": len(data),
             "job_id": outputs.job_id, "pilot_reference": reference}
-    answer = client._call("POST", SANDBOXES_PATH, body)
+    answer = client.start_upload(body)
     if answer.get("uploaded"):
         return str(answer["sandbox_id"])
     ticket: dict[str, Any] = answer.get("upload") or {}
@@ -188,10 +192,10 @@ def upload(client: MatcherClient, outputs: Outputs, reference: str) -> str:
     headers = {str(k): str(v) for k, v in (ticket.get("headers") or {}).items()}
     ours = url.startswith(client.api)
     try:
-        if ours:
-            response = client.http.put(url, data=data, headers=headers, timeout=client.timeout)
-        else:  # a presigned URL of the object store: no token goes there
-            response = requests.put(url, data=data, headers=headers, timeout=client.timeout)
+        # A presigned URL of the object store: no token goes there.
+        response = transfer.request(client.http if ours else requests.Session(), "PUT", url,
+                                    data=data, headers=headers, deadline=client.timeout,
+                                    follow=False)
     except requests.RequestException as exc:
         raise (TransientError if ours else StoreUnavailableError)(
             f"output upload of job {outputs.job_id}: {exc}") from exc
@@ -201,7 +205,7 @@ def upload(client: MatcherClient, outputs: Outputs, reference: str) -> str:
     if response.status_code >= 400:
         raise RefusedError(response.status_code, problem_detail(response))
     if not ours:  # the store has the bytes: the matcher records them
-        answer = client._call("POST", SANDBOXES_PATH, body)
+        answer = client.start_upload(body)
         if not answer.get("uploaded"):
             raise TransientError(f"output of job {outputs.job_id} not recorded after upload")
     return outputs.sandbox_id

@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from taskqueue.errors import ConfigurationError, ConflictError, DatabaseUnavailableError
 from taskqueue.settings import DatabaseSettings
+from taskqueue.statementdeadline import install as install_deadline
 
 __all__ = ["Session", "SessionFactory", "engine_for", "make_engine", "make_session_factory",
            "run_in_transaction"]
@@ -34,6 +35,8 @@ SessionFactory = sessionmaker[Session]
 #: What a caller is told when the database cannot be reached or did not answer in time.
 UNAVAILABLE = ("the database did not answer in time; nothing was changed, try again in a few "
                "seconds")
+#: What a caller is told when the connection broke under the transaction (a restart).
+LOST = ("the database connection was lost; nothing was changed, try again in a few seconds")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
@@ -98,9 +101,13 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         # descriptions, tokens' subjects, reasons.
         if autocommit:
             pooling["pool_reset_on_return"] = None
-        return create_engine(url, echo=echo,
-                             isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
-                             hide_parameters=True, connect_args=connect_args, **pooling)
+        engine = create_engine(url, echo=echo,
+                               isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
+                               hide_parameters=True, connect_args=connect_args, **pooling)
+        if backend == "postgresql":
+            # Also behind a pooler, whose server-side timeout is the server's own setting.
+            install_deadline(engine, statement_timeout)
+        return engine
     raise ConfigurationError(
         f"database URL {shown!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
@@ -174,12 +181,20 @@ def is_retryable(exc: BaseException) -> bool:
 
 def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session], T], *,
                        attempts: int = 5) -> T:
-    """Run ``work`` in one transaction, again from the start if it lost a race."""
+    """Run ``work`` in one transaction, again from the start if it lost a race, and once more
+    on a fresh connection when the one it had was dead (the server restarted since it was
+    pooled: the pool drops the others of its age as well)."""
+    reconnected = False
     for attempt in range(1, attempts + 1):
         try:
             with factory.begin() as session:
                 return work(session)
         except DBAPIError as exc:
+            if exc.connection_invalidated and not reconnected:
+                reconnected = True
+                continue
+            if exc.connection_invalidated:
+                raise DatabaseUnavailableError(LOST) from exc
             if not is_retryable(exc) or attempt == attempts:
                 if is_retryable(exc):
                     raise ConflictError(
@@ -191,4 +206,4 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                 raise
         except PoolTimeoutError as exc:
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
-    raise AssertionError("unreachable")
+    raise DatabaseUnavailableError(LOST)  # the last attempt went to a fresh connection

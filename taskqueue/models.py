@@ -515,6 +515,27 @@ class SandboxOwner(Base):
     __table_args__ = (Index(None, "vo", "owner"),)
 
 
+class SandboxQuotaLock(Base):
+    """One row per uploader, locked while their quota is checked and their upload recorded:
+    parallel uploads of one owner are checked one after the other."""
+
+    __tablename__ = "sandbox_quota_locks"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(255), primary_key=True)
+
+
+class DashboardSignOut(Base):
+    """A dashboard session signed out before its cookie expires: the cookie, signed and valid
+    till then, no longer opens a page. Kept until the session would have ended."""
+
+    __tablename__ = "dashboard_sign_outs"
+
+    #: sha256 (hex) of the session's random value.
+    session_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 class JobSandbox(Base):
     """A job's reference to a sandbox: its input ("input") or what it brought back
     ("output"). A referenced sandbox cannot be deleted (no cascade from sandboxes)."""

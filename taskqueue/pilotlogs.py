@@ -172,11 +172,14 @@ class PilotLog:
 def unpack_log(packed: bytes, *, limit: int) -> PilotLog:
     """The texts of an archive made by :func:`pack_log` (each at most ``limit`` bytes, as
     stored); undecodable bytes are shown as U+FFFD. Raises ValueError for anything else."""
+    most = 2 * limit + 64 * 1024
     try:
-        raw = gzip.decompress(packed)
+        # Decompressed only as far as a kept log can reach: a bomb costs no more than that.
+        with gzip.GzipFile(fileobj=io.BytesIO(packed)) as gz:
+            raw = gz.read(most + 1)
     except (OSError, EOFError) as exc:
         raise ValueError(f"not a pilot log archive: {exc}") from exc
-    if len(raw) > 2 * limit + 64 * 1024:
+    if len(raw) > most:
         raise ValueError("the pilot log archive is larger than any pilot log kept")
     texts: dict[str, str] = {}
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:

@@ -43,6 +43,7 @@ from taskqueue.limits import NO_MATCH_NO_JOB, NO_MATCH_SITE_BANNED, claim_for_pi
 from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
 from taskqueue.resources import Resource
 from taskqueue.settings import DatabaseSettings
+from taskqueue.statementdeadline import deadline_of, statement_deadline
 
 
 class PilotJob(NamedTuple):
@@ -295,12 +296,13 @@ def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
             # A new connection's failure comes from the pool unwrapped: the driver's own.
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
         try:
-            cursor = connection.cursor()
-            cursor.execute(statement, params)
-            rows = [tuple(row) for row in cursor.fetchall()]
-            while cursor.nextset():
-                pass
-            cursor.close()
+            with statement_deadline(connection.dbapi_connection, deadline_of(engine)):
+                cursor = connection.cursor()
+                cursor.execute(statement, params)
+                rows = [tuple(row) for row in cursor.fetchall()]
+                while cursor.nextset():
+                    pass
+                cursor.close()
             return rows
         except driver.Error as exc:
             race, conflict = (_pg_verdict if postgresql else _mysql_verdict)(exc)

@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import ForbiddenError, InvalidInputError, NotFoundError
-from taskqueue.models import Job, JobSandbox, Sandbox, SandboxOwner
+from taskqueue.models import Job, JobSandbox, Sandbox, SandboxOwner, SandboxQuotaLock
 from taskqueue.states import FINAL_STATES, JobStatus
 
 INPUT = "input"
@@ -46,6 +46,11 @@ def find_sandbox(session: Session, sandbox_id: str) -> Sandbox | None:
     return session.get(Sandbox, sandbox_id)
 
 
+def recorded_sandboxes(session: Session, sandbox_ids: Sequence[str]) -> set[str]:
+    """Those of ``sandbox_ids`` that have a record."""
+    return set(session.scalars(select(Sandbox.id).where(Sandbox.id.in_(list(sandbox_ids)))))
+
+
 def is_owner(session: Session, sandbox_id: str, vo: str, owner: str) -> bool:
     return session.get(SandboxOwner, (sandbox_id, vo, owner)) is not None
 
@@ -59,10 +64,27 @@ def user_usage(session: Session, vo: str, owner: str) -> int:
     return int(total or 0)
 
 
+def lock_uploader(session: Session, who: Uploader) -> None:
+    """Hold ``who``'s quota lock until the transaction ends (created on first use)."""
+    key = {"vo": who.vo, "owner": who.owner}
+    if session.get(SandboxQuotaLock, (who.vo, who.owner)) is None:
+        savepoint = session.begin_nested()
+        try:
+            session.add(SandboxQuotaLock(**key))
+            session.flush()
+            savepoint.commit()
+        except IntegrityError:  # created by a parallel upload: locking it waits for that one
+            savepoint.rollback()
+    session.execute(select(SandboxQuotaLock).where(
+        SandboxQuotaLock.vo == who.vo, SandboxQuotaLock.owner == who.owner).with_for_update())
+
+
 def check_quota(session: Session, who: Uploader, size: int, quota: int) -> None:
-    """Raise :class:`QuotaExceededError` when ``size`` more bytes would exceed the quota."""
+    """Raise :class:`QuotaExceededError` when ``size`` more bytes would exceed the quota.
+    Takes ``who``'s quota lock first, so that parallel uploads are checked one at a time."""
     if quota <= 0:
         return
+    lock_uploader(session, who)
     used = user_usage(session, who.vo, who.owner)
     if used + size > quota:
         raise QuotaExceededError(

@@ -18,8 +18,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from taskqueue.errors import ConfigurationError
 from taskqueue.settings import SandboxSettings, Settings
@@ -56,6 +57,9 @@ class SandboxStore(Protocol):
 
     def keys(self) -> Iterator[str]:
         """Every stored sandbox id."""
+
+    def modified_at(self, sandbox_id: str) -> datetime | None:
+        """When the object was stored (UTC), or None when there is none."""
 
     def upload_ticket(self, sandbox_id: str, size: int) -> UploadTicket | None:
         """A presigned upload for exactly these bytes, or None (upload to the matcher)."""
@@ -118,6 +122,12 @@ class LocalStore:
                     if len(f.name) == 64 and not f.name.startswith("."):
                         yield f"sb:sha256:{f.name}"
 
+    def modified_at(self, sandbox_id: str) -> datetime | None:
+        try:
+            return datetime.fromtimestamp(self._path(sandbox_id).stat().st_mtime, UTC)
+        except FileNotFoundError:
+            return None
+
     def upload_ticket(self, sandbox_id: str, size: int) -> UploadTicket | None:
         return None
 
@@ -150,14 +160,23 @@ class S3Store:
     def _key(sandbox_id: str) -> str:
         return f"sandboxes/{hex_of(sandbox_id)}"
 
-    def size(self, sandbox_id: str) -> int | None:
+    def _head(self, sandbox_id: str) -> dict[str, Any] | None:
         try:
-            head = self.client.head_object(Bucket=self.bucket, Key=self._key(sandbox_id))
+            head: dict[str, Any] = self.client.head_object(Bucket=self.bucket,
+                                                           Key=self._key(sandbox_id))
         except self._errors as exc:
             if _status(exc) == 404:
                 return None
             raise
-        return int(head["ContentLength"])
+        return head
+
+    def size(self, sandbox_id: str) -> int | None:
+        head = self._head(sandbox_id)
+        return None if head is None else int(head["ContentLength"])
+
+    def modified_at(self, sandbox_id: str) -> datetime | None:
+        head = self._head(sandbox_id)
+        return None if head is None else cast(datetime, head["LastModified"]).astimezone(UTC)
 
     def put(self, sandbox_id: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._key(sandbox_id), Body=data,

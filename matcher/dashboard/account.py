@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import secrets
+from datetime import UTC, datetime
+from functools import partial
 
 from flask import Response, current_app, redirect, request, url_for
 
 from matcher.dashboard import session as cookies
-from matcher.dashboard.web import Page, bp, page, render, safe_next
+from matcher.dashboard.web import Page, bp, current_viewer, page, render, safe_next
 from matcher.problems import Problem
 from matcher.runtime import runtime_of
+from taskqueue.signouts import record_sign_out
 
 #: Longest token accepted in the form (a token from an identity provider is a few KB).
 MAX_TOKEN = 16384
@@ -20,8 +23,7 @@ def login() -> Response:
     runtime = runtime_of(current_app)
     target = safe_next(request.values.get("next"))
     error, code = "", 200
-    if request.method == "GET" and cookies.decode(request.cookies.get(cookies.COOKIE),
-                                                  runtime.secret):
+    if request.method == "GET" and current_viewer() is not None:
         return redirect(target)  # type: ignore[return-value]
     if request.method == "POST":
         token = request.form.get("token", "").strip()
@@ -56,6 +58,9 @@ def login() -> Response:
 @bp.post("/logout")
 @page()
 def logout(p: Page) -> Response:
+    p.runtime.transaction(partial(record_sign_out, session_id=p.viewer.session_id,
+                                  expires_at=datetime.fromtimestamp(p.viewer.expires, UTC),
+                                  now=p.now))
     response = redirect(url_for("ui.login"))
     cookies.clear_session(response)  # type: ignore[arg-type]
     return response  # type: ignore[return-value]

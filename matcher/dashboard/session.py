@@ -5,7 +5,8 @@ so whatever tokens the API accepts, the sign-in accepts. The cookie holds the ca
 an expiry (``dashboard.session_lifetime``, never past the token's own) and a random CSRF value,
 signed (HS256) with a key derived from the service secret for this use only: a cookie is not a
 token the API would accept, nor the reverse. It is HttpOnly, SameSite=Strict, Secure when the
-page came over HTTPS. Being signed rather than stored, it is valid in every matcher process.
+page came over HTTPS. Being signed rather than stored, it is valid in every matcher process;
+signing out records the session (taskqueue.signouts), and its cookie opens no page after that.
 
 Every form that acts carries the CSRF value and is refused without it; the sign-in form itself
 carries one bound to a short-lived cookie of its own.
@@ -47,6 +48,11 @@ class Viewer:
     @property
     def is_operator(self) -> bool:
         return self.principal.role == "operator"
+
+    @property
+    def session_id(self) -> str:
+        """The session's id where sign-outs are recorded (a hash of its random value)."""
+        return hashlib.sha256(self.csrf.encode()).hexdigest()
 
 
 def session_key(secret: str) -> bytes:

@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
@@ -22,6 +23,7 @@ from matcher.problems import Problem, status_of
 from matcher.runtime import Runtime, runtime_of
 from taskqueue.buckets import memory_text
 from taskqueue.errors import GridpilotError
+from taskqueue.signouts import is_signed_out
 
 bp = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",
                static_folder="static")
@@ -58,7 +60,7 @@ def page(*, operator: bool = False) -> Callable[[View], View]:
         @functools.wraps(view)
         def handle(**kwargs: Any) -> Any:
             runtime = runtime_of(current_app)
-            viewer = cookies.decode(request.cookies.get(cookies.COOKIE), runtime.secret)
+            viewer = current_viewer()
             if viewer is None:
                 if request.method != "GET":
                     raise Problem(401, "your session has ended; sign in again")
@@ -79,6 +81,16 @@ def page(*, operator: bool = False) -> Callable[[View], View]:
             return view(Page(viewer, runtime, datetime.now(UTC)), **kwargs)
         return handle
     return wrap
+
+
+def current_viewer() -> Viewer | None:
+    """The viewer the request's session cookie names, unless it was signed out."""
+    runtime = runtime_of(current_app)
+    viewer = cookies.decode(request.cookies.get(cookies.COOKIE), runtime.secret)
+    if viewer is None or runtime.transaction(partial(is_signed_out,
+                                                     session_id=viewer.session_id)):
+        return None
+    return viewer
 
 
 def check_csrf(expected: str) -> None:

@@ -9,7 +9,7 @@ reaches. The rules are unchanged. About a tenth less server CPU per claim at K =
 (bench/claim_variants.py, three interleaved rounds: 0.79-0.84 ms against 0.86-0.99 ms).
 
 Revision ID: 0026
-Revises: 0023
+Revises: 0024
 Create Date: 2026-11-28 15:00:00.000000
 """
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0026"
-down_revision: str | None = "0023"
+down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -201,9 +201,16 @@ def test_a_session_cookie_is_not_an_api_token(client: Api, operator_token: str) 
 
 def test_sign_out_ends_the_session(operator_http: FlaskClient) -> None:
     html = page(operator_http, "/ui/jobs")
+    kept = operator_http.get_cookie(cookies.COOKIE, path="/ui")
+    assert kept is not None
     response = operator_http.post("/ui/logout", data={"csrf": csrf_of(html)})
     assert response.status_code == 302
     assert operator_http.get("/ui/jobs").status_code == 302
+    # The signed cookie, kept and sent again, no longer opens a page nor acts.
+    operator_http.set_cookie(cookies.COOKIE, kept.value, path="/ui")
+    assert operator_http.get("/ui/jobs").status_code == 302
+    again = operator_http.post("/ui/logout", data={"csrf": csrf_of(html)})
+    assert again.status_code == 401
 
 
 # -- pages -------------------------------------------------------------------------------------

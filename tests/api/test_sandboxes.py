@@ -4,7 +4,11 @@ InputSandbox of a submission, a pilot's output upload and the job's output answe
 from __future__ import annotations
 
 import hashlib
+import io
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from pilot.archive import Member, pack, sandbox_id
@@ -15,6 +19,10 @@ from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
 ARCHIVE = "application/gzip"
 DATA = pack([Member("data.txt", b"hello sandbox\n")])
 SID = sandbox_id(DATA)
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def start(client: Api, token: str, data: bytes = DATA, **extra: Any) -> dict[str, Any]:
@@ -57,7 +65,6 @@ def test_the_same_bytes_from_two_users_are_stored_once(client: Api, user_token: 
     assert start(client, other_user_token)["uploaded"] is False
     upload(client, other_user_token)
     # ... which are kept once.
-    from pathlib import Path
     stored = [p for p in Path(api_settings.sandboxes.directory).rglob("*") if p.is_file()]
     assert len(stored) == 1
     assert download(client, other_user_token, SID).get_data() == DATA
@@ -92,8 +99,34 @@ def test_size_limit_and_quota(make_app: Any, api_settings: Settings, token: Toke
     response = client.call("PUT", f"/api/v1/sandboxes/{sandbox_id(other)}", alice,
                            data=other, content_type=ARCHIVE)
     assert_problem(response, 403, "quota")
+    # The refused bytes were not kept.
+    assert not list(Path(settings.sandboxes.directory).rglob(_sha(other)))
     # Another user has a quota of their own.
     upload(client, token("bob", "user"), other)
+
+
+def test_parallel_uploads_cannot_overrun_the_quota(make_app: Any, api_settings: Settings,
+                                                   token: TokenMaker) -> None:
+    archives = [pack([Member("noise", hashlib.sha512(bytes([i])).digest() * 4)])
+                for i in range(8)]
+    size = max(len(a) for a in archives)
+    settings = replace(api_settings, sandboxes=replace(
+        api_settings.sandboxes, user_quota_bytes=3 * size + size // 2))
+    app = make_app(settings)
+    alice = token("alice", "user")
+    barrier = threading.Barrier(len(archives))
+
+    def put(data: bytes) -> int:
+        client = Api(app.test_client(), settings, api_settings.auth.secret)
+        barrier.wait()
+        return int(client.call("PUT", f"/api/v1/sandboxes/{sandbox_id(data)}", alice,
+                               data=data, content_type=ARCHIVE).status_code)
+
+    with ThreadPoolExecutor(len(archives)) as pool:
+        statuses = sorted(pool.map(put, archives))
+    assert statuses == [201] * 3 + [403] * 5
+    stored = [p for p in Path(settings.sandboxes.directory).rglob("*") if p.is_file()]
+    assert len(stored) == 3
 
 
 def test_who_may_download(client: Api, user_token: str, other_user_token: str,
@@ -264,3 +297,23 @@ def test_a_json_bulk_with_a_parametric_object_links_each_job_to_its_own_sandboxe
     for job_id, sids in zip(ids, wanted, strict=True):
         out = client.ok("GET", f"/api/v1/jobs/{job_id}/output", user_token)
         assert out["input_sandboxes"] == sids, (job_id, out)
+
+
+def test_a_chunked_upload_over_the_limit_is_413_not_damaged(make_app: Any,
+                                                            api_settings: Settings,
+                                                            token: TokenMaker) -> None:
+    settings = replace(api_settings, sandboxes=replace(api_settings.sandboxes,
+                                                       max_upload_bytes=4096),
+                       matcher=replace(api_settings.matcher, max_body_bytes=4096))
+    app = make_app(settings)
+    alice = token("alice", "user")
+    big = pack([Member("noise", b"".join(hashlib.sha512(bytes([i, j])).digest()
+                                         for i in range(10) for j in range(10)))])
+    assert len(big) > 4096
+    # No Content-Length: the body comes in chunks, as a streaming client sends it.
+    response = app.test_client().put(
+        f"/api/v1/sandboxes/{sandbox_id(big)}", input_stream=io.BytesIO(big),
+        headers={"Authorization": f"Bearer {alice}", "Content-Type": ARCHIVE,
+                 "Transfer-Encoding": "chunked"},
+        environ_overrides={"wsgi.input_terminated": True})
+    assert_problem(response, 413, "larger than the 4096 bytes")

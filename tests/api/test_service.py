@@ -192,3 +192,40 @@ def test_secured_operations_document_401_and_403(client: Api) -> None:
             assert all(role in documented["description"] for role in op.roles)
         if op.body is not None:
             assert set(documented["requestBody"]["content"]) == set(op.body)
+
+
+def test_the_document_and_the_service_agree_on_limits(client: Api, user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    upload = doc["paths"]["/api/v1/sandboxes/{sandbox_id}"]["put"]
+    (param,) = [p for p in upload["parameters"] if p["name"] == "sandbox_id"]
+    most = param["schema"]["maxLength"]
+    assert most == 80
+    assert "414" in upload["responses"] and "413" in upload["responses"]
+    longer = "sb:sha256:" + "a" * (most - 9)
+    assert_problem(client.call("GET", f"/api/v1/sandboxes/{longer}", user_token), 422,
+                   f"at most {most}")
+    start = doc["paths"]["/api/v1/sandboxes"]["post"]
+    body = start["requestBody"]["content"]["application/json"]["schema"]
+    assert body["properties"]["checksum"]["pattern"] == "^[0-9a-f]{64}$"
+
+
+def test_allow_names_only_documented_methods(client: Api, user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    response = client.call("DELETE", "/api/v1/whoami", user_token)
+    assert response.status_code == 405
+    allowed = {m.strip().lower() for m in response.headers["Allow"].split(",")}
+    assert allowed == set(doc["paths"]["/api/v1/whoami"])
+
+
+def test_the_document_says_texts_hold_no_nul_as_the_service_does(client: Api,
+                                                                  user_token: str) -> None:
+    doc = client.call("GET", "/api/v1/openapi.json").get_json()
+    explain = doc["paths"]["/api/v1/taskqueues/explain"]["post"]
+    queue = explain["requestBody"]["content"]["application/json"]["schema"]["properties"][
+        "queue"]
+    assert re.fullmatch(queue["pattern"], "condor") and not re.search(queue["pattern"],
+                                                                      "con\x00dor")
+    assert_problem(client.call("POST", "/api/v1/taskqueues/explain", user_token,
+                               json_body={"job_id": 1, "queue": "con\x00dor"}), 422, "NUL")
+    (reference,) = doc["paths"]["/api/v1/pilots/{reference}/log"]["get"]["parameters"]
+    assert reference["schema"]["pattern"] == queue["pattern"]

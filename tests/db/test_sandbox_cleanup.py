@@ -3,7 +3,7 @@ retention period removes and what it keeps, and usage per VO."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import update
 
@@ -92,3 +92,23 @@ def test_usage_per_vo_counts_a_shared_sandbox_in_each_vo(db: Database, now: date
     with db.factory() as session:
         usage = {(u.vo, u.sandboxes, u.bytes) for u in usage_by_vo(session)}
     assert usage == {("belle", 1, len(data)), ("lhcb", 1, len(data))}
+
+
+def test_cleanup_sweeps_stored_objects_that_no_record_names(
+        db: Database, sandbox_settings: Settings, now: datetime) -> None:
+    from agents.sandboxcleanup import clean_up_sandboxes
+
+    settings = sandbox_settings
+    store = open_store(settings)
+    later = datetime.now(UTC) + timedelta(seconds=settings.sandboxes.retention + 60)
+    recorded = _store(db, settings, "recorded", later)  # not expired at ``later``
+    orphan = pack([Member("orphan", b"left by a failed upload")])
+    store.put(sandbox_id(orphan), orphan)
+    # Young, it may be an upload through a presigned URL that is not recorded yet.
+    ctx = AgentContext(settings, db.factory, clock=lambda: datetime.now(UTC))
+    assert clean_up_sandboxes(ctx, store).endswith("0 unrecorded object(s) swept")
+    assert store.size(sandbox_id(orphan)) == len(orphan)
+    ctx = AgentContext(settings, db.factory, clock=lambda: later)
+    assert clean_up_sandboxes(ctx, store, batch=1).endswith("1 unrecorded object(s) swept")
+    assert store.size(sandbox_id(orphan)) is None
+    assert store.size(recorded) is not None

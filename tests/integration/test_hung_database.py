@@ -114,3 +114,34 @@ def test_healthz_answers_while_the_database_hangs(private_postgres: tuple[str, P
         while requests.get(f"{base}/healthz", timeout=8).status_code != 200:
             assert time.monotonic() < deadline, "healthz did not recover"
             time.sleep(0.5)
+
+
+def test_a_request_on_a_pooled_connection_to_a_frozen_database_answers_503(
+        private_postgres: tuple[str, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's statement_timeout cannot fire while the server is stopped, and the
+    kernel still acknowledges what is sent: the client side gives the statement up."""
+    url, data = private_postgres
+    work = tmp_path / "work"
+    work.mkdir()
+    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
+                        lifetime=600)
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    monkeypatch.setenv("GRIDPILOT_DATABASE_STATEMENT_TIMEOUT", "3")
+    headers = {"Authorization": f"Bearer {token}"}
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
+                        workers=1) as base:
+        for _ in range(3):  # connections in the pool
+            assert requests.get(f"{base}/api/v1/jobs/1", headers=headers,
+                                timeout=10).status_code == 404
+        _signal_server(data, signal.SIGSTOP)
+        try:
+            # Without a client-side deadline this waits for as long as the server is stopped.
+            answer = requests.get(f"{base}/api/v1/jobs/1", headers=headers, timeout=60)
+            assert answer.status_code == 503, answer.text
+            assert answer.headers["Content-Type"] == PROBLEM
+            assert "Retry-After" in answer.headers
+        finally:
+            _signal_server(data, signal.SIGCONT)

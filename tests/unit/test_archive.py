@@ -5,7 +5,10 @@ from __future__ import annotations
 import gzip
 import io
 import os
+import subprocess
+import sys
 import tarfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,6 +100,14 @@ HOSTILE: dict[str, tuple[Callable[[tarfile.TarFile], None], str]] = {
         lambda t: (_special(t, "d", tarfile.SYMTYPE, "."), _special(
             t, "e", tarfile.SYMTYPE, "d/.."), _file(t, "e/evil")),
         "outside the folder"),
+    "link out through a link": (
+        lambda t: (_special(t, "d", tarfile.SYMTYPE, "."), _special(
+            t, "x", tarfile.SYMTYPE, "d/..")),
+        "outside the folder"),
+    "link out through a link in a folder": (
+        lambda t: (_special(t, "a/up", tarfile.SYMTYPE, ".."), _special(
+            t, "a/b", tarfile.SYMTYPE, "up/..")),
+        "outside the folder"),
     "hard link out": (lambda t: _special(t, "h", tarfile.LNKTYPE, "/etc/passwd"),
                       "hard link"),
     "hard link to nothing": (lambda t: _special(t, "h", tarfile.LNKTYPE, "nope"),
@@ -147,12 +158,13 @@ def test_a_header_only_bomb_is_stopped_by_the_stream_limit(tmp_path: Path) -> No
         _file(tar, "a", b"1")
     data = gzip.compress(raw.getvalue() + bytes(20 * 1024 * 1024))
     assert unpack(data, tmp_path / "ok", max_bytes=1024, max_members=2) == ["a"]
-    # A member whose extended header is megabytes long claims no file bytes at all.
+    # Members whose extended headers are each within the limit claim no file bytes at all.
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        info = tarfile.TarInfo("b")
-        info.pax_headers = {"comment": "x" * (5 * 1024 * 1024)}
-        tar.addfile(info, io.BytesIO(b""))
+        for name in ("b", "c"):
+            info = tarfile.TarInfo(name)
+            info.pax_headers = {"comment": "x" * (60 * 1024)}
+            tar.addfile(info, io.BytesIO(b""))
     with pytest.raises(UnsafeArchiveError, match="unpacks to more than"):
         unpack(gzip.compress(raw.getvalue()), tmp_path / "pax", max_bytes=1024, max_members=2)
     assert unpack(pack([Member("a", b"1")]), tmp_path / "small", max_bytes=1,
@@ -163,3 +175,88 @@ def test_a_header_only_bomb_is_stopped_by_the_stream_limit(tmp_path: Path) -> No
 def test_garbage_is_not_an_archive(tmp_path: Path, junk: bytes) -> None:
     with pytest.raises(UnsafeArchiveError, match=r"not a readable tar\.gz"):
         unpack(junk, tmp_path)
+
+
+def _header(name: str, kind: bytes, size: int) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size = kind, size
+    return info.tobuf(format=tarfile.GNU_FORMAT)
+
+
+def _streamed_bomb(kind: bytes, size: int) -> bytes:
+    """A tar.gz whose first header is an extension of ``kind`` announcing ``size`` bytes
+    (a PAX record or a GNU long name), followed by one small file; compressed piece by piece
+    so that the test itself never holds the expanded bytes."""
+    if kind in (tarfile.XHDTYPE, tarfile.XGLTYPE):
+        head, tail = f"{size} comment=", "\n"
+        filler = size - len(head) - len(tail)
+    else:
+        head, tail, filler = "", "\0", size - 1
+    z = zlib.compressobj(6, zlib.DEFLATED, 31)
+    out = [z.compress(_header("././@LongLink", kind, size)), z.compress(head.encode())]
+    chunk = b"x" * (1024 * 1024)
+    while filler > 0:
+        out.append(z.compress(chunk[:filler]))
+        filler -= len(chunk)
+    out.append(z.compress(tail.encode()))
+    out.append(z.compress(bytes(-size % 512)))
+    body = b"1"
+    out.append(z.compress(_header("f", tarfile.REGTYPE, len(body)) + body + bytes(511)))
+    out.append(z.compress(bytes(1024)))
+    out.append(z.flush())
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("kind", [tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME,
+                                  tarfile.GNUTYPE_LONGLINK])
+def test_a_huge_extension_header_is_refused_before_it_is_read(tmp_path: Path,
+                                                              kind: bytes) -> None:
+    data = _streamed_bomb(kind, 200 * 1024 * 1024)
+    assert len(data) < 400 * 1024
+    with pytest.raises(UnsafeArchiveError, match="extension header of 209715200 bytes"):
+        unpack(data, tmp_path / "job")
+    assert not (tmp_path / "job" / "f").exists()
+
+
+def test_the_header_bomb_never_costs_its_size_in_memory(tmp_path: Path) -> None:
+    # In a child held to 256 MB of address space beyond what it has at the start: reading
+    # a 400 MB record would fail with MemoryError, refusing it does not.
+    bomb = tmp_path / "bomb.tar.gz"
+    bomb.write_bytes(_streamed_bomb(tarfile.XHDTYPE, 400 * 1024 * 1024))
+    script = (
+        "import resource, sys\n"
+        "from pathlib import Path\n"
+        "from pilot.archive import UnsafeArchiveError, unpack\n"
+        "data = Path(sys.argv[1]).read_bytes()\n"
+        "resource.setrlimit(resource.RLIMIT_DATA, (256 * 1024 * 1024,) * 2)\n"
+        "try:\n"
+        "    unpack(data, Path(sys.argv[2]))\n"
+        "except UnsafeArchiveError as exc:\n"
+        "    print('refused:', exc)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(bomb), str(tmp_path / "job")],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("refused: ")
+
+
+def test_a_long_name_within_the_header_limit_is_refused_without_an_os_error(
+        tmp_path: Path) -> None:
+    data = _tar(lambda t: _file(t, "d/" + "n" * 300))
+    with pytest.raises(UnsafeArchiveError, match="longer than 255 bytes"):
+        unpack(data, tmp_path)
+    data = _tar(lambda t: _file(t, "/".join(["d" * 200] * 30)))
+    with pytest.raises(UnsafeArchiveError, match="longer than 4095 bytes"):
+        unpack(data, tmp_path)
+
+
+def test_a_sparse_member_is_refused(tmp_path: Path) -> None:
+    data = _tar(lambda t: _special(t, "s", tarfile.GNUTYPE_SPARSE))
+    with pytest.raises(UnsafeArchiveError, match="sparse"):
+        unpack(data, tmp_path)
+
+
+def test_a_chain_of_extension_headers_is_refused(tmp_path: Path) -> None:
+    raw = b"".join(_header("././@PaxHeader", tarfile.XHDTYPE, 0) for _ in range(5000))
+    raw += _header("f", tarfile.REGTYPE, 0) + bytes(1024)
+    with pytest.raises(UnsafeArchiveError, match="extension headers in a row"):
+        unpack(gzip.compress(raw), tmp_path)

@@ -104,6 +104,9 @@ def test_the_client_takes_only_the_wire_format_from_the_pilot() -> None:
             if m.split(".")[0] == "pilot"}
     # ... and the sandbox archive format (packing and safe unpacking, standard library only).
     used = {m for m in used if m != "pilot.archive" and not m.startswith("pilot.archive.")}
+    # ... and the transport (a deadline per request, a cap on answers, redirects kept at the
+    # service's origin; standard library and requests only).
+    used = {m for m in used if m != "pilot.transfer"}
     assert used <= {"pilot.protocol", "pilot.protocol.API_PREFIX"}, used
 
 

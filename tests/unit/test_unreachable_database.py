@@ -75,16 +75,16 @@ def test_the_agents_wait_for_the_database(gone: DatabaseSettings) -> None:
     assert set(summaries) == {"watchdog", "cleanup"}
     assert all(summary.startswith("not run: the database did not answer")
                for summary in summaries.values())
-    rounds = []
+    rounds: list[float] = []
 
-    def sleep(_seconds: float) -> None:
-        rounds.append(1)
-        runner.stopping = len(rounds) >= 2
+    def sleep(seconds: float) -> None:
+        rounds.append(seconds)
+        runner.stopping = len(rounds) >= 3
 
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        runner.run_forever(sleep=sleep)  # two rounds, and no exception
+        runner.run_forever(sleep=sleep)  # three rounds, and no exception
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    assert len(rounds) == 2
+    assert rounds == [2.0, 4.0, 8.0]  # backing off while the database is away
