@@ -38,6 +38,8 @@ class Param:
     maximum: int | None = None
     enum: tuple[str, ...] | None = None
     required: bool = False
+    #: What the OpenAPI document says of the text ("date-time": a time in ISO 8601).
+    format: str | None = None
 
     def schema(self) -> dict[str, Any]:
         out: dict[str, Any] = {"type": self.type}
@@ -47,6 +49,8 @@ class Param:
             out["maximum"] = self.maximum
         if self.enum is not None:
             out["enum"] = list(self.enum)
+        if self.format is not None:
+            out["format"] = self.format
         return out
 
 

@@ -72,7 +72,7 @@ FILTERS = (Param("status", "only jobs in this status", enum=tuple(s.value for s 
            Param("job_name", "only jobs of this JobName (a trailing * matches a prefix)"),
            Param("job_group", "only jobs of this JobGroup (a trailing * matches a prefix)"),
            Param("since", "only jobs submitted at or after this time (ISO 8601, UTC unless "
-                          "it says otherwise)"))
+                          "it says otherwise)", format="date-time"))
 
 
 def job_filter(call: Call) -> JobFilter:

@@ -8,7 +8,14 @@ from typing import Any
 from flask import Flask
 
 from matcher import schemas
-from matcher.api import JSON, OPERATIONS, PATH_TEXT_DEFAULT, PATH_TEXT_LIMITS, Operation
+from matcher.api import (
+    JSON,
+    OPERATIONS,
+    PATH_TEXT_DEFAULT,
+    PATH_TEXT_LIMITS,
+    Operation,
+    Param,
+)
 
 #: Problems every endpoint may answer with, besides its own.
 _COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
@@ -70,7 +77,7 @@ def _operation(op: Operation) -> dict[str, Any]:
                              "pattern": NO_NUL}})
     for p in op.query:
         params.append({"name": p.name, "in": "query", "required": p.required,
-                       "description": p.description, "schema": p.schema()})
+                       "description": p.description, "schema": _query_schema(p)})
     if params:
         out["parameters"] = params
     if op.body is not None:
@@ -100,6 +107,16 @@ def _operation(op: Operation) -> dict[str, Any]:
             "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}})
     out["responses"] = responses
     return out
+
+
+def _query_schema(param: Param) -> dict[str, Any]:
+    """A query parameter's schema as the service reads it: a text holds no U+0000, and an
+    integer fits in 64 bits."""
+    schema: dict[str, Any] = _no_nul(param.schema())
+    if param.type == "integer":
+        schema.setdefault("minimum", -(2**63))
+        schema.setdefault("maximum", 2**63 - 1)
+    return schema
 
 
 def _no_nul(schema: Any) -> Any:

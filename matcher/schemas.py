@@ -193,8 +193,10 @@ MATCHING_QUEUES = obj({
                                                    "waiting": COUNT})},
     "waiting": COUNT,
 }, ("task_queues", "waiting"))
-EXPLAIN_REQUEST = obj({"job_id": ID, "queue": {"type": "string", "maxLength": 1000},
-                       "resource": RESOURCE}, ("job_id",))
+#: A queue, a resource or neither (every configured queue): never both.
+EXPLAIN_REQUEST = {**obj({"job_id": ID, "queue": {"type": "string", "maxLength": 1000},
+                          "resource": RESOURCE}, ("job_id",)),
+                   "not": {"required": ["queue", "resource"]}}
 _RULE = obj({"rule": STRING, "holds": {"type": "boolean"}, "detail": STRING})
 #: Against one queue or resource: each rule. Against every configured queue (neither given):
 #: each queue with the rules that fail there, and can_run when one of them can run it.
