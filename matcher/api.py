@@ -40,9 +40,11 @@ class Param:
     required: bool = False
     #: What the OpenAPI document says of the text ("date-time": a time in ISO 8601).
     format: str | None = None
+    #: The schema of a text with rules of its own (a pattern), instead of any string.
+    text: Schema | None = None
 
     def schema(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"type": self.type}
+        out: dict[str, Any] = dict(self.text) if self.text is not None else {"type": self.type}
         if self.minimum is not None:
             out["minimum"] = self.minimum
         if self.maximum is not None:

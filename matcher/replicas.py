@@ -20,8 +20,10 @@ bp = Blueprint("replicas", __name__, url_prefix="/api/v1/replicas")
 
 @endpoint(bp, "GET", "", tag="replicas", roles=(USER, OPERATOR),
           summary="The VO's replicas: of one file, at a storage element, or under a path",
-          query=(Param("lfn", "only the replicas of this file (with or without LFN:)"),
-                 Param("se", "only the replicas at this storage element"),
+          query=(Param("lfn", "only the replicas of this file (with or without LFN:)",
+                       text=schemas.LFN),
+                 Param("se", "only the replicas at this storage element",
+                       text=schemas.SE_NAME),
                  Param("prefix", "only files whose LFN starts with this"),
                  Param("limit", "replicas at most", "integer", minimum=1)),
           responses={200: ("Replicas, by LFN then storage element", schemas.REPLICA_LIST)})

@@ -210,12 +210,15 @@ EXPLANATION = obj({
 
 SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})
 SITE_MASK = obj({"banned": {"type": "array", "items": SITE_BAN}}, ("banned",))
-LIMIT_REQUEST = obj({
+#: A limit needs a number: max_running, matching_delay or both (null: none).
+LIMIT_REQUEST = {**obj({
     "site": SHORT_NAME, "ce": {"type": "string", "maxLength": 255},
     "attribute": {"type": "string", "enum": ["job_type", "owner_group"]}, "value": SHORT_NAME,
     "max_running": nullable({"type": "integer", "minimum": 0, "maximum": 2**31 - 1}),
     "matching_delay": nullable({"type": "integer", "minimum": 0, "maximum": 10**7}),
-}, ("site", "attribute", "value"))
+}, ("site", "attribute", "value")), "anyOf": [
+    {"required": [name], "properties": {name: {"type": "integer"}}}
+    for name in ("max_running", "matching_delay")]}
 LIMIT = obj({
     "limit_id": ID, "site": STRING, "ce": STRING, "attribute": STRING, "value": STRING,
     "max_running": nullable(INTEGER), "matching_delay": nullable(INTEGER),
@@ -252,8 +255,16 @@ SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
     {"vo": STRING, "sandboxes": COUNT, "bytes": {"type": "integer", "minimum": 0}})}})
 
 #: The replica catalogue (/api/v1/replicas).
-LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1028}
-SE_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 64}
+#: As taskqueue.replicas reads them: an absolute path without spaces, control characters or
+#: an empty component (with or without LFN:), and a name of letters, digits and ._:+-.
+LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1028,
+               "pattern": "^([Ll][Ff][Nn]:)?((/[^/\\s\\x00-\\x1f\\x7f]+)+/?|/)$",
+               "description": "an absolute path in the VO's namespace without spaces or an "
+                              "empty component, such as /lhcb/data/run1.dst (with or without "
+                              "LFN:)"}
+SE_NAME: Schema = {"type": "string", "minLength": 1, "maxLength": 64,
+                   "pattern": "^[A-Za-z0-9_.:+-]+$",
+                   "description": "a storage element's name of letters, digits and ._:+-"}
 REPLICA = obj({"lfn": LFN, "se": SE_NAME, "registered_at": TIME}, ("lfn", "se"))
 REPLICAS_ADD = obj({"replicas": {"type": "array", "items": obj({"lfn": LFN, "se": SE_NAME},
                                                                 ("lfn", "se")),

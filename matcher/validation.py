@@ -52,7 +52,10 @@ def validate(value: Any, schema: Schema, where: str = "body") -> None:
         if "maxLength" in schema and len(value) > schema["maxLength"]:
             raise SchemaError(f"{where} must be at most {schema['maxLength']} characters long")
         if "pattern" in schema and re.search(schema["pattern"], value) is None:
-            raise SchemaError(f"{where} must match {schema['pattern']}")
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            raise SchemaError(f"{where} must be {schema['description']}, got {shown!r}"
+                              if "description" in schema else
+                              f"{where} must match {schema['pattern']}")
     if isinstance(value, list):
         if len(value) < schema.get("minItems", 0):
             raise SchemaError(f"{where} must hold at least {schema['minItems']} item"

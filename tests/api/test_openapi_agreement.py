@@ -75,3 +75,40 @@ def test_the_document_allows_what_the_service_does(
     assert _allowed(document, method, documented, query, body) is allowed
     answer = client.call(method, path, token, query=query, json_body=body)
     assert (answer.status_code < 400) is allowed, answer.get_data(as_text=True)
+
+
+LIMIT = {"site": "LCG.CERN.cern", "attribute": "job_type", "value": "User"}
+#: More requests on which the document and the service agree.
+MORE = [pytest.param(*case, id=name) for name, *case in [
+    ("replicas at a storage element", "user", "GET", "/api/v1/replicas", "/api/v1/replicas",
+     {"se": "CERN-DST"}, None, True),
+    ("replicas at an empty storage element", "user", "GET", "/api/v1/replicas",
+     "/api/v1/replicas", {"se": ""}, None, False),
+    ("replicas of a relative LFN", "user", "GET", "/api/v1/replicas", "/api/v1/replicas",
+     {"lfn": "relative/f"}, None, False),
+    ("register a relative LFN", "operator", "POST", "/api/v1/replicas", "/api/v1/replicas",
+     None, {"replicas": [{"lfn": "0", "se": "CERN-DST"}]}, False),
+    ("register at a storage element with a space", "operator", "POST", "/api/v1/replicas",
+     "/api/v1/replicas", None, {"replicas": [{"lfn": "/lhcb/f", "se": "CERN DST"}]}, False),
+    ("remove LFNs with an empty component", "operator", "POST", "/api/v1/replicas/remove",
+     "/api/v1/replicas/remove", None, {"lfns": ["/lhcb//f"]}, False),
+    ("a limit of max_running", "operator", "POST", "/api/v1/limits", "/api/v1/limits", None,
+     {**LIMIT, "max_running": 3}, True),
+    ("a limit of matching_delay", "operator", "POST", "/api/v1/limits", "/api/v1/limits", None,
+     {**LIMIT, "matching_delay": 3}, True),
+    ("a limit of nothing", "operator", "POST", "/api/v1/limits", "/api/v1/limits", None,
+     LIMIT, False),
+]]
+
+
+@pytest.mark.parametrize(("who", "method", "documented", "path", "query", "body", "allowed"),
+                         MORE)
+def test_more_requests_where_the_document_and_the_service_agree(
+        client: Api, user_token: str, operator_token: str, who: str, method: str,
+        documented: str, path: str, query: dict[str, str] | None, body: Any,
+        allowed: bool) -> None:
+    token = user_token if who == "user" else operator_token
+    document = client.ok("GET", "/api/v1/openapi.json")
+    assert _allowed(document, method, documented, query, body) is allowed
+    answer = client.call(method, path, token, query=query, json_body=body)
+    assert (answer.status_code < 400) is allowed, answer.get_data(as_text=True)
