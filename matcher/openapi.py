@@ -16,6 +16,7 @@ from matcher.api import (
     Operation,
     Param,
 )
+from matcher.runtime import runtime_of
 
 #: Problems every endpoint may answer with, besides its own.
 _COMMON = {400: "Malformed request: bad JSON, an unknown or malformed query parameter",
@@ -41,6 +42,9 @@ def document(app: Flask, server: str = "/") -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
         paths.setdefault(openapi_path(op.rule), {})[op.method.lower()] = _operation(op)
+    # The largest upload this service takes ([sandboxes] max_upload_bytes; larger: 413).
+    upload = paths["/api/v1/sandboxes"]["post"]["requestBody"]["content"][JSON]["schema"]
+    upload["properties"]["size"]["maximum"] = runtime_of(app).settings.sandboxes.max_upload_bytes
     paths["/api/v1/openapi.json"] = {"get": {
         "operationId": "openapi", "summary": "This document (no token needed)",
         "tags": ["service"], "security": [],

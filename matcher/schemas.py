@@ -257,7 +257,7 @@ SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
 #: The replica catalogue (/api/v1/replicas).
 #: As taskqueue.replicas reads them: an absolute path without spaces, control characters or
 #: an empty component (with or without LFN:), and a name of letters, digits and ._:+-.
-LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1028,
+LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1024,
                "pattern": "^([Ll][Ff][Nn]:)?((/[^/\\s\\x00-\\x1f\\x7f]+)+/?|/)$",
                "description": "an absolute path in the VO's namespace without spaces or an "
                               "empty component, such as /lhcb/data/run1.dst (with or without "

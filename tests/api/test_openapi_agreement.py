@@ -112,3 +112,15 @@ def test_more_requests_where_the_document_and_the_service_agree(
     assert _allowed(document, method, documented, query, body) is allowed
     answer = client.call(method, path, token, query=query, json_body=body)
     assert (answer.status_code < 400) is allowed, answer.get_data(as_text=True)
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_the_document_says_the_largest_upload(client: Api, user_token: str, over: int) -> None:
+    """Up to [sandboxes] max_upload_bytes, an upload is taken; beyond, 413, and the document
+    does not allow it."""
+    size = client.settings.sandboxes.max_upload_bytes + over
+    body = {"checksum": "0" * 64, "size": size}
+    document = client.ok("GET", "/api/v1/openapi.json")
+    assert _allowed(document, "POST", "/api/v1/sandboxes", None, body) is (over == 0)
+    answer = client.call("POST", "/api/v1/sandboxes", user_token, json_body=body)
+    assert answer.status_code == (413 if over else 200), answer.get_data(as_text=True)
