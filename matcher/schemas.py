@@ -255,10 +255,13 @@ SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
     {"vo": STRING, "sandboxes": COUNT, "bytes": {"type": "integer", "minimum": 0}})}})
 
 #: The replica catalogue (/api/v1/replicas).
+#: Control characters and Unicode white space, spelled out (a generator may read \s as ASCII).
+_SPACE_OR_CONTROL = ("\\x00-\\x20\\x7f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029"
+                     "\\u202f\\u205f\\u3000")
 #: As taskqueue.replicas reads them: an absolute path without spaces, control characters or
 #: an empty component (with or without LFN:), and a name of letters, digits and ._:+-.
 LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1024,
-               "pattern": "^([Ll][Ff][Nn]:)?((/[^/\\s\\x00-\\x1f\\x7f]+)+/?|/)$",
+               "pattern": "^([Ll][Ff][Nn]:)?((/[^/" + _SPACE_OR_CONTROL + "]+)+/?|/)$",
                "description": "an absolute path in the VO's namespace without spaces or an "
                               "empty component, such as /lhcb/data/run1.dst (with or without "
                               "LFN:)"}
