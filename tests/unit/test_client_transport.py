@@ -40,6 +40,10 @@ def _read_request(conn: socket.socket) -> bytes:
     return data
 
 
+#: What a gridpilot service answers to GET /whoami (the client checks its shape).
+WHOAMI = {"subject": "alice", "role": "user", "vo": "lhcb", "group": "lhcb_user"}
+
+
 @pytest.fixture()
 def dropping_server() -> Iterator[tuple[str, list[str]]]:
     """Answers the first request on a connection and keeps it open; closes it unanswered when
@@ -49,7 +53,7 @@ def dropping_server() -> Iterator[tuple[str, list[str]]]:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     events: list[str] = []
-    body = json.dumps({"subject": "alice"}).encode()
+    body = json.dumps(WHOAMI).encode()
     answer = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
               + str(len(body)).encode() + b"\r\n\r\n" + body)
 
@@ -86,7 +90,7 @@ def test_a_dropped_kept_alive_connection_is_retried_once(
         dropping_server: tuple[str, list[str]]) -> None:
     url, events = dropping_server
     service = Service(url, "t", timeout=30)
-    assert service.whoami() == {"subject": "alice"}
-    assert service.whoami() == {"subject": "alice"}  # dropped, then answered anew
+    assert service.whoami() == WHOAMI
+    assert service.whoami() == WHOAMI  # dropped, then answered anew
     service.http.close()
     assert events == ["answered", "dropped", "answered"]
