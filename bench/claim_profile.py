@@ -26,7 +26,6 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
     sys.path[0] = str(_HERE.parent)
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
@@ -37,18 +36,11 @@ from datetime import UTC, datetime  # noqa: E402
 from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
 
+from bench.matcher import load_file  # noqa: E402
+
 
 def stream_module() -> ModuleType:
-    name = "gp_bench_pilot_stream"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _HERE / "pilot_stream.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit("cannot load bench/pilot_stream.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
 
 
 _DURATION = re.compile(r"duration: ([0-9.]+) ms\s+plan:\s*(.*)", re.S)

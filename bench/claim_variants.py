@@ -24,30 +24,18 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
     sys.path[0] = str(_HERE.parent)
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
-from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
+
+from bench.matcher import load_file  # noqa: E402
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 WARM_UP = 50
-
-
-def _load(name: str, path: Path) -> ModuleType:
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cpu(pid: int) -> float:
@@ -67,9 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.k, args.rounds) < 1 or args.claims <= WARM_UP:
         parser.error(f"--k and --rounds must be positive, --claims above {WARM_UP}")
     texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
-    ps = _load("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
+    ps = load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
     tq = ps.sibling("taskqueue")
-    original = _load("gp_migration_0026", _HERE.parent / "migrations" / "versions"
+    original = load_file("gp_migration_0026", _HERE.parent / "migrations" / "versions"
                      / "0026_purged_jobs.py").claim_function()
     import psycopg
 

@@ -108,19 +108,26 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+def load_file(alias: str, path: Path) -> ModuleType:
+    """The bench file at ``path`` as a module named ``alias`` (its own name could shadow a
+    package: bench/taskqueue.py), once per process. Registered before it runs: dataclasses,
+    and spawned processes unpickling its functions, look it up by that name."""
+    loaded = sys.modules.get(alias)
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.spec_from_file_location(alias, path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[alias] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_taskqueue_bench() -> ModuleType:
     """bench/taskqueue.py as a module (under another name: its own would shadow the
     ``taskqueue`` package)."""
-    loaded = sys.modules.get(TASKQUEUE_BENCH_MODULE)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(TASKQUEUE_BENCH_MODULE, TASKQUEUE_BENCH)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {TASKQUEUE_BENCH}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[TASKQUEUE_BENCH_MODULE] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+    return load_file(TASKQUEUE_BENCH_MODULE, TASKQUEUE_BENCH)
 
 
 # --------------------------------------------------------------------------- clients

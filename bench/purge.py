@@ -33,7 +33,6 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
     sys.path[0] = str(_HERE.parent)
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import multiprocessing as mp  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
@@ -43,6 +42,8 @@ from datetime import UTC, datetime, timedelta  # noqa: E402
 from types import ModuleType  # noqa: E402
 from typing import Any  # noqa: E402
 
+from bench.matcher import load_file  # noqa: E402
+
 PURGE_VO = "benchpurge"
 PURGE_GROUP = "benchpurge_user"
 HISTORY = (("Received", "Job accepted", "submit"), ("Checking", "Job sanity", "bench"),
@@ -51,16 +52,7 @@ HISTORY = (("Received", "Job accepted", "submit"), ("Checking", "Job sanity", "b
 
 
 def stream_module() -> ModuleType:
-    name = "gp_bench_pilot_stream"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, _HERE / "pilot_stream.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit("cannot load bench/pilot_stream.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
 
 
 # The claimers run in spawned processes that unpickle bench/pilot_stream.py's functions by
