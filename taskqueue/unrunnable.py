@@ -83,13 +83,14 @@ def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
     to_clear = _lock_waiting(session, sorted(flagged_now - stuck_set), NO_QUEUE_MINOR_STATUS)
     _set_minor(session, to_clear, WAITING_MINOR_STATUS, now)
     failed: list[int] = []
-    if fail_after > 0:
+    candidates = sorted(flagged_now & stuck_set)
+    if fail_after > 0 and candidates:
         h = history_table.c
         since = (select(h.job_id, func.max(h.at).label("at"))
-                 .where(h.minor_status == NO_QUEUE_MINOR_STATUS).group_by(h.job_id))
+                 .where(in_ids(h.job_id, candidates, dialect),
+                        h.minor_status == NO_QUEUE_MINOR_STATUS).group_by(h.job_id))
         old = [int(job_id) for job_id, at in session.execute(since)
-               if int(job_id) in flagged_now & stuck_set
-               and at <= now - timedelta(seconds=fail_after)]
+               if at <= now - timedelta(seconds=fail_after)]
         failed = _lock_waiting(session, sorted(old), NO_QUEUE_MINOR_STATUS)
         if failed:
             remove_jobs_from_queues(session, failed, now=now)
