@@ -212,8 +212,16 @@ def replicas() -> None:
     only at sites that reach a replica of every one of their files)."""
 
 
+def _vo_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """A VO's name as the catalogue keys it: one word of at most 64 characters."""
+    if not value or len(value) > 64 or any(c.isspace() or not c.isprintable() for c in value):
+        raise click.BadParameter(f"a VO is named by one word of at most 64 characters, got "
+                                 f"{value!r}")
+    return value
+
+
 @replicas.command("add")
-@click.option("--vo", required=True, help="The VO whose files these are.")
+@click.option("--vo", required=True, callback=_vo_name, help="The VO whose files these are.")
 @click.option("--se", default=None, help="The storage element of every LFN given.")
 @click.argument("lfns", nargs=-1)
 @click.option("--from", "source", type=click.File("r"), default=None,
@@ -234,18 +242,24 @@ def replicas_add(settings: Settings, vo: str, se: str | None, lfns: tuple[str, .
         pairs += [(lfn, se) for lfn in lfns]
     if not pairs:
         raise click.UsageError("give LFNs with --se, or --from FILE")
+    # The resources file is read before anything is stored: a broken one stores nothing.
+    resources = load_resources(Path(settings.resources.file))
     factory = make_session_factory(engine_for(settings.database))
     added = run_in_transaction(factory, lambda s: add_replicas(s, vo, pairs,
                                                                now=datetime.now(UTC)))
     click.echo(f"{added} new replicas ({len(pairs) - added} known already)")
-    for warning in unknown_storage(load_resources(Path(settings.resources.file)), vo,
-                                   {se for _lfn, se in pairs}):
+    for warning in unknown_storage(resources, vo, {se for _lfn, se in pairs}):
         click.echo(f"warning: {warning}", err=True)
 
 
 def _replica_lines(source: Any) -> list[tuple[str, str]]:
     pairs = []
-    for number, line in enumerate(source, 1):
+    try:
+        lines = list(source)
+    except UnicodeDecodeError as exc:
+        raise click.UsageError(f"{source.name}: not UTF-8 text (byte {exc.start} cannot be "
+                               "read)") from exc
+    for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
@@ -257,7 +271,7 @@ def _replica_lines(source: Any) -> list[tuple[str, str]]:
 
 
 @replicas.command("remove")
-@click.option("--vo", required=True, help="The VO whose files these are.")
+@click.option("--vo", required=True, callback=_vo_name, help="The VO whose files these are.")
 @click.option("--se", default=None, help="Only the replicas at this storage element.")
 @click.argument("lfns", nargs=-1, required=True)
 @click.pass_obj
@@ -272,7 +286,7 @@ def replicas_remove(settings: Settings, vo: str, se: str | None, lfns: tuple[str
 
 
 @replicas.command("list")
-@click.option("--vo", required=True, help="The VO whose files to list.")
+@click.option("--vo", required=True, callback=_vo_name, help="The VO whose files to list.")
 @click.option("--se", default=None, help="Only the replicas at this storage element.")
 @click.option("--prefix", default=None, help="Only files whose LFN starts with this.")
 @click.option("--limit", type=click.IntRange(1), default=1000, show_default=True)

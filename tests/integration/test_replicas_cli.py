@@ -46,3 +46,20 @@ def test_mistakes_are_one_clear_line(db: Database, tmp_path: Path) -> None:
     assert code == 1 and "must be an absolute path" in err and "Traceback" not in err
     code, out, _ = _gp(db, tmp_path, "list", "--vo", "lhcb")
     assert out == ""  # nothing of the refused calls was stored
+
+
+def test_hostile_inputs_store_nothing(db: Database, tmp_path: Path) -> None:
+    binary = tmp_path / "binary.txt"
+    binary.write_bytes(b"/lhcb/f1 CERN-DST\n\xff\xfe\n")
+    code, _out, err = _gp(db, tmp_path, "add", "--vo", "lhcb", "--from", str(binary))
+    assert code == 2 and "not UTF-8 text" in err and "Traceback" not in err
+    for vo in ("", "two words", "x" * 65):
+        code, _out, err = _gp(db, tmp_path, "add", "--vo", vo, "--se", "CERN-DST", "/lhcb/f1")
+        assert code == 2 and "a VO is named by one word" in err, (vo, err)
+    # A resources file that cannot be read is said before anything is stored.
+    out = run(["replicas", "add", "--vo", "lhcb", "--se", "CERN-DST", "/lhcb/f1"], tmp_path,
+              GRIDPILOT_DATABASE_URL=db.url,
+              GRIDPILOT_RESOURCES_FILE=str(tmp_path / "missing.toml"))
+    assert out.returncode == 1 and "does not exist" in out.stderr
+    code, out_text, _ = _gp(db, tmp_path, "list", "--vo", "lhcb")
+    assert out_text == ""
