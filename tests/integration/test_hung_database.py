@@ -17,11 +17,14 @@ from pathlib import Path
 
 import pytest
 import requests
+from sqlalchemy import text
 
 from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from taskqueue.database import make_engine
+from taskqueue.health import HealthProbe
+from taskqueue.settings import DatabaseSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hung-database-test-secret-0123456789"
@@ -145,3 +148,55 @@ def test_a_request_on_a_pooled_connection_to_a_frozen_database_answers_503(
             assert "Retry-After" in answer.headers
         finally:
             _signal_server(data, signal.SIGCONT)
+
+
+def test_the_health_check_keeps_its_connection_and_replaces_one_the_server_closed(
+        private_postgres: tuple[str, Path]) -> None:
+    """Checks reuse one connection (the private server has no other client), and the first check
+    after a server restart answers that the database is up: the dead connection is replaced
+    within that check, not reported as an outage."""
+    url, data = private_postgres
+    probe = HealthProbe(DatabaseSettings(url=url))
+    watcher = make_engine(url)
+    try:
+        assert probe.check() is None
+        assert probe.check() is None
+        with watcher.connect() as conn:
+            sessions = conn.execute(text(
+                "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid()")).scalar_one()
+        assert sessions == 1
+        watcher.dispose()
+        subprocess.run(_as_server_user(["pg_ctl", "-D", str(data), "-l", str(data.parent / "log"),
+                                        "-m", "fast", "-w", "restart"]),
+                       check=True, capture_output=True)
+        assert probe.check() is None
+    finally:
+        probe.dispose()
+        watcher.dispose()
+
+
+def test_a_check_waits_for_a_hung_one_instead_of_starting_another(
+        private_postgres: tuple[str, Path]) -> None:
+    """While the server is stopped, the first check answers within its deadline and later ones
+    at once; after SIGCONT the probe answers again."""
+    url, data = private_postgres
+    probe = HealthProbe(DatabaseSettings(url=url), deadline=0.5, connect_allowance=0.5)
+    try:
+        assert probe.check() is None
+        _signal_server(data, signal.SIGSTOP)
+        try:
+            first = probe.check()
+            assert first is not None and "did not answer within 0.5 s" in first
+            started = time.monotonic()
+            second = probe.check()
+            assert second is not None and "has not answered a check" in second
+            assert time.monotonic() - started < 0.4
+        finally:
+            _signal_server(data, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while probe.check() is not None:
+            assert time.monotonic() < deadline, "the probe did not recover"
+            time.sleep(0.2)
+    finally:
+        probe.dispose()
