@@ -57,7 +57,8 @@ def gunicorn_options(settings: Settings, *, bind: str | None = None,
     return {
         "bind": bind or m.bind,
         "workers": workers or m.workers,
-        "worker_class": "gthread" if m.threads > 1 else "sync",
+        # gthread with a thread kept for /healthz (gridpilot.worker).
+        "worker_class": "gridpilot.worker.MatcherWorker" if m.threads > 1 else "sync",
         "threads": m.threads,
         "timeout": m.timeout,
         "graceful_timeout": m.timeout,
@@ -82,7 +83,7 @@ def startup_line(settings: Settings, options: dict[str, Any]) -> str:
     shown = f"[{host}]" if ":" in host else host
     database = make_url(settings.database.url).render_as_string(hide_password=True)
     workers = (f"{options['workers']} worker(s) of {options['threads']} threads"
-               if options["worker_class"] == "gthread" else f"{options['workers']} worker(s)")
+               if options["threads"] > 1 else f"{options['workers']} worker(s)")
     return (f"gridpilot serve: listening on http://{shown}:{port} ({workers}), database "
             f"{database}; pilots are given {settings.matcher.url}")
 

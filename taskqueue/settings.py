@@ -151,7 +151,8 @@ class MatcherSettings:
     #: other pilots while one request waits for the database, keep a pilot's connection open
     #: between its requests (no TCP connect and close for each one), and on PostgreSQL send
     #: the claims their threads make at once to the database as one group with one commit
-    #: (taskqueue.groupcommit).
+    #: (taskqueue.groupcommit); each also keeps one more thread for /healthz, so that a
+    #: balancer's check is answered while every request thread waits for a hung database.
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30

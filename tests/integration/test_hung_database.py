@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -200,3 +201,57 @@ def test_a_check_waits_for_a_hung_one_instead_of_starting_another(
             time.sleep(0.2)
     finally:
         probe.dispose()
+
+
+def test_healthz_answers_while_every_request_thread_waits_for_the_database(
+        private_postgres: tuple[str, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each worker keeps a thread for /healthz (gridpilot.worker): with the one worker's four
+    request threads all waiting for a stopped server, a balancer's check still gets its 503
+    within the check's deadline instead of queueing behind them."""
+    url, data = private_postgres
+    work = tmp_path / "work"
+    work.mkdir()
+    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
+                        lifetime=600)
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    # The requests below wait 20 s for the frozen server (a pooled connection's statement, or
+    # a new connection); /healthz's own check gives up after 1 s.
+    monkeypatch.setenv("GRIDPILOT_DATABASE_STATEMENT_TIMEOUT", "20")
+    monkeypatch.setenv("GRIDPILOT_DATABASE_CONNECT_TIMEOUT", "20")
+    headers = {"Authorization": f"Bearer {token}"}
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
+                        workers=1) as base:
+        assert requests.get(f"{base}/api/v1/jobs/1", headers=headers,
+                            timeout=10).status_code == 404
+        answers: list[int] = []
+
+        def ask() -> None:
+            try:
+                answers.append(requests.get(f"{base}/api/v1/jobs/1", headers=headers,
+                                            timeout=90).status_code)
+            except requests.RequestException:
+                answers.append(-1)
+
+        _signal_server(data, signal.SIGSTOP)
+        askers = [threading.Thread(target=ask) for _ in range(8)]
+        try:
+            for asker in askers:
+                asker.start()
+            time.sleep(2)  # every request thread is now waiting for the server
+            for _ in range(3):
+                answer = requests.get(f"{base}/healthz", timeout=8)
+                assert answer.status_code == 503
+                assert "database" in answer.json()["detail"]
+            assert not answers, "the requests were meant to be still waiting"
+        finally:
+            _signal_server(data, signal.SIGCONT)
+            for asker in askers:
+                asker.join(timeout=120)
+        assert len(answers) == 8 and set(answers) <= {404, 503}, answers
+        deadline = time.monotonic() + 30
+        while requests.get(f"{base}/healthz", timeout=8).status_code != 200:
+            assert time.monotonic() < deadline, "healthz did not recover"
+            time.sleep(0.5)

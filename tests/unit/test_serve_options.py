@@ -1,5 +1,6 @@
 """``gridpilot serve``'s gunicorn options follow the [matcher] settings: one thread per
-worker keeps the sync workers, more (the default) choose the threaded (gthread) workers."""
+worker keeps the sync workers, more (the default) choose the threaded workers (gunicorn's gthread with a thread kept
+for /healthz, gridpilot.worker)."""
 
 from __future__ import annotations
 
@@ -26,14 +27,14 @@ def test_one_thread_per_worker_runs_sync_workers() -> None:
 
 def test_the_default_is_four_threads_per_worker() -> None:
     options = gunicorn_options(Settings())
-    assert (options["worker_class"], options["threads"]) == ("gthread", 4)
+    assert (options["worker_class"], options["threads"]) == ("gridpilot.worker.MatcherWorker", 4)
 
 
 def test_more_threads_run_threaded_workers() -> None:
     settings = Settings()
     settings = replace(settings, matcher=replace(settings.matcher, threads=4))
     options = gunicorn_options(settings, workers=3)
-    assert (options["worker_class"], options["threads"], options["workers"]) == ("gthread", 4, 3)
+    assert (options["worker_class"], options["threads"], options["workers"]) == ("gridpilot.worker.MatcherWorker", 4, 3)
 
 
 def test_gunicorn_believes_no_proxy_header_itself() -> None:
