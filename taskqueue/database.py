@@ -37,6 +37,9 @@ UNAVAILABLE = ("the database did not answer in time; nothing was changed, try ag
                "seconds")
 #: What a caller is told when the connection broke under the transaction (a restart).
 LOST = ("the database connection was lost; nothing was changed, try again in a few seconds")
+#: What a caller is told when the connection broke while the transaction was committing.
+LOST_AT_COMMIT = ("the database connection was lost while the change was being committed; it "
+                  "may or may not have been stored: look before trying again")
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
@@ -183,13 +186,23 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
                        attempts: int = 5) -> T:
     """Run ``work`` in one transaction, again from the start if it lost a race, and once more
     on a fresh connection when the one it had was dead (the server restarted since it was
-    pooled: the pool drops the others of its age as well)."""
+    pooled: the pool drops the others of its age as well).
+
+    A connection lost while the COMMIT was on its way is never retried: the server may have
+    applied the transaction before it went, and running ``work`` again could apply it twice.
+    The caller is told that the outcome is unknown."""
     reconnected = False
     for attempt in range(1, attempts + 1):
+        committing = False
         try:
             with factory.begin() as session:
-                return work(session)
+                result = work(session)
+                session.flush()
+                committing = True  # leaving the block commits
+            return result
         except DBAPIError as exc:
+            if exc.connection_invalidated and committing:
+                raise DatabaseUnavailableError(LOST_AT_COMMIT) from exc
             if exc.connection_invalidated and not reconnected:
                 reconnected = True
                 continue

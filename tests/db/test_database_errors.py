@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
-from taskqueue.database import make_engine
-from taskqueue.errors import ConfigurationError
+from taskqueue.database import LOST_AT_COMMIT, make_engine, run_in_transaction
+from taskqueue.errors import ConfigurationError, DatabaseUnavailableError
 from tests.conftest import Database
 
 SECRET_JDL = '[Executable = "secret-payload-7f3a"]'
@@ -26,3 +27,30 @@ def test_a_refused_url_does_not_show_its_password(url: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         make_engine(url)
     assert "tiger-pw" not in str(refused.value) and "***" in str(refused.value)
+
+
+def test_a_connection_lost_at_commit_is_not_run_again(db: Database) -> None:
+    """The server may have applied a transaction whose connection broke while the COMMIT was
+    on its way: the work is not run a second time, and the caller is told the outcome is
+    unknown (a connection found dead before that is retried: test_database_restart)."""
+    if not db.is_server:
+        pytest.skip("SQLite runs in the process: no connection to lose")
+    runs: list[int] = []
+
+    def work(session: Session) -> str:
+        runs.append(1)
+        if db.backend == "postgresql":
+            own = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            ending = f"SELECT pg_terminate_backend({int(own)}, 10000)"
+        else:
+            own = session.execute(text("SELECT CONNECTION_ID()")).scalar_one()
+            ending = f"KILL CONNECTION {int(own)}"
+        with db.engine.connect() as other:
+            other.execute(text(ending))
+        return "stored"
+
+    with pytest.raises(DatabaseUnavailableError) as lost:
+        run_in_transaction(db.factory, work)
+    assert runs == [1]
+    assert str(lost.value) == LOST_AT_COMMIT
+    assert run_in_transaction(db.factory, lambda s: s.execute(text("SELECT 1")).scalar_one()) == 1
