@@ -40,6 +40,11 @@ def variants(base: Scenario, segments: tuple[int, ...] | None) -> dict[str, Scen
         "per-core CPU time": dataclasses.replace(before, cpu_time_per_core=True),
         "finer segments": dataclasses.replace(before, cpu_time_segments=fine),
         "both": dataclasses.replace(before, cpu_time_per_core=True, cpu_time_segments=fine),
+        # What-ifs: the pilot also keeping a share of its time left free.
+        "both, 3% of the time left kept": dataclasses.replace(
+            before, cpu_time_per_core=True, cpu_time_segments=fine, margin_share=0.03),
+        "both, 5% of the time left kept": dataclasses.replace(
+            before, cpu_time_per_core=True, cpu_time_segments=fine, margin_share=0.05),
     }
 
 

@@ -67,6 +67,9 @@ class Scenario:
     director_pilots_per_cycle: int = 0
     #: The pilot's defaults (``PilotOptions.margin`` and ``idle_timeout``).
     margin: float = 60.0
+    #: A what-if, not a pilot option: the share of its seconds left that a pilot also keeps
+    #: free, for jobs that run longer than they asked (bench/match_rules.py measures it).
+    margin_share: float = 0.0
     idle_timeout: float = 600.0
     job_classes: tuple[JobClass, ...] = (
         JobClass("short single-core", 0.3, 1, 0.1, 1.0),
@@ -119,6 +122,8 @@ class Scenario:
                      "drain_out_hours"):
             if not getattr(self, name) >= 0:
                 problems.append(f"{name} must not be negative")
+        if not 0 <= self.margin_share < 1:
+            problems.append("margin_share must be at least 0 and below 1")
         if (self.director_cycle_seconds > 0) != (self.director_pilots_per_cycle > 0):
             problems.append("director_cycle_seconds and director_pilots_per_cycle must be "
                             "both above 0 (director pacing) or both 0")

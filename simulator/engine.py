@@ -456,10 +456,10 @@ class Simulation:
             if not p.multi and p.asked_once:
                 return
             limits = self._limits(p)
+            left = limits.seconds_left(self.now) if self.policy.time_aware else None
             ask = what_to_ask(
                 free_cores=p.cores - p.used,
-                seconds_left=limits.seconds_left(self.now) if self.policy.time_aware
-                else None,
+                seconds_left=None if left is None else left * (1 - s.margin_share),
                 margin=s.margin, cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
                 cores=p.cores)
             if ask is None:

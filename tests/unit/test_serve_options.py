@@ -1,6 +1,6 @@
 """``gridpilot serve``'s gunicorn options follow the [matcher] settings: one thread per
-worker keeps the sync workers, more (the default) choose the threaded workers (gunicorn's gthread with a thread kept
-for /healthz, gridpilot.worker)."""
+worker keeps the sync workers, more (the default) choose the threaded workers (gunicorn's
+gthread with a thread kept for /healthz, gridpilot.worker)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,8 @@ def test_more_threads_run_threaded_workers() -> None:
     settings = Settings()
     settings = replace(settings, matcher=replace(settings.matcher, threads=4))
     options = gunicorn_options(settings, workers=3)
-    assert (options["worker_class"], options["threads"], options["workers"]) == ("gridpilot.worker.MatcherWorker", 4, 3)
+    assert (options["worker_class"], options["threads"], options["workers"]) == (
+        "gridpilot.worker.MatcherWorker", 4, 3)
 
 
 def test_gunicorn_believes_no_proxy_header_itself() -> None:

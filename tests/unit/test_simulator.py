@@ -96,6 +96,25 @@ def test_a_job_running_longer_than_it_asked_is_killed_at_the_wall_limit() -> Non
     assert result.kill_waste == pytest.approx(2 * 7 * HOUR)
 
 
+def test_a_share_of_the_time_left_kept_free_leaves_a_job_that_may_run_late() -> None:
+    # One core, 100 min pilots. A (1 h) runs first, B comes at 30 min; at 1 h, 40 min are
+    # left and B asks for 20 min (the 30 min bucket) but runs 45 min. Keeping only the 60 s
+    # margin the pilot takes B and it is killed at the wall limit; keeping 30% of the time
+    # left too, the pilot offers 40 * 0.7 min - 60 s = 27 min, below B's bucket, and leaves
+    # it to the next pilot, on which it ends.
+    scenario = one_node(cores_per_node=1, wall_limit_hours=100 / 60, days=2.0 / 24,
+                        sample_seconds=60.0)
+    work = [(0.0, job(1, 1, 1.0)), (0.5 * HOUR, Job(2, 1, 20 * 60, 45 * 60))]
+    plain = simulate(scenario, AWARE, 1, workload=work)
+    kept = simulate(replace(scenario, margin_share=0.3), AWARE, 1, workload=work)
+    assert (plain.jobs_done, plain.killed_at_wall_limit) == (1, 1)
+    assert (kept.jobs_done, kept.killed_at_wall_limit) == (2, 0)
+    assert kept.idle["too little time left"] > plain.idle["too little time left"]
+    for share in (-0.1, 1.0):
+        with pytest.raises(ValueError, match="margin_share"):
+            one_node(margin_share=share)
+
+
 def test_a_drain_past_its_deadline_kills_and_reschedules_what_still_runs() -> None:
     # Freed at 1 h with a deadline 1.5 h later: A (1 core, 2 h) ends at 2 h; B (2 cores, 3 h)
     # is killed at 2.5 h after 2.5 h of work on 2 cores. Idle: 1 core from 1 h to 2 h, 2 cores
