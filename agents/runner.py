@@ -35,7 +35,7 @@ from agents.maintenance import (
 from agents.metrics import AgentMetrics, MetricsServer
 from agents.pilotstatus import PilotFollower, follow_pilots
 from agents.purge import purge_ended_jobs
-from agents.sandboxcleanup import clean_up_sandboxes
+from agents.sandboxcleanup import SweepClock, clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, renew_run, start_run
@@ -118,7 +118,9 @@ class Agents:
             "priorities": (a.priorities_interval, partial(recompute_shares, ctx)),
             "cleanup": (a.cleanup_interval, partial(clean_up, ctx)),
             "activity": (a.activity_interval, partial(record_dashboard_activity, ctx)),
-            "sandboxes": (a.cleanup_interval, partial(clean_up_sandboxes, ctx)),
+            "sandboxes": (a.cleanup_interval, partial(
+                clean_up_sandboxes, ctx,
+                sweeps=SweepClock(ctx.settings.sandboxes.sweep_interval))),
             "purge": (ctx.settings.purge.interval, partial(purge_ended_jobs, ctx)),
         }
         assert tuple(every) == LOOP_NAMES

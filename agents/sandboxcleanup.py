@@ -6,7 +6,7 @@ names are swept too."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from itertools import islice
 
@@ -24,13 +24,32 @@ from taskqueue.sandboxstore import SandboxStore, open_store
 BATCH = 500
 
 
+class SweepClock:
+    """When this process last swept the whole store: the sweep lists every stored object, so
+    it runs at most once per ``interval`` seconds (the first turn always sweeps)."""
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last: datetime | None = None
+
+    def due(self, now: datetime) -> bool:
+        if self.last is not None and (now - self.last).total_seconds() < self.interval:
+            return False
+        self.last = now
+        return True
+
+
 def clean_up_sandboxes(ctx: AgentContext, store: SandboxStore | None = None, *,
-                       batch: int = BATCH) -> str:
+                       batch: int = BATCH, sweeps: SweepClock | None = None) -> str:
+    """One turn: expired sandboxes removed, and the store swept for unrecorded objects when
+    ``sweeps`` says a sweep is due (always without one)."""
     store = store or open_store(ctx.settings)
     removed, freed = remove_expired_sandboxes(ctx, store, batch=batch)
+    line = f"{removed} sandbox(es) removed, {freed} bytes freed"
+    if sweeps is not None and not sweeps.due(ctx.now()):
+        return f"{line}, no store sweep due"
     swept = _sweep_unrecorded(ctx, store, batch)
-    return (f"{removed} sandbox(es) removed, {freed} bytes freed, {swept} unrecorded "
-            "object(s) swept")
+    return f"{line}, {swept} unrecorded object(s) swept"
 
 
 def remove_expired_sandboxes(ctx: AgentContext, store: SandboxStore, *, batch: int = BATCH,

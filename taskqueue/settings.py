@@ -437,6 +437,9 @@ class SandboxSettings:
     #: Seconds a sandbox is kept after the last job referencing it ended (or after its upload,
     #: when no job ever referenced it).
     retention: int = 7 * 86400
+    #: Seconds between two sweeps of the whole store for objects no record names (each lists
+    #: every stored object: on S3 one request per thousand); 0: at every cleanup turn.
+    sweep_interval: int = 86400
     #: Limits when a sandbox is unpacked: bytes of files and number of members.
     max_unpacked_bytes: int = 1024 * 1024 * 1024
     max_members: int = 10000
@@ -449,7 +452,7 @@ class SandboxSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"sandboxes.{name} must be at least 1, got {getattr(self, name)}")
-        for name in ("user_quota_bytes", "retention"):
+        for name in ("user_quota_bytes", "retention", "sweep_interval"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"sandboxes.{name} must not be negative, got {getattr(self, name)}")

@@ -112,3 +112,27 @@ def test_cleanup_sweeps_stored_objects_that_no_record_names(
     assert clean_up_sandboxes(ctx, store, batch=1).endswith("1 unrecorded object(s) swept")
     assert store.size(sandbox_id(orphan)) is None
     assert store.size(recorded) is not None
+
+
+def test_the_store_is_swept_once_per_sweep_interval(
+        db: Database, sandbox_settings: Settings) -> None:
+    """The sweep lists every stored object: the loop's turns in between skip it, and the
+    first turn after the interval sweeps what was left meanwhile."""
+    from agents.sandboxcleanup import SweepClock, clean_up_sandboxes
+
+    settings = sandbox_settings
+    store = open_store(settings)
+    start = datetime.now(UTC) + timedelta(seconds=settings.sandboxes.retention + 60)
+    clock = [start]
+    ctx = AgentContext(settings, db.factory, clock=lambda: clock[0])
+    sweeps = SweepClock(3600)
+    assert clean_up_sandboxes(ctx, store, sweeps=sweeps).endswith("0 unrecorded object(s) swept")
+    orphan = pack([Member("orphan", b"left by a failed upload meanwhile")])
+    store.put(sandbox_id(orphan), orphan)
+    clock[0] = start + timedelta(seconds=3599)
+    assert clean_up_sandboxes(ctx, store, sweeps=sweeps).endswith("no store sweep due")
+    assert store.size(sandbox_id(orphan)) == len(orphan)
+    clock[0] = start + timedelta(seconds=3600)
+    assert clean_up_sandboxes(ctx, store, sweeps=sweeps).endswith(
+        "1 unrecorded object(s) swept")
+    assert store.size(sandbox_id(orphan)) is None
