@@ -91,8 +91,10 @@ class Comparison:
                                                    strict=True) if get(w) > 0]
         return Estimate.of([1.0 - b / w for b, w in pairs]) if pairs else None
 
-    def headline(self) -> dict[str, float | None]:
+    def headline(self) -> dict[str, Any]:
         ref = self.policies[0].name
+        paired = self.paired_reduction("multi/aware/drain-cost", "multi/aware/random",
+                                       "free_nodes_draining_waste_core_hours")
         return {
             "reference_policy_occupancy": self.estimate(ref, "occupancy").mean
             if ref in self.runs else None,
@@ -100,6 +102,9 @@ class Comparison:
                 "multi/aware/drain-cost", "multi/aware/random",
                 "free_nodes_draining_waste_core_hours"),
             "drain_cost_vs_random_total_waste_reduction": _total_reduction(self),
+            # Seed by seed (the policies share their random streams), with its interval.
+            "drain_cost_vs_random_draining_waste_reduction_paired":
+                None if paired is None else paired.as_dict(),
         }
 
     def as_dict(self) -> dict[str, Any]:

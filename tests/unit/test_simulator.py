@@ -245,6 +245,9 @@ def test_simulate_prints_json_with_named_figures_and_writes_plots(tmp_path: Path
         assert set(one[key]) == {"mean", "ci95", "per_seed"}
         assert len(one[key]["per_seed"]) == 2
     assert "drain_cost_vs_random_draining_waste_reduction" in figures["headline"]
+    paired = figures["headline"]["drain_cost_vs_random_draining_waste_reduction_paired"]
+    assert set(paired) == {"mean", "ci95", "per_seed"}  # random victims wasted some here
+    assert all(r <= 1 for r in paired["per_seed"]) and len(paired["per_seed"]) == 2
     assert figures["preset"] == "small"
     for name in ("occupancy.png", "drain-waste.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
