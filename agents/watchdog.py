@@ -43,12 +43,14 @@ from taskqueue.stalled import (
     reschedule_silent_job,
 )
 from taskqueue.states import JobStatus
-from taskqueue.unrunnable import mark_unrunnable
+from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable
 
 S = JobStatus
 
 #: Jobs one transaction handles at most.
 BATCH = 200
+#: Transactions of unrunnable jobs (taskqueue.unrunnable.BATCH each) one turn runs at most.
+UNRUNNABLE_ROUNDS = 25
 
 Select = Callable[[Session, int], list[SilentJob]]
 Handle = Callable[[Session, list[SilentJob]], Counter[str]]
@@ -105,9 +107,14 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     for select, handle in steps:
         totals += _sweep(ctx, select, handle, batch)
     config = ctx.resources()
-    unrunnable = ctx.transaction(lambda s: mark_unrunnable(
-        s, runnable_task_queues(s, config, vos_at_work(s)), now=now,
-        fail_after=lease.unrunnable_timeout))
+    runnable = ctx.transaction(lambda s: runnable_task_queues(s, config, vos_at_work(s)))
+    unrunnable = UnrunnableOutcome(0, 0, 0)
+    for _ in range(UNRUNNABLE_ROUNDS):  # a batch a transaction; the rest next turn
+        step = ctx.transaction(lambda s: mark_unrunnable(
+            s, runnable, now=now, fail_after=lease.unrunnable_timeout))
+        unrunnable += step
+        if not step.more:
+            break
     return (f"{totals['stalled']} stalled, {totals['rescheduled']} rescheduled, "
             f"{totals['dead pilot']} of dead pilots rescheduled, "
             f"{totals['returned']} returned to their queue unstarted, "

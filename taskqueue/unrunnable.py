@@ -14,12 +14,12 @@ from collections.abc import Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.bulk import in_ids
 from taskqueue.jobs import apply_transition, record_minor_status
-from taskqueue.models import Job, history_table, tq_jobs_table
+from taskqueue.models import Job, TaskQueue, history_table, tq_jobs_table
 from taskqueue.queues import WAITING_MINOR_STATUS, remove_jobs_from_queues
 from taskqueue.states import JobStatus
 
@@ -30,15 +30,25 @@ SOURCE = "watchdog"
 JOB_ID = Job.__table__.c.id
 
 
+#: Jobs each kind of change takes per call: the watchdog calls again while any was full.
+BATCH = 2000
+
+
 @dataclass(frozen=True)
 class UnrunnableOutcome:
     flagged: int
     cleared: int
     failed: int
+    #: Some change took a full batch: more may be waiting for the next call.
+    more: bool = False
 
     def line(self) -> str:
         return (f"{self.flagged} waiting jobs no queue can run, {self.cleared} runnable again, "
                 f"{self.failed} failed for it")
+
+    def __add__(self, other: UnrunnableOutcome) -> UnrunnableOutcome:
+        return UnrunnableOutcome(self.flagged + other.flagged, self.cleared + other.cleared,
+                                 self.failed + other.failed, other.more)
 
 
 def _lock_waiting(session: Session, ids: list[int], minor: str) -> list[int]:
@@ -62,40 +72,57 @@ def _set_minor(session: Session, ids: list[int], minor: str, now: datetime) -> N
         record_minor_status(session, job_id, S.WAITING, minor, source=SOURCE, now=now)
 
 
+def _waiting_with(session: Session, minor: str, queue_rule: ColumnElement[bool] | None,
+                  limit: int) -> list[int]:
+    """Up to ``limit`` Waiting jobs with ``minor`` whose task queue meets ``queue_rule``, by
+    id (the queue rows and the jobs joined in the database: nothing is read per job here)."""
+    tqj = tq_jobs_table.c
+    stmt = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
+            .where(Job.status == S.WAITING.value, Job.minor_status == minor))
+    if queue_rule is not None:
+        stmt = stmt.where(queue_rule)
+    return [int(i) for i in session.scalars(stmt.order_by(tqj.job_id).limit(limit))]
+
+
 def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
-                    fail_after: int) -> UnrunnableOutcome:
+                    fail_after: int, limit: int = BATCH) -> UnrunnableOutcome:
     """Give the Waiting jobs of task queues not in ``runnable`` the minor status that says no
     queue can run them, give those of runnable ones their usual minor status back, and, with
-    ``fail_after`` > 0, fail those flagged for longer than that many seconds."""
+    ``fail_after`` > 0, fail those flagged for longer than that many seconds: at most
+    ``limit`` jobs of each, ``more`` saying whether to call again."""
     dialect = session.get_bind().dialect.name
     tqj = tq_jobs_table.c
-    with_jobs = {int(i) for i in session.scalars(select(tqj.tq_id).distinct())}
-    stuck_queues = sorted(with_jobs - set(runnable))
-    stuck = sorted(int(i) for i in session.scalars(
-        select(tqj.job_id).where(in_ids(tqj.tq_id, stuck_queues, dialect)))) \
-        if stuck_queues else []
-    flagged_now = set(session.scalars(select(Job.id).where(
-        Job.status == S.WAITING.value, Job.minor_status == NO_QUEUE_MINOR_STATUS)))
-    stuck_set = set(stuck)
-    to_flag = _lock_waiting(session, [j for j in stuck if j not in flagged_now],
-                            WAITING_MINOR_STATUS)
+    queues = {int(i) for i in session.scalars(select(TaskQueue.id))}
+    stuck_queues = sorted(queues - set(runnable))
+    in_stuck = in_ids(tqj.tq_id, stuck_queues, dialect) if stuck_queues else None
+    to_flag = _lock_waiting(session, _waiting_with(
+        session, WAITING_MINOR_STATUS, in_stuck, limit), WAITING_MINOR_STATUS) \
+        if in_stuck is not None else []
     _set_minor(session, to_flag, NO_QUEUE_MINOR_STATUS, now)
-    to_clear = _lock_waiting(session, sorted(flagged_now - stuck_set), NO_QUEUE_MINOR_STATUS)
+    to_clear = _lock_waiting(session, _waiting_with(
+        session, NO_QUEUE_MINOR_STATUS, None if in_stuck is None else ~in_stuck, limit),
+        NO_QUEUE_MINOR_STATUS)
     _set_minor(session, to_clear, WAITING_MINOR_STATUS, now)
     failed: list[int] = []
-    candidates = sorted(flagged_now & stuck_set)
-    if fail_after > 0 and candidates:
+    old: list[int] = []
+    if fail_after > 0 and in_stuck is not None:
         h = history_table.c
-        since = (select(h.job_id, func.max(h.at).label("at"))
-                 .where(in_ids(h.job_id, candidates, dialect),
-                        h.minor_status == NO_QUEUE_MINOR_STATUS).group_by(h.job_id))
-        old = [int(job_id) for job_id, at in session.execute(since)
-               if at <= now - timedelta(seconds=fail_after)]
-        failed = _lock_waiting(session, sorted(old), NO_QUEUE_MINOR_STATUS)
+        flagged = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
+                   .where(Job.status == S.WAITING.value,
+                          Job.minor_status == NO_QUEUE_MINOR_STATUS, in_stuck))
+        # Flagged last (the latest history row saying so) before the time allowed.
+        since = (select(h.job_id).where(h.job_id.in_(flagged.scalar_subquery()),
+                                        h.minor_status == NO_QUEUE_MINOR_STATUS)
+                 .group_by(h.job_id)
+                 .having(func.max(h.at) <= now - timedelta(seconds=fail_after))
+                 .order_by(h.job_id).limit(limit))
+        old = [int(job_id) for job_id in session.scalars(since)]
+        failed = _lock_waiting(session, old, NO_QUEUE_MINOR_STATUS)
         if failed:
             remove_jobs_from_queues(session, failed, now=now)
             apply_transition(session, failed, S.WAITING, S.FAILED,
                              minor_status=f"No configured queue could run it within "
                                           f"{fail_after} s", source=SOURCE, now=now,
                              values={"ended_at": now})
-    return UnrunnableOutcome(len(to_flag), len(to_clear), len(failed))
+    more = limit in (len(to_flag), len(to_clear), len(failed))
+    return UnrunnableOutcome(len(to_flag), len(to_clear), len(failed), more)

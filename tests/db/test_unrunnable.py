@@ -9,13 +9,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from sqlalchemy import select
+
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
 from taskqueue.jobs import job_history
-from taskqueue.models import Job, TaskQueueJob
+from taskqueue.models import Job, TaskQueue, TaskQueueJob
 from taskqueue.queues import WAITING_MINOR_STATUS
 from taskqueue.settings import ResourcesSettings, Settings
-from taskqueue.unrunnable import NO_QUEUE_MINOR_STATUS
+from taskqueue.unrunnable import NO_QUEUE_MINOR_STATUS, UnrunnableOutcome, mark_unrunnable
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 
@@ -100,3 +102,38 @@ def test_the_operator_may_fail_it_after_a_time(db: Database, settings: Settings,
     assert _job(db, long_job) == ("Failed", "No configured queue could run it within 3600 s",
                                   False)
     assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+
+
+def test_a_turn_takes_them_in_batches_and_reads_no_job_per_job(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """Each call flags, clears or fails at most ``limit`` jobs and says whether more wait; a
+    later call takes the next ones (the watchdog calls again within its turn)."""
+    with db.factory.begin() as s:
+        jobs = submit(s, settings, now, [requirements(cpu_time=600) for _ in range(5)])
+
+    def turn(runnable: set[int], at: datetime, fail_after: int = 0) -> UnrunnableOutcome:
+        with db.factory.begin() as s:
+            return mark_unrunnable(s, runnable, now=at, fail_after=fail_after, limit=2)
+
+    assert turn(set(), now) == UnrunnableOutcome(2, 0, 0, True)
+    assert turn(set(), now) == UnrunnableOutcome(2, 0, 0, True)
+    assert turn(set(), now) == UnrunnableOutcome(1, 0, 0, False)
+    assert turn(set(), now) == UnrunnableOutcome(0, 0, 0, False)
+    assert {_job(db, j)[1] for j in jobs} == {NO_QUEUE_MINOR_STATUS}
+    with db.factory() as s:
+        queues = set(s.scalars(select(TaskQueue.id)))
+    assert turn(queues, now) == UnrunnableOutcome(0, 2, 0, True)
+    assert turn(queues, now) == UnrunnableOutcome(0, 2, 0, True)
+    assert turn(queues, now) == UnrunnableOutcome(0, 1, 0, False)
+    assert {_job(db, j)[1] for j in jobs} == {WAITING_MINOR_STATUS}
+    later = now + timedelta(hours=2)
+    assert turn(set(), now).flagged == 2  # two flagged at ``now``, three 90 min later
+    while turn(set(), now + timedelta(minutes=90)).more:
+        pass
+    assert turn(set(), later, fail_after=3600) == UnrunnableOutcome(0, 0, 2, True)
+    assert turn(set(), later, fail_after=3600) == UnrunnableOutcome(0, 0, 0, False)
+    assert turn(set(), later + timedelta(hours=1), fail_after=3600) == UnrunnableOutcome(
+        0, 0, 2, True)
+    assert turn(set(), later + timedelta(hours=1), fail_after=3600) == UnrunnableOutcome(
+        0, 0, 1, False)
+    assert {_job(db, j)[0] for j in jobs} == {"Failed"}
