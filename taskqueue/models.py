@@ -27,7 +27,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql import text
 from sqlalchemy.types import TypeEngine
+
+from taskqueue.states import NO_QUEUE_MINOR_STATUS
+
+#: The rows of the partial index of unrunnable jobs (migration 0027).
+UNRUNNABLE_PREDICATE = f"status = 'Waiting' AND minor_status = '{NO_QUEUE_MINOR_STATUS}'"
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -135,6 +141,12 @@ class Job(Base):
         # Running limits count a site's running jobs.
         Index(None, "site", "status", "ce"),
         Index(None, "pilot_reference"),
+        # The Waiting jobs no configured queue can run (taskqueue.unrunnable), looked up at
+        # every watchdog turn: where the database has partial indexes (PostgreSQL, SQLite),
+        # an index of only them; MariaDB reads the Waiting jobs instead.
+        Index("ix_jobs_unrunnable", "id", postgresql_where=text(UNRUNNABLE_PREDICATE),
+              sqlite_where=text(UNRUNNABLE_PREDICATE),
+              info={"dialects": ("postgresql", "sqlite")}),
     )
 
 

@@ -27,6 +27,9 @@ class JobStatus(StrEnum):
 
 S = JobStatus
 
+#: The minor status of a Waiting job that no configured queue can run (taskqueue.unrunnable).
+NO_QUEUE_MINOR_STATUS = "No configured queue can run it (see explain)"
+
 #: Statuses a job may move to from each status.
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     S.RECEIVED: frozenset({S.CHECKING, S.FAILED, S.KILLED, S.DELETED}),

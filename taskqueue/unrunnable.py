@@ -14,18 +14,16 @@ from collections.abc import Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import ColumnElement, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.bulk import in_ids
 from taskqueue.jobs import apply_transition, record_minor_status
 from taskqueue.models import Job, TaskQueue, history_table, tq_jobs_table
 from taskqueue.queues import WAITING_MINOR_STATUS, remove_jobs_from_queues
-from taskqueue.states import JobStatus
+from taskqueue.states import NO_QUEUE_MINOR_STATUS, JobStatus
 
 S = JobStatus
-#: The minor status of a Waiting job that no configured queue can run.
-NO_QUEUE_MINOR_STATUS = "No configured queue can run it (see explain)"
 SOURCE = "watchdog"
 JOB_ID = Job.__table__.c.id
 
@@ -77,8 +75,11 @@ def _waiting_with(session: Session, minor: str, queue_rule: ColumnElement[bool] 
     """Up to ``limit`` Waiting jobs with ``minor`` whose task queue meets ``queue_rule``, by
     id (the queue rows and the jobs joined in the database: nothing is read per job here)."""
     tqj = tq_jobs_table.c
+    # The values written in the statement: a partial index on them (the flagged jobs, see
+    # taskqueue.models) serves it in any plan, a prepared one included.
     stmt = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
-            .where(Job.status == S.WAITING.value, Job.minor_status == minor))
+            .where(Job.status == literal(S.WAITING.value, literal_execute=True),
+                   Job.minor_status == literal(minor, literal_execute=True)))
     if queue_rule is not None:
         stmt = stmt.where(queue_rule)
     return [int(i) for i in session.scalars(stmt.order_by(tqj.job_id).limit(limit))]

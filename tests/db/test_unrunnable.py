@@ -17,7 +17,8 @@ from taskqueue.jobs import job_history
 from taskqueue.models import Job, TaskQueue, TaskQueueJob
 from taskqueue.queues import WAITING_MINOR_STATUS
 from taskqueue.settings import ResourcesSettings, Settings
-from taskqueue.unrunnable import NO_QUEUE_MINOR_STATUS, UnrunnableOutcome, mark_unrunnable
+from taskqueue.states import NO_QUEUE_MINOR_STATUS
+from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 
