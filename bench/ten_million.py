@@ -321,7 +321,8 @@ def disk_and_memory(url: str) -> None:
                         readable += 1
     emit({"measure": "server_memory", "postgres_processes": len(pids),
           "rss_mb_sum": round(rss / 1024, 1),
-          "pss_mb_sum": round(pss / 1024, 1) if readable == len(pids) and pids else None,
+          "pss_mb_sum": round(pss / 1024, 1) if readable else None,
+          "pss_processes_read": readable,
           "shared_buffers": shared,
           "note": "RSS counts the shared buffers once per process that touched them; PSS "
                   "shares them out"})
