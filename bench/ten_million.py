@@ -209,7 +209,26 @@ def jobs_scans(url: str) -> tuple[int, int]:
     return int(row[0]), int(row[1])
 
 
-def agent_turns(url: str, tmp: Path, target: float) -> None:
+def sites_file(tmp: Path) -> Path:
+    """A resources file in which each of the bulk's 1,000 sites serves the bulk's VO and the
+    claimed one (every platform, tag and CPU time of the workload) through one CE that names
+    no Executor (so the director starts no pilot there)."""
+    tags = sorted({*ps.ALL_TAGS, *(f"tag{t:03d}" for t in range(TAGS_N))})
+    lines = []
+    for n in range(SITES_N):
+        site = ps.SITES[n] if n < len(ps.SITES) else f"LCG.Site{n:03d}.org"
+        lines += [f'[Sites."{site}"]', f'VO = ["{BULK_VO}", "{ps.VO}", "lhcb"]', "HS06 = 1.0",
+                  'Platform = ["EL9", "EL8"]', f"Tags = {json.dumps(tags)}",
+                  f'[Sites."{site}".CEs."ce{n:03d}.bench"]',
+                  f'[Sites."{site}".CEs."ce{n:03d}.bench".Queues.long]',
+                  f"MaxCPUTime = {max(ps.CPU_TIMES) // 60 + 60}", "NumberOfProcessors = 1",
+                  "MaxRAM = 8192", ""]
+    path = tmp / "sites.toml"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def agent_turns(url: str, tmp: Path, target: float, resources: Path) -> None:
     """One turn of every loop of ``gridpilot agents``, each in its own engine (closed after,
     so that its backends' statistics reach pg_stat_user_tables)."""
     from agents.context import AgentContext
@@ -220,8 +239,7 @@ def agent_turns(url: str, tmp: Path, target: float) -> None:
     base = Settings()
     settings = replace(base, database=replace(base.database, url=url),
                        auth=replace(base.auth, secret=SUBMIT_SECRET),
-                       resources=replace(base.resources,
-                                         file=str(ROOT / "conf" / "resources.toml")),
+                       resources=replace(base.resources, file=str(resources)),
                        agents=replace(base.agents, vo=BULK_VO,
                                       pilot_workdir=str(tmp / "pilots")))
     for name in LOOP_NAMES:
@@ -348,6 +366,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--target-ms", type=float, default=300.0)
     parser.add_argument("--turn-target", type=float, default=5.0,
                         help="seconds one agent loop's turn may take (default 5)")
+    parser.add_argument("--sites-served", action="store_true",
+                        help="the agent loops read a resources file in which the 1,000 sites "
+                             "serve the workload (CEs without an Executor: no pilot is "
+                             "started); default conf/resources.toml, which serves none of it")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args(argv)
@@ -391,7 +413,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "claims_per_s_full": full["claims_per_s"], "full_x_base": ratio,
               "target": 0.8, "met": ratio is not None and ratio >= 0.8})
         bulk_submission(url, calibration, Path(tmpdir))
-        agent_turns(url, Path(tmpdir), args.turn_target)
+        agent_turns(url, Path(tmpdir), args.turn_target,
+                    sites_file(Path(tmpdir)) if args.sites_served else
+                    ROOT / "conf" / "resources.toml")
         tq.analyze(url, backend, vacuum=False)
         dashboard_pages(url, args.repeat, args.target_ms)
         disk_and_memory(url)
