@@ -17,10 +17,12 @@ floor: a single-row UPDATE with a durable commit). Then:
 4. one bulk submission of 1,000 jobs (a JSON list) through the matcher app's POST /api/v1/jobs
    in process (Flask test client), as bench/submit_inprocess.py sends it;
 5. one turn of every agent loop (agents/runner.py's LOOP_NAMES, each as ``gridpilot agents``
-   runs it, with ``[agents] vo`` the bulk's VO: no site of conf/resources.toml serves it, so
-   the director starts no pilot), its seconds (the target: at most 5 s) and, read from
-   pg_stat_user_tables, the sequential scans of the jobs table it made (the activity loop
-   may make none);
+   runs it, with ``[agents] vo`` the bulk's VO), its seconds (the target: at most 5 s) and,
+   read from pg_stat_user_tables, the sequential scans of the jobs table it made (the
+   activity loop may make none). The loops read conf/resources.toml, which serves none of the
+   workload (the watchdog finds every waiting job unrunnable), or with ``--sites-served`` a
+   generated file in which the 1,000 sites serve it; either way no CE names an Executor that
+   could take the workload's pilots, so the director starts none;
 6. each /ui/ page of bench/dashboard.py's list, as an operator of the bulk's VO (median of
    ``--repeat`` fetches after one warm-up; the target: at most 300 ms);
 7. the disk (pg_database_size, the largest relations) and the server's memory (the RSS and,
@@ -210,9 +212,9 @@ def jobs_scans(url: str) -> tuple[int, int]:
 
 
 def sites_file(tmp: Path) -> Path:
-    """A resources file in which each of the bulk's 1,000 sites serves the bulk's VO and the
-    claimed one (every platform, tag and CPU time of the workload) through one CE that names
-    no Executor (so the director starts no pilot there)."""
+    """A resources file in which each of the bulk's 1,000 sites serves the bulk's VO, the
+    claimed one and lhcb (the bulk submission's) with every platform, tag and CPU time of the
+    workload, through one CE that names no Executor (so the director starts no pilot)."""
     tags = sorted({*ps.ALL_TAGS, *(f"tag{t:03d}" for t in range(TAGS_N))})
     lines = []
     for n in range(SITES_N):
