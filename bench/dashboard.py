@@ -318,6 +318,23 @@ def explain(engine: Engine, statement: str, params: Any) -> str:
     return "\n".join("  " + " | ".join(str(c) for c in row) for row in rows)
 
 
+def operator_client(url: str, vo: str) -> tuple[Any, Any]:
+    """A Flask test client of the matcher app on ``url`` signed in to /ui as an operator of
+    ``vo``, and the app's runtime (dispose it at the end)."""
+    settings = Settings()
+    settings = replace(settings, database=replace(settings.database, url=url),
+                       auth=replace(settings.auth, secret=SECRET),
+                       resources=replace(settings.resources,
+                                         file=str(ROOT / "conf" / "resources.toml")))
+    app = create_app(settings)
+    client = app.test_client()
+    token = issue_token(SECRET, subject="olga", role="operator", vo=vo, group=f"{vo}_admin",
+                        lifetime=3600)
+    viewer = cookies.sign_in(token, SECRET, lifetime=3600)
+    client.set_cookie(cookies.COOKIE, cookies.encode(viewer, SECRET), path="/ui")
+    return client, runtime_of(app)
+
+
 def run(args: argparse.Namespace) -> int:
     load0 = os.getloadavg()
     emit({"measure": "machine", "cpus": os.cpu_count(), "loadavg_before": load0})
@@ -333,18 +350,7 @@ def run(args: argparse.Namespace) -> int:
         emit({"measure": "activity_turn", "ms": round(1000 * (time.perf_counter() - started)),
               "summary": summary.line()})
         analyse(engine)
-        settings = Settings()
-        settings = replace(settings, database=replace(settings.database, url=url),
-                           auth=replace(settings.auth, secret=SECRET),
-                           resources=replace(settings.resources,
-                                             file=str(ROOT / "conf" / "resources.toml")))
-        app = create_app(settings)
-        runtime = runtime_of(app)
-        client = app.test_client()
-        token = issue_token(SECRET, subject="olga", role="operator", vo="lhcb",
-                            group="lhcb_admin", lifetime=3600)
-        viewer = cookies.sign_in(token, SECRET, lifetime=3600)
-        client.set_cookie(cookies.COOKIE, cookies.encode(viewer, SECRET), path="/ui")
+        client, runtime = operator_client(url, "lhcb")
         with engine.connect() as conn:
             first_tq = conn.execute(text("SELECT min(id) FROM task_queues")).scalar_one()
             last_job = conn.execute(text("SELECT max(id) FROM jobs")).scalar_one()

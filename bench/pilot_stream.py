@@ -90,7 +90,7 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
+from collections.abc import Callable, Sequence  # noqa: E402
 from dataclasses import asdict, dataclass, field, replace  # noqa: E402
 from datetime import UTC, datetime  # noqa: E402
 from types import ModuleType  # noqa: E402
@@ -267,9 +267,11 @@ def clear_vos(url: str, vos: Sequence[str]) -> None:
 
 
 def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequence[int],
-         priority: Sequence[int], *, chunk: int = 10_000) -> list[int]:
+         priority: Sequence[int], *, chunk: int = 10_000,
+         spec_of: Callable[[int], QueueSpec] = queue_spec) -> list[int]:
     """Bulk-load K queues of ``vo`` and their jobs, in the state the library leaves them
-    (Waiting, three history rows, a task_queue_jobs row); return the queues' ids."""
+    (Waiting, three history rows, a task_queue_jobs row); return the queues' ids. Queue
+    ``q`` requires ``spec_of(q)`` (default :func:`queue_spec`)."""
     from sqlalchemy import insert
 
     from taskqueue.database import make_engine, make_session_factory
@@ -298,7 +300,7 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
     try:
         for lo in range(0, k, chunk):
             part = range(lo, min(lo + chunk, k))
-            specs = [queue_spec(q) for q in part]
+            specs = [spec_of(q) for q in part]
             defs = [TaskQueueDefinition.for_job(requirements(vo, group, s), settings)
                     for s in specs]
             with factory.begin() as session:
@@ -326,7 +328,8 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
         for lo in range(0, len(job_queue), chunk):
             hi = min(lo + chunk, len(job_queue))
             with factory.begin() as session:
-                fill(session, vo, group, range(lo, hi), job_queue, priority, tq_ids, now)
+                fill(session, vo, group, range(lo, hi), job_queue, priority, tq_ids, now,
+                     spec_of)
     finally:
         engine.dispose()
     return tq_ids
@@ -348,13 +351,14 @@ def _job_row(vo: str, group: str, i: int, spec: QueueSpec, prio: int, now: datet
 
 
 def _insert_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: Sequence[int],
-                 priority: Sequence[int], tq_ids: Sequence[int], now: datetime) -> None:
+                 priority: Sequence[int], tq_ids: Sequence[int], now: datetime,
+                 spec_of: Callable[[int], QueueSpec] = queue_spec) -> None:
     from sqlalchemy import insert
 
     from taskqueue.models import history_table, jobs_table, tq_jobs_table
 
     conn = session.connection()
-    rows = [_job_row(vo, group, i, queue_spec(job_queue[i]), priority[i], now) for i in numbers]
+    rows = [_job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now) for i in numbers]
     ids = list(conn.execute(
         insert(jobs_table).returning(jobs_table.c.id, sort_by_parameter_order=True),
         rows).scalars())
@@ -367,7 +371,8 @@ def _insert_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: S
 
 
 def _copy_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: Sequence[int],
-               priority: Sequence[int], tq_ids: Sequence[int], now: datetime) -> None:
+               priority: Sequence[int], tq_ids: Sequence[int], now: datetime,
+               spec_of: Callable[[int], QueueSpec] = queue_spec) -> None:
     """The rows of :func:`_insert_jobs` by PostgreSQL COPY (ids taken from the sequence)."""
     from sqlalchemy import text
 
@@ -383,7 +388,7 @@ def _copy_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: Seq
     with raw.cursor() as cur:
         with cur.copy(f"COPY jobs ({', '.join(columns)}) FROM STDIN") as copy:
             for i, jid in zip(numbers, ids, strict=True):
-                row = _job_row(vo, group, i, queue_spec(job_queue[i]), priority[i], now)
+                row = _job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now)
                 row["id"] = jid
                 row["submitted_at"] = naive_now
                 copy.write_row([row[c] for c in columns])
@@ -427,8 +432,11 @@ def waiting_in(url: str, vos: Sequence[str]) -> int:
         engine.dispose()
 
 
-def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int) -> None:
-    """``jobs`` waiting jobs in the background VOs (loaded unless they are there already)."""
+def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int, *,
+                      vos: Sequence[str] = BACKGROUND_VOS,
+                      spec_of: Callable[[int], QueueSpec] = queue_spec) -> None:
+    """``jobs`` waiting jobs in background VOs (``vos``, some of :data:`BACKGROUND_VOS`),
+    each VO's queue ``q`` requiring ``spec_of(q)`` (loaded unless they are there already)."""
     if jobs <= 0:
         return
     if waiting_in(url, BACKGROUND_VOS) == jobs:
@@ -436,19 +444,19 @@ def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int)
         return
     clear_vos(url, BACKGROUND_VOS)
     t0 = time.perf_counter()
-    per_vo = [jobs // len(BACKGROUND_VOS) + (v < jobs % len(BACKGROUND_VOS))
-              for v in range(len(BACKGROUND_VOS))]
-    k = max(1, queues // len(BACKGROUND_VOS))
-    for vo, n in zip(BACKGROUND_VOS, per_vo, strict=True):
+    per_vo = [jobs // len(vos) + (v < jobs % len(vos)) for v in range(len(vos))]
+    k = max(1, queues // len(vos))
+    for vo, n in zip(vos, per_vo, strict=True):
         if n:
             kk = min(k, n)
             wl = make_workload(kk, n, seed + 1)
-            load(url, backend, vo, f"{vo}_user", kk, wl.job_queue, wl.priority)
+            load(url, backend, vo, f"{vo}_user", kk, wl.job_queue, wl.priority,
+                 spec_of=spec_of)
             log(f"background: {vo} loaded, {n:,} jobs over {kk:,} queues")
-    recompute(url, BACKGROUND_VOS, [f"{vo}_user" for vo in BACKGROUND_VOS])
+    recompute(url, vos, [f"{vo}_user" for vo in vos])
     seconds = time.perf_counter() - t0
     emit({"measure": "background_load", "backend": backend, "jobs": jobs, "queues": queues,
-          "vos": len(BACKGROUND_VOS), "seconds": round(seconds, 2),
+          "vos": len(vos), "seconds": round(seconds, 2),
           "method": "COPY" if backend == "postgresql" else "INSERT"})
 
 
