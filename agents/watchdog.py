@@ -43,7 +43,7 @@ from taskqueue.stalled import (
     reschedule_silent_job,
 )
 from taskqueue.states import JobStatus
-from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable
+from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable, task_queue_ids
 
 S = JobStatus
 
@@ -107,11 +107,12 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     for select, handle in steps:
         totals += _sweep(ctx, select, handle, batch)
     config = ctx.resources()
-    runnable = ctx.transaction(lambda s: runnable_task_queues(s, config, vos_at_work(s)))
+    known, runnable = ctx.transaction(lambda s: (
+        task_queue_ids(s), runnable_task_queues(s, config, vos_at_work(s))))
     unrunnable = UnrunnableOutcome(0, 0, 0)
     for _ in range(UNRUNNABLE_ROUNDS):  # a batch a transaction; the rest next turn
         step = ctx.transaction(lambda s: mark_unrunnable(
-            s, runnable, now=now, fail_after=lease.unrunnable_timeout))
+            s, runnable, now=now, fail_after=lease.unrunnable_timeout, known=known))
         unrunnable += step
         if not step.more:
             break

@@ -85,16 +85,24 @@ def _waiting_with(session: Session, minor: str, queue_rule: ColumnElement[bool] 
     return [int(i) for i in session.scalars(stmt.order_by(tqj.job_id).limit(limit))]
 
 
+def task_queue_ids(session: Session) -> set[int]:
+    """Every task queue's id: read with the runnable ones, so that a queue made afterwards
+    is not taken for one no configured queue can run."""
+    return {int(i) for i in session.scalars(select(TaskQueue.id))}
+
+
 def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
-                    fail_after: int, limit: int = BATCH) -> UnrunnableOutcome:
-    """Give the Waiting jobs of task queues not in ``runnable`` the minor status that says no
-    queue can run them, give those of runnable ones their usual minor status back, and, with
-    ``fail_after`` > 0, fail those flagged for longer than that many seconds: at most
-    ``limit`` jobs of each, ``more`` saying whether to call again."""
+                    fail_after: int, limit: int = BATCH,
+                    known: Set[int] | None = None) -> UnrunnableOutcome:
+    """Give the Waiting jobs of task queues not in ``runnable`` (of ``known``, when given;
+    else of all) the minor status that says no queue can run them, give those of runnable ones
+    their usual minor status back, and, with ``fail_after`` > 0, fail those flagged for longer
+    than that many seconds: at most ``limit`` jobs of each, ``more`` saying whether to call
+    again."""
     dialect = session.get_bind().dialect.name
     tqj = tq_jobs_table.c
-    queues = {int(i) for i in session.scalars(select(TaskQueue.id))}
-    stuck_queues = sorted(queues - set(runnable))
+    queues = task_queue_ids(session) if known is None else known
+    stuck_queues = sorted(set(queues) - set(runnable))
     in_stuck = in_ids(tqj.tq_id, stuck_queues, dialect) if stuck_queues else None
     to_flag = _lock_waiting(session, _waiting_with(
         session, WAITING_MINOR_STATUS, in_stuck, limit), WAITING_MINOR_STATUS) \
@@ -105,12 +113,12 @@ def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
         NO_QUEUE_MINOR_STATUS)
     _set_minor(session, to_clear, WAITING_MINOR_STATUS, now)
     failed: list[int] = []
-    old: list[int] = []
     if fail_after > 0 and in_stuck is not None:
         h = history_table.c
         flagged = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
-                   .where(Job.status == S.WAITING.value,
-                          Job.minor_status == NO_QUEUE_MINOR_STATUS, in_stuck))
+                   .where(Job.status == literal(S.WAITING.value, literal_execute=True),
+                          Job.minor_status == literal(NO_QUEUE_MINOR_STATUS,
+                                                      literal_execute=True), in_stuck))
         # Flagged last (the latest history row saying so) before the time allowed.
         since = (select(h.job_id).where(h.job_id.in_(flagged.scalar_subquery()),
                                         h.minor_status == NO_QUEUE_MINOR_STATUS)

@@ -138,3 +138,21 @@ def test_a_turn_takes_them_in_batches_and_reads_no_job_per_job(
     assert turn(set(), later + timedelta(hours=1), fail_after=3600) == UnrunnableOutcome(
         0, 0, 1, False)
     assert {_job(db, j)[0] for j in jobs} == {"Failed"}
+
+
+def test_a_queue_made_after_the_runnable_ones_were_read_is_left_alone(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """The watchdog reads the queues with the runnable ones; a queue not among them (made
+    since) is not taken for one no configured queue can run."""
+    with db.factory.begin() as s:
+        first, second = submit(s, settings, now, [requirements(cpu_time=600),
+                                                  requirements(cpu_time=86_400)])
+    with db.factory() as s:
+        queue_of = {row.job_id: row.tq_id for row in s.scalars(select(TaskQueueJob))}
+    assert queue_of[first] != queue_of[second]
+    with db.factory.begin() as s:
+        outcome = mark_unrunnable(s, set(), now=now, fail_after=0,
+                                  known={queue_of[first]})
+    assert outcome == UnrunnableOutcome(1, 0, 0, False)
+    assert _job(db, first)[1] == NO_QUEUE_MINOR_STATUS
+    assert _job(db, second)[1] == WAITING_MINOR_STATUS
