@@ -4,10 +4,12 @@ One thread per process runs the checks, ``SELECT 1`` on a connection of its own 
 between checks (never one of the request pool, which a hung server may hold). A caller waits
 for its check at most ``deadline`` seconds, and a little longer when the thread has to make a
 new connection first (a server under load may take a second to start a session; that is not
-a hung database). A check still waiting for a hung server is not started again: later calls
-answer at once that the database has not answered yet, so a stopped server costs one thread
-and one connection per process. A kept connection that the server or a pooler closed while it
-sat idle is replaced at once within the same check, so an idle timeout is never a failed check.
+a hung database). Callers that come while a check is under way share its answer (a balancer's
+check and a scrape at the same moment are one check); once its time is up, a check still
+waiting for a hung server is not started again: later calls answer at once that the database
+has not answered yet, so a stopped server costs one thread and one connection per process.
+A kept connection that the server or a pooler closed while it sat idle is replaced at once
+within the same check, so an idle timeout is never a failed check.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +38,7 @@ class _Ticket:
     done: threading.Event = field(default_factory=threading.Event)
     connecting: threading.Event = field(default_factory=threading.Event)
     result: str | None = None
+    started: float = field(default_factory=time.monotonic)
 
 
 class HealthProbe:
@@ -55,19 +59,29 @@ class HealthProbe:
     def check(self) -> str | None:
         """None when the database answered within the deadline, else what went wrong."""
         with self._lock:
-            if self._pending is not None and not self._pending.done.is_set():
-                return (f"the database has not answered a check started more than "
-                        f"{self.deadline:g} s ago")
-            ticket = self._pending = _Ticket()
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="healthz", daemon=True)
-                self._thread.start()
-            self._tickets.put(ticket)
-        if ticket.done.wait(self.deadline):
-            return ticket.result
-        if ticket.connecting.is_set() and ticket.done.wait(self.connect_allowance):
-            return ticket.result
-        return f"the database did not answer within {self.deadline:g} s"
+            pending = self._pending
+            if pending is not None and not pending.done.is_set():
+                if time.monotonic() >= self._give_up(pending):
+                    return (f"the database has not answered a check started more than "
+                            f"{self.deadline:g} s ago")
+                ticket = pending  # a check under way: its answer is this one's too
+            else:
+                ticket = self._pending = _Ticket()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name="healthz",
+                                                    daemon=True)
+                    self._thread.start()
+                self._tickets.put(ticket)
+        while not ticket.done.wait(max(0.0, self._give_up(ticket) - time.monotonic())):
+            if time.monotonic() >= self._give_up(ticket):  # connecting may extend it
+                return f"the database did not answer within {self.deadline:g} s"
+        return ticket.result
+
+    def _give_up(self, ticket: _Ticket) -> float:
+        """When a caller stops waiting for ``ticket``: the deadline after it started, and the
+        connect allowance on top once the check had to connect."""
+        extra = self.connect_allowance if ticket.connecting.is_set() else 0.0
+        return ticket.started + self.deadline + extra
 
     def dispose(self) -> None:
         """Stop the probe thread (once its check, if any, ends) and close its connection."""
