@@ -25,6 +25,7 @@ watchdogs may run at once: each job is handled by one of them, once per silence.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -49,8 +50,9 @@ S = JobStatus
 
 #: Jobs one transaction handles at most.
 BATCH = 200
-#: Transactions of unrunnable jobs (taskqueue.unrunnable.BATCH each) one turn runs at most.
-UNRUNNABLE_ROUNDS = 25
+#: Seconds of a turn after which no more batch of unrunnable jobs (taskqueue.unrunnable.BATCH
+#: each) is started: the rest waits for the next turn.
+UNRUNNABLE_SECONDS = 5.0
 
 Select = Callable[[Session, int], list[SilentJob]]
 Handle = Callable[[Session, list[SilentJob]], Counter[str]]
@@ -110,11 +112,12 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     known, runnable = ctx.transaction(lambda s: (
         task_queue_ids(s), runnable_task_queues(s, config, vos_at_work(s))))
     unrunnable = UnrunnableOutcome(0, 0, 0)
-    for _ in range(UNRUNNABLE_ROUNDS):  # a batch a transaction; the rest next turn
+    stop_at = time.monotonic() + UNRUNNABLE_SECONDS
+    while True:  # a batch a transaction, for a few seconds; the rest next turn
         step = ctx.transaction(lambda s: mark_unrunnable(
             s, runnable, now=now, fail_after=lease.unrunnable_timeout, known=known))
         unrunnable += step
-        if not step.more:
+        if not step.more or time.monotonic() >= stop_at:
             break
     return (f"{totals['stalled']} stalled, {totals['rescheduled']} rescheduled, "
             f"{totals['dead pilot']} of dead pilots rescheduled, "

@@ -29,7 +29,7 @@ JOB_ID = Job.__table__.c.id
 
 
 #: Jobs each kind of change takes per call: the watchdog calls again while any was full.
-BATCH = 2000
+BATCH = 1000
 
 
 @dataclass(frozen=True)
@@ -66,8 +66,7 @@ def _set_minor(session: Session, ids: list[int], minor: str, now: datetime) -> N
     dialect = session.get_bind().dialect.name
     session.execute(update(Job).where(in_ids(JOB_ID, ids, dialect)).values(minor_status=minor)
                     .execution_options(synchronize_session=False))
-    for job_id in ids:
-        record_minor_status(session, job_id, S.WAITING, minor, source=SOURCE, now=now)
+    record_minor_status(session, ids, S.WAITING, minor, source=SOURCE, now=now)
 
 
 def _waiting_with(session: Session, minor: str, queue_rule: ColumnElement[bool] | None,
