@@ -74,9 +74,11 @@ def emit(record: dict[str, Any]) -> None:
 
 
 @contextmanager
-def fresh_database(url: str, keep: bool) -> Iterator[str]:
+def fresh_database(url: str, keep: bool, prefix: str = "gp_bench") -> Iterator[str]:
+    """A new database ``<prefix>_<random>`` on the server of ``url``; dropped after unless
+    ``keep``."""
     base = make_url(url)
-    name = f"gp_bench_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(base, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))

@@ -48,19 +48,17 @@ if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import secrets  # noqa: E402
 import statistics  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
-from collections.abc import Iterator, Sequence  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
 from dataclasses import replace  # noqa: E402
 from typing import Any  # noqa: E402
 
 from sqlalchemy import create_engine, text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from bench.dashboard import operator_client, pages  # noqa: E402
+from bench.dashboard import fresh_database, operator_client, pages  # noqa: E402
 from bench.purge import stream_module  # noqa: E402
 
 ROOT = _HERE.parent
@@ -88,25 +86,6 @@ def log(message: str) -> None:
 
 def emit(record: dict[str, Any]) -> None:
     ps.emit(record)
-
-
-@contextmanager
-def fresh_database(url: str, keep: bool) -> Iterator[str]:
-    """A new database ``gp_tenm_<random>`` on the server of ``url``; dropped after."""
-    base = make_url(url)
-    name = f"gp_tenm_{secrets.token_hex(4)}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        if keep:
-            log(f"kept database {name}")
-        else:
-            with admin.connect() as conn:
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 def scalar(url: str, sql: str, **params: Any) -> Any:
@@ -393,7 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     emit({"measure": "machine", "cpus": os.cpu_count(), "loadavg_before": os.getloadavg()})
     with tempfile.TemporaryDirectory(prefix="gp_tenm_") as tmpdir, \
-            fresh_database(args.url, args.keep) as url:
+            fresh_database(args.url, args.keep, prefix="gp_tenm") as url:
         backend = "postgresql"
         engine = make_engine(url)
         try:
