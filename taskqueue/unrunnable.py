@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import ColumnElement, func, literal, select, update
+from sqlalchemy import ColumnElement, Select, func, literal, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.bulk import in_ids
@@ -69,19 +70,21 @@ def _set_minor(session: Session, ids: list[int], minor: str, now: datetime) -> N
     record_minor_status(session, ids, S.WAITING, minor, source=SOURCE, now=now)
 
 
-def _waiting_with(session: Session, minor: str, queue_rule: ColumnElement[bool] | None,
-                  limit: int) -> list[int]:
-    """Up to ``limit`` Waiting jobs with ``minor`` whose task queue meets ``queue_rule``, by
-    id (the queue rows and the jobs joined in the database: nothing is read per job here)."""
+def _waiting_with(minor: str, queue_rule: ColumnElement[bool] | None) -> Select[Any]:
+    """The Waiting jobs with ``minor`` whose task queue meets ``queue_rule``, by queue row (the
+    queue rows and the jobs joined in the database: nothing is read per job here)."""
     tqj = tq_jobs_table.c
     # The values written in the statement: a partial index on them (the flagged jobs, see
     # taskqueue.models) serves it in any plan, a prepared one included.
     stmt = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
             .where(Job.status == literal(S.WAITING.value, literal_execute=True),
                    Job.minor_status == literal(minor, literal_execute=True)))
-    if queue_rule is not None:
-        stmt = stmt.where(queue_rule)
-    return [int(i) for i in session.scalars(stmt.order_by(tqj.job_id).limit(limit))]
+    return stmt if queue_rule is None else stmt.where(queue_rule)
+
+
+def _first(session: Session, stmt: Select[Any], limit: int) -> list[int]:
+    """The first ``limit`` job ids of ``stmt``, by id."""
+    return [int(i) for i in session.scalars(stmt.order_by(tq_jobs_table.c.job_id).limit(limit))]
 
 
 def task_queue_ids(session: Session) -> set[int]:
@@ -103,21 +106,18 @@ def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
     queues = task_queue_ids(session) if known is None else known
     stuck_queues = sorted(set(queues) - set(runnable))
     in_stuck = in_ids(tqj.tq_id, stuck_queues, dialect) if stuck_queues else None
-    to_flag = _lock_waiting(session, _waiting_with(
-        session, WAITING_MINOR_STATUS, in_stuck, limit), WAITING_MINOR_STATUS) \
+    to_flag = _lock_waiting(session, _first(
+        session, _waiting_with(WAITING_MINOR_STATUS, in_stuck), limit), WAITING_MINOR_STATUS) \
         if in_stuck is not None else []
     _set_minor(session, to_flag, NO_QUEUE_MINOR_STATUS, now)
-    to_clear = _lock_waiting(session, _waiting_with(
-        session, NO_QUEUE_MINOR_STATUS, None if in_stuck is None else ~in_stuck, limit),
-        NO_QUEUE_MINOR_STATUS)
+    to_clear = _lock_waiting(session, _first(
+        session, _waiting_with(NO_QUEUE_MINOR_STATUS, None if in_stuck is None else ~in_stuck),
+        limit), NO_QUEUE_MINOR_STATUS)
     _set_minor(session, to_clear, WAITING_MINOR_STATUS, now)
     failed: list[int] = []
     if fail_after > 0 and in_stuck is not None:
         h = history_table.c
-        flagged = (select(tqj.job_id).join(Job, tqj.job_id == JOB_ID)
-                   .where(Job.status == literal(S.WAITING.value, literal_execute=True),
-                          Job.minor_status == literal(NO_QUEUE_MINOR_STATUS,
-                                                      literal_execute=True), in_stuck))
+        flagged = _waiting_with(NO_QUEUE_MINOR_STATUS, in_stuck)
         # Flagged last (the latest history row saying so) before the time allowed.
         since = (select(h.job_id).where(h.job_id.in_(flagged.scalar_subquery()),
                                         h.minor_status == NO_QUEUE_MINOR_STATUS)
