@@ -309,12 +309,11 @@ def job_history(session: Session, job_id: int) -> list[JobStatusHistory]:
     ))
 
 
-def record_minor_status(session: Session, job_ids: int | Sequence[int], status: JobStatus,
+def record_minor_status(session: Session, job_ids: Sequence[int], status: JobStatus,
                         minor_status: str, *, source: str, now: datetime) -> None:
     """A history row for a new minor status of each job (one INSERT for all) whose status
     stays ``status`` (the caller has set the jobs' own column)."""
-    _append_history(session, [job_ids] if isinstance(job_ids, int) else job_ids, status,
-                    minor_status, source, now)
+    _append_history(session, job_ids, status, minor_status, source, now)
 
 
 def _append_history(session: Session, job_ids: Iterable[int], status: JobStatus,

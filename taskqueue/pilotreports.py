@@ -145,7 +145,7 @@ def report_status(session: Session, job_id: int, report: StatusReport, *, vo: st
             job.minor_status = minor
             job.heartbeat_at = now
             session.flush()
-            record_minor_status(session, job_id, current, minor, source=source, now=now)
+            record_minor_status(session, [job_id], current, minor, source=source, now=now)
         session.flush()
         return current
     if current not in ACTIVE_STATES:
