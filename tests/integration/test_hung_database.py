@@ -85,16 +85,23 @@ def _signal_server(data: Path, signum: signal.Signals) -> None:
             os.kill(pid, signum)
 
 
+def _migrated(url: str, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """The database brought to the schema (the matcher serves only such a database), a work
+    folder for the matcher, and a user's request headers."""
+    work = tmp_path / "work"
+    work.mkdir()
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
+                        lifetime=600)
+    return work, {"Authorization": f"Bearer {token}"}
+
+
 def test_healthz_answers_while_the_database_hangs(private_postgres: tuple[str, Path],
                                                   tmp_path: Path) -> None:
     url, data = private_postgres
-    work = tmp_path / "work"
-    work.mkdir()
-    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
-                        lifetime=600)
-    engine = make_engine(url)  # the matcher serves only a database with the schema
-    schema.upgrade(engine)
-    engine.dispose()
+    work, headers = _migrated(url, tmp_path)
     with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
         assert requests.get(f"{base}/healthz", timeout=10).status_code == 200
@@ -108,7 +115,7 @@ def test_healthz_answers_while_the_database_hangs(private_postgres: tuple[str, P
                 assert "database" in answer.json()["detail"]
             # A request needing a new connection fails with a problem document, not HTML.
             listing = requests.get(f"{base}/api/v1/jobs", timeout=25,
-                                   headers={"Authorization": f"Bearer {token}"})
+                                   headers=headers)
             assert listing.status_code == 503, listing.text
             assert listing.headers["Content-Type"] == PROBLEM
             assert "try again" in listing.json()["detail"]
@@ -126,15 +133,8 @@ def test_a_request_on_a_pooled_connection_to_a_frozen_database_answers_503(
     """The server's statement_timeout cannot fire while the server is stopped, and the
     kernel still acknowledges what is sent: the client side gives the statement up."""
     url, data = private_postgres
-    work = tmp_path / "work"
-    work.mkdir()
-    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
-                        lifetime=600)
-    engine = make_engine(url)
-    schema.upgrade(engine)
-    engine.dispose()
+    work, headers = _migrated(url, tmp_path)
     monkeypatch.setenv("GRIDPILOT_DATABASE_STATEMENT_TIMEOUT", "3")
-    headers = {"Authorization": f"Bearer {token}"}
     with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
         for _ in range(3):  # connections in the pool
@@ -216,18 +216,11 @@ def test_healthz_answers_while_every_request_thread_waits_for_the_database(
     request threads all waiting for a stopped server, a balancer's check still gets its 503
     within the check's deadline instead of queueing behind them."""
     url, data = private_postgres
-    work = tmp_path / "work"
-    work.mkdir()
-    token = issue_token(SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
-                        lifetime=600)
-    engine = make_engine(url)
-    schema.upgrade(engine)
-    engine.dispose()
+    work, headers = _migrated(url, tmp_path)
     # The requests below wait 20 s for the frozen server (a pooled connection's statement, or
     # a new connection); /healthz's own check gives up after 1 s.
     monkeypatch.setenv("GRIDPILOT_DATABASE_STATEMENT_TIMEOUT", "20")
     monkeypatch.setenv("GRIDPILOT_DATABASE_CONNECT_TIMEOUT", "20")
-    headers = {"Authorization": f"Bearer {token}"}
     with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
         assert requests.get(f"{base}/api/v1/jobs/1", headers=headers,
