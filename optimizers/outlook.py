@@ -1,49 +1,64 @@
 """What the pilots of each configured queue could run: the resource description a pilot of the
 queue presents (its parameters and SubmitPools) matched against the task queues, ClassAd
-expressions included, as the matcher would. For the dashboard's queue snapshot and pages."""
+expressions included, as the matcher would. For the dashboard's queue snapshot and pages and
+the watchdog's search for jobs no queue can run; all queues are matched in one pass
+(taskqueue.reach)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from optimizers.classads import expression_check
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, serves_vo
 from taskqueue.database import Session
 from taskqueue.matching import ExpressionCheck
+from taskqueue.reach import Reach, reach
 from taskqueue.resources import Resource
-from taskqueue.sitestatus import (
-    VoQueueKey,
-    matching_task_queues,
-    waiting_for,
-    waiting_per_task_queue,
-)
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.sitestatus import VoQueueKey
+from taskqueue.submitpools import submit_pools_by_queue
 
 
-def described_queues(session: Session, config: ResourcesConfig, vo: str
+def described_queues(session: Session, config: ResourcesConfig, vos: Iterable[str]
                      ) -> list[tuple[VoQueueKey, Resource, ExpressionCheck]]:
-    """Each queue of the resources file that serves ``vo``, with the resource description
-    its pilots present and the check of ClassAd expressions against it."""
-    serves = serves_vo(vo)
+    """Each queue of the resources file that serves one of ``vos``, per VO, with the
+    resource description its pilots present and the check of ClassAd expressions against
+    it."""
+    pools = submit_pools_by_queue(session)
     out = []
-    for q in config.queues():
-        if not serves(q):
-            continue
-        pools = get_submit_pools_for_queue(session, q.site, q.ce, q.name)
-        resource = resource_for_queue(config, q.site, q.ce, q.name, vo, submit_pools=pools)
-        out.append(((vo, q.site, q.ce, q.name), resource, expression_check(resource)))
+    for vo in vos:
+        serves = serves_vo(vo)
+        for q in config.queues():
+            if serves(q):
+                resource = resource_for_queue(config, q.site, q.ce, q.name, vo,
+                                              submit_pools=pools.get((q.site, q.ce, q.name), ()))
+                out.append(((vo, q.site, q.ce, q.name), resource, expression_check(resource)))
     return out
 
 
-def queue_outlook(session: Session, config: ResourcesConfig, vos: Iterable[str]
-                  ) -> dict[VoQueueKey, tuple[int, int]]:
+def queue_reach(session: Session, config: ResourcesConfig, vos: Iterable[str], *,
+                only: int | None = None) -> dict[VoQueueKey, Reach]:
+    """Per VO and configured queue serving it: the task queues its pilots could be served
+    from (task queue ``only``, when given)."""
+    return reach(session, described_queues(session, config, vos), only=only)
+
+
+def queue_outlook(session: Session, config: ResourcesConfig, vos: Iterable[str],
+                  waiting: Mapping[int, int]) -> dict[VoQueueKey, tuple[int, int]]:
     """Per VO and configured queue: the waiting jobs its pilots could run and the number of
-    task queues they wait in."""
-    waiting = waiting_per_task_queue(session)
+    non-empty task queues they wait in (``waiting``: the waiting jobs per task queue)."""
+    shared: dict[int, tuple[int, int]] = {}  # by id(): one tuple is shared by many queues
+
+    def count(ids: Iterable[int]) -> tuple[int, int]:
+        found = [waiting[i] for i in ids if waiting.get(i)]
+        return sum(found), len(found)
+
     out: dict[VoQueueKey, tuple[int, int]] = {}
-    for vo in vos:
-        out.update(waiting_for(session, described_queues(session, config, vo), waiting))
+    for key, r in queue_reach(session, config, vos).items():
+        if id(r.shared) not in shared:
+            shared[id(r.shared)] = count(r.shared)
+        (n, queues), (own_n, own_queues) = shared[id(r.shared)], count(r.own)
+        out[key] = (n + own_n, queues + own_queues)
     return out
 
 
@@ -51,7 +66,10 @@ def runnable_task_queues(session: Session, config: ResourcesConfig, vos: Iterabl
                          ) -> set[int]:
     """The task queues that the pilots of at least one configured queue could run jobs of."""
     out: set[int] = set()
-    for vo in vos:
-        for _, resource, check in described_queues(session, config, vo):
-            out.update(matching_task_queues(session, resource, check))
+    seen: set[int] = set()
+    for r in queue_reach(session, config, vos).values():
+        if id(r.shared) not in seen:
+            seen.add(id(r.shared))
+            out.update(r.shared)
+        out.update(r.own)
     return out

@@ -27,6 +27,18 @@ def _names(values: frozenset[str] | None) -> str:
     return ", ".join(sorted(values)) if values else "none"
 
 
+def site_allowed(sites: frozenset[str], banned: frozenset[str], r: Resource) -> bool:
+    """The site rule: no site condition, or for one of the resource's sites the queue names
+    no site or that one, and does not ban it."""
+    return r.site is None or any((not sites or s in sites) and s not in banned
+                                 for s in r.site)
+
+
+def ce_allowed(ces: frozenset[str], r: Resource) -> bool:
+    """The CE rule: no CE condition, or the queue names no CE or the resource's."""
+    return r.ce is None or not ces or r.ce in ces
+
+
 def explain_match(d: TaskQueueDefinition, r: Resource,
                   expression_check: Callable[[str], bool] | None = None) -> list[RuleResult]:
     """Each matching rule for queue definition ``d`` and resource ``r``."""
@@ -62,13 +74,12 @@ def explain_match(d: TaskQueueDefinition, r: Resource,
              f"job's SubmitPool {d.submit_pool[:12]}…; resource presents "
              f"{_names(frozenset(p[:12] + '…' for p in r.submit_pools or ()))}")
     if r.site is not None:
-        allowed = [s for s in sorted(r.site)
-                   if (not d.sites or s in d.sites) and s not in d.banned_sites]
-        rule("site", bool(allowed),
+        rule("site", site_allowed(d.sites, d.banned_sites, r),
              f"resource's site {_names(r.site)}; job allows {_names(d.sites) if d.sites else 'any'}"
              f", bans {_names(d.banned_sites)}")
     if r.ce is not None and d.ces:
-        rule("CE", r.ce in d.ces, f"job runs on CEs {_names(d.ces)}; resource's CE is {r.ce}")
+        rule("CE", ce_allowed(d.ces, r),
+             f"job runs on CEs {_names(d.ces)}; resource's CE is {r.ce}")
     if r.platform is not None:
         rule("platform", not d.platforms or bool(d.platforms & r.platform),
              f"job runs on {_names(d.platforms) if d.platforms else 'any'}; resource is "

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -20,7 +19,6 @@ from sqlalchemy.orm import Session
 
 from taskqueue.bulk import insert_rows
 from taskqueue.limits import LIMIT_ATTRIBUTES, RUNNING_STATES, site_limits
-from taskqueue.matching import ExpressionCheck, condition_parameters, queue_conditions
 from taskqueue.models import (
     DirectorQueue,
     Job,
@@ -31,7 +29,6 @@ from taskqueue.models import (
     task_queues_table,
 )
 from taskqueue.pilots import ALIVE_STATES
-from taskqueue.resources import Resource
 
 QueueKey = tuple[str, str, str]
 #: A queue for one VO: (vo, site, CE, queue).
@@ -188,29 +185,3 @@ def vos_at_work(session: Session) -> list[str]:
     return sorted(set(session.scalars(select(tq.vo).distinct()))
                   | set(session.scalars(select(p.vo).where(p.status.in_(ALIVE_STATES))
                                         .distinct())))
-
-
-def matching_task_queues(session: Session, resource: Resource, check: ExpressionCheck, *,
-                         only: int | None = None) -> list[int]:
-    """The ids of the task queues (empty or not; task queue ``only``, when given) ``resource``
-    could be served from: the matcher's own conditions, and ``check`` for queues that carry a
-    ClassAd expression."""
-    tq = task_queues_table.c
-    stmt = select(tq.id, tq.expression).where(*queue_conditions(resource, with_expressions=True))
-    if only is not None:
-        stmt = stmt.where(tq.id == only)
-    rows = session.connection().execute(stmt, condition_parameters(resource))
-    return [int(r.id) for r in rows if r.expression is None or check(r.expression)]
-
-
-def waiting_for(session: Session, resources: Iterable[tuple[VoQueueKey, Resource,
-                                                             ExpressionCheck]],
-                waiting: dict[int, int]) -> dict[VoQueueKey, tuple[int, int]]:
-    """For each queue's resource description: the waiting jobs its pilots could run and the
-    non-empty task queues they are in (``waiting``: from :func:`waiting_per_task_queue`)."""
-    out = {}
-    for key, resource, check in resources:
-        ids = [i for i in matching_task_queues(session, resource, check) if waiting.get(i)]
-        out[key] = (sum(waiting[i] for i in ids), len(ids))
-    return out
-

@@ -128,6 +128,19 @@ def get_submit_pools_for_queue(session: Session, site: str, ce: str, queue: str)
     ))
 
 
+def submit_pools_by_queue(session: Session) -> dict[tuple[str, str, str], list[str]]:
+    """Ids of the pools each queue (site, CE, queue) may run jobs of, for every queue that has
+    any: :func:`get_submit_pools_for_queue` for all queues in one statement."""
+    out: dict[tuple[str, str, str], list[str]] = {}
+    for row in session.execute(
+            select(SubmitPoolQueue.site, SubmitPoolQueue.ce, SubmitPoolQueue.queue,
+                   SubmitPoolQueue.pool_id)
+            .order_by(SubmitPoolQueue.site, SubmitPoolQueue.ce, SubmitPoolQueue.queue,
+                      SubmitPoolQueue.pool_id)):
+        out.setdefault((row.site, row.ce, row.queue), []).append(row.pool_id)
+    return out
+
+
 def delete_unused_submit_pools(session: Session, *, now: datetime,
                                grace: timedelta) -> list[str]:
     """Delete pools that no pending job uses and that were not used within ``grace``."""

@@ -10,13 +10,12 @@ from flask import Response, request
 
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
-from optimizers.outlook import described_queues
+from optimizers.outlook import queue_reach
 from taskqueue.database import Session
 from taskqueue.errors import NotFoundError
 from taskqueue.models import SubmitPool
 from taskqueue.queues import next_jobs, queue_page
 from taskqueue.shares import share_table
-from taskqueue.sitestatus import matching_task_queues
 from taskqueue.submitpools import queues_of_pool
 
 #: Jobs shown on a task queue's page: the next ones its pilots would get.
@@ -81,9 +80,8 @@ def taskqueue(p: Page, tq_id: int) -> Response:
         pool = (session.get(SubmitPool, info.queue.submit_pool)
                 if info.queue.submit_pool else None)
         pool_queues = queues_of_pool(session, pool.id) if pool else []
-        eligible = ["/".join(key[1:]) for key, resource, check
-                    in described_queues(session, config, p.vo)
-                    if matching_task_queues(session, resource, check, only=tq_id)]
+        eligible = ["/".join(key[1:]) for key, r
+                    in queue_reach(session, config, [p.vo], only=tq_id).items() if tq_id in r]
         jobs = next_jobs(session, tq_id, limit=NEXT_JOBS)
         shares = {e.owner_group: e for e in share_table(session, p.runtime.settings, p.vo)}
         return {"info": info, "pool": pool, "pool_queues": pool_queues, "eligible": eligible,
