@@ -119,7 +119,7 @@ def record_dashboard_activity(ctx: AgentContext) -> str:
 
     def work(session: Session) -> str:
         summary = record_activity(session, now=now, retention=retention)
-        outlook = queue_outlook(session, config, vos_at_work(session))
+        outlook = queue_outlook(session, config, vos_at_work(session), summary.waiting)
         queues = record_queue_status(session, now=now, outlook=outlook)
         return f"{summary.line()}, {queues} queues in the queue snapshot"
 

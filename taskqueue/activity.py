@@ -7,8 +7,8 @@ activity``) derives the counters from what those paths record anyway: the job st
 the minutes from ``SETTLE`` before its previous turn on from scratch (so a transaction that
 commits a little late is still counted, minutes when no agent ran the loop are filled in, and
 running the loop twice changes nothing), then the hours and days those minutes belong to, then
-takes a snapshot of the jobs per status. Every matcher process reads
-the same rows.
+takes a snapshot of the jobs per status from the counts the database keeps as jobs change
+(taskqueue.jobcounts: no count of the jobs table). Every matcher process reads the same rows.
 
 A job rescheduled before the loop saw its match no longer names a site; its match is counted
 under the site "" (shown as "no site").
@@ -16,28 +16,28 @@ under the site "" (shown as "no site").
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, delete, func, literal_column, select, union_all
+from sqlalchemy import Integer, delete, func, literal_column, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
+from taskqueue import jobcounts
 from taskqueue.bulk import insert_rows
 from taskqueue.models import (
     TaskQueue,
-    TaskQueueJob,
     history_table,
     job_counts_table,
     jobs_table,
-    purged_jobs_table,
     site_activity_table,
 )
+from taskqueue.sitestatus import waiting_per_task_queue
 from taskqueue.states import JobStatus
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
@@ -102,6 +102,8 @@ class TurnSummary:
     minutes: int
     pruned: int
     snapshot_rows: int
+    #: Waiting jobs per non-empty task queue, as the snapshot counted them.
+    waiting: dict[int, int]
 
     def line(self) -> str:
         return (f"{self.minutes} site-minute rows recomputed, {self.snapshot_rows} counts "
@@ -116,9 +118,10 @@ def record_activity(session: Session, *, now: datetime,
     minutes = _recompute_minutes(session, since, now)
     for finer, coarser in ((MINUTE, HOUR), (HOUR, DAY)):
         _roll_up(session, finer, coarser, floor_time(since, coarser), now)
-    snapshot = _snapshot(session, floor_time(now, MINUTE))
+    waiting = waiting_per_task_queue(session)
+    snapshot = _snapshot(session, floor_time(now, MINUTE), waiting)
     pruned = _prune(session, now, retention)
-    return TurnSummary(minutes, pruned, snapshot)
+    return TurnSummary(minutes, pruned, snapshot, waiting)
 
 
 def _first_unsettled(session: Session, now: datetime, retention: Retention) -> datetime:
@@ -175,23 +178,20 @@ def _roll_up(session: Session, finer: int, coarser: int, since: datetime,
     _replace(session, coarser, since, now, counts)
 
 
-def _snapshot(session: Session, at: datetime) -> int:
-    """Jobs per status and waiting jobs per owner group, for each VO, at minute ``at``; the
-    first snapshot of each hour and of each day is kept in those tiers as well."""
-    j, p = jobs_table.c, purged_jobs_table.c
-    # The jobs the purge removed still count (one statement: a purge committing meanwhile is
-    # seen either in both parts or in neither).
-    counted = select(j.vo, j.status, func.count().label("n")).group_by(j.vo, j.status)
-    purged = select(p.vo, p.status, p.jobs.label("n"))
-    both = union_all(counted, purged).subquery()
+def _snapshot(session: Session, at: datetime, waiting: dict[int, int]) -> int:
+    """Jobs per status and waiting jobs per owner group (``waiting``: per task queue), for
+    each VO, at minute ``at``; the first snapshot of each hour and of each day is kept in
+    those tiers as well."""
+    jobcounts.fold(session)
     values: list[tuple[str, str, str, int]] = [
-        (vo, "status", status, int(n)) for vo, status, n in session.execute(
-            select(both.c.vo, both.c.status, func.sum(both.c.n))
-            .group_by(both.c.vo, both.c.status))]
-    values += [(vo, "owner_group", group, n) for vo, group, n in session.execute(
-        select(TaskQueue.vo, TaskQueue.owner_group, func.count())
-        .join(TaskQueueJob, TaskQueueJob.tq_id == TaskQueue.id)
-        .group_by(TaskQueue.vo, TaskQueue.owner_group))]
+        (vo, "status", status, n)
+        for (vo, status), n in sorted(jobcounts.totals(session).items())]
+    groups: Counter[tuple[str, str]] = Counter()
+    for tq_id, vo, group in session.execute(
+            select(TaskQueue.id, TaskQueue.vo, TaskQueue.owner_group)):
+        if waiting.get(tq_id):
+            groups[(vo, group)] += waiting[tq_id]
+    values += [(vo, "owner_group", group, n) for (vo, group), n in sorted(groups.items())]
     c = job_counts_table.c
     tiers = [MINUTE]
     for period in (HOUR, DAY):

@@ -450,9 +450,36 @@ class JobCount(Base):
     jobs: Mapped[int] = mapped_column(BigInteger)
 
 
+class JobCountDelta(Base):
+    """A change of the number of jobs in a status of a VO, written by the database itself
+    (triggers on ``jobs``, migration 0028) with every INSERT of jobs and every change of a
+    job's status, in the writer's transaction. Rows are only ever added, so no two writers
+    wait on each other; the activity loop folds them into :class:`JobStatusTotal` and deletes
+    them (taskqueue.jobcounts). Deleting a job writes none: a purged job still counts in its
+    last status."""
+
+    __tablename__ = "job_count_deltas"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    vo: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
+class JobStatusTotal(Base):
+    """Jobs per VO and status, as of the last fold of :class:`JobCountDelta` (jobs the purge
+    removed still count in their last status): the dashboard's counts without a scan of
+    ``jobs``."""
+
+    __tablename__ = "job_status_totals"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    status: Mapped[str] = mapped_column(String(16), primary_key=True)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
 class PurgedJobs(Base):
-    """Jobs the purge loop removed, per VO and final status (taskqueue.purge): the
-    dashboard's job counts add them, so that purging changes no total."""
+    """Jobs the purge loop removed, per VO and final status (taskqueue.purge)."""
 
     __tablename__ = "purged_jobs"
 
@@ -502,6 +529,8 @@ site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)
 queue_status_table = cast(Table, QueueStatus.__table__)
 purged_jobs_table = cast(Table, PurgedJobs.__table__)
+job_count_deltas_table = cast(Table, JobCountDelta.__table__)
+job_status_totals_table = cast(Table, JobStatusTotal.__table__)
 
 
 class Sandbox(Base):

@@ -1,7 +1,7 @@
 """The purge of ended jobs (DIRAC's JobCleaningAgent): a job that ended longer ago than its
 status's retention is removed with its status history, its task-queue row and its sandbox
-references (their foreign key cascades), and counted in ``purged_jobs`` so that the
-dashboard's job counts keep their totals.
+references (their foreign key cascades), and counted in ``purged_jobs``. The dashboard's job
+counts keep their totals: deleting a job changes no count (taskqueue.jobcounts).
 
 One call removes one batch, in the caller's transaction, which should hold nothing else: the
 batch's jobs are locked with SKIP LOCKED, so a job that a change in progress holds (a
