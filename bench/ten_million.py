@@ -193,7 +193,9 @@ def jobs_scans(url: str) -> tuple[int, int]:
 def sites_file(tmp: Path) -> Path:
     """A resources file in which each of the bulk's 1,000 sites serves the bulk's VO, the
     claimed one and lhcb (the bulk submission's) with every platform, tag and CPU time of the
-    workload, through one CE that names no Executor (so the director starts no pilot)."""
+    workload, through one CE that names no Executor (so the director starts no pilot). The
+    queues differ as a grid's do, in CPU time (3 values), processors (2) and memory (4): 24
+    distinct descriptions per VO, each matched once in the agents' one pass (taskqueue.reach)."""
     tags = sorted({*ps.ALL_TAGS, *(f"tag{t:03d}" for t in range(TAGS_N))})
     lines = []
     for n in range(SITES_N):
@@ -202,8 +204,9 @@ def sites_file(tmp: Path) -> Path:
                   'Platform = ["EL9", "EL8"]', f"Tags = {json.dumps(tags)}",
                   f'[Sites."{site}".CEs."ce{n:03d}.bench"]',
                   f'[Sites."{site}".CEs."ce{n:03d}.bench".Queues.long]',
-                  f"MaxCPUTime = {max(ps.CPU_TIMES) // 60 + 60}", "NumberOfProcessors = 1",
-                  "MaxRAM = 8192", ""]
+                  f"MaxCPUTime = {max(ps.CPU_TIMES) // 60 + 60 * (1 + n % 3)}",
+                  f"NumberOfProcessors = {1 + 3 * (n % 2)}", f"MaxRAM = {8192 + 1024 * (n % 4)}",
+                  ""]
     path = tmp / "sites.toml"
     path.write_text("\n".join(lines))
     return path

@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from sqlalchemy import Connection, delete, insert, select, text, update
+from sqlalchemy import Connection, delete, select, text, update
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from taskqueue.models import job_count_deltas_table, job_status_totals_table
@@ -43,12 +44,16 @@ def fold(session: Session) -> int:
             sums[(row.vo, row.status)] += int(row.jobs)
         if len(rows) < FOLD_BATCH:
             break
-    t = job_status_totals_table.c
-    for (vo, status), n in sorted(sums.items()):
-        if n and not conn.execute(update(job_status_totals_table)
-                                  .where(t.vo == vo, t.status == status)
-                                  .values(jobs=t.jobs + n)).rowcount:
-            conn.execute(insert(job_status_totals_table).values(vo=vo, status=status, jobs=n))
+    changed = sorted((key, n) for key, n in sums.items() if n)
+    if changed:
+        # Each (VO, status) row made if absent, then added to: two folds at once (each with
+        # deltas of its own) both add, neither fails on the other's new row.
+        conn.execute(_insert_if_absent(conn.dialect.name, [
+            {"vo": vo, "status": status, "jobs": 0} for (vo, status), _ in changed]))
+        t = job_status_totals_table.c
+        for (vo, status), n in changed:
+            conn.execute(update(job_status_totals_table)
+                         .where(t.vo == vo, t.status == status).values(jobs=t.jobs + n))
     return folded
 
 
@@ -71,3 +76,12 @@ def _delete(conn: Connection, ids: list[int]) -> None:
     else:
         conn.execute(delete(job_count_deltas_table)
                      .where(job_count_deltas_table.c.id.in_(ids)))
+
+
+def _insert_if_absent(dialect: str, rows: list[dict[str, object]]
+                      ) -> postgresql.Insert | sqlite.Insert | mysql.Insert:
+    if dialect == "postgresql":
+        return postgresql.insert(job_status_totals_table).values(rows).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite.insert(job_status_totals_table).values(rows).on_conflict_do_nothing()
+    return mysql.insert(job_status_totals_table).values(rows).prefix_with("IGNORE")

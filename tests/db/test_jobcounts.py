@@ -4,21 +4,27 @@ taskqueue.jobcounts: after every kind of change they must equal a count of the j
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
-from sqlalchemy import func, select, update
+from alembic import command
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.orm import Session
 
+from gridpilot import schema
 from taskqueue import jobcounts
+from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.jobcontrol import kill_job, reschedule_job
 from taskqueue.jobs import apply_transition
-from taskqueue.models import Job, jobs_table
+from taskqueue.models import Job, jobs_table, purged_jobs_table
 from taskqueue.pilotmatch import match_for_pilot
 from taskqueue.purge import purge_batch, purged_counts
 from taskqueue.resources import parse_resource
 from taskqueue.settings import Settings
 from taskqueue.states import JobStatus
-from tests.conftest import Database
+from tests.conftest import Database, _server_database
 from tests.helpers import requirements, submit
 
 
@@ -99,3 +105,84 @@ def test_a_fold_takes_only_what_is_committed(db: Database, settings: Settings, n
         with db.factory.begin() as s:
             kill(s, late)
     assert _folded(db) == _counted(db) == {("lhcb", "Killed"): 3}
+
+
+def test_the_migration_counts_the_jobs_already_there(database: Database, settings: Settings,
+                                                     now: datetime, tmp_path: Path) -> None:
+    """Revision 0028 on a database with jobs (some purged, some changed with no trigger to
+    see it, as before it): the totals start as their count; down again, the triggers go."""
+    urls = (iter([f"sqlite:///{tmp_path / 'gridpilot.db'}"]) if database.backend == "sqlite"
+            else _server_database(database.backend))
+    url = next(urls)
+    engine = make_engine(url)
+    try:
+        schema.upgrade(engine)
+        factory = make_session_factory(engine)
+        with factory.begin() as s:
+            first, *_ = submit(s, replace(settings, database=replace(settings.database,
+                                                                     url=url)),
+                               now, [requirements()] * 3)
+        config = schema.alembic_config(engine)
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0027")
+        with factory.begin() as s:
+            s.execute(update(Job).where(Job.id == first).values(status="Done"))
+            s.execute(insert(purged_jobs_table).values(vo="lhcb", status="Done", jobs=5))
+        with factory.begin() as s:
+            s.execute(update(Job).where(Job.id == first).values(status="Failed"))
+        schema.upgrade(engine)
+        with factory() as s:
+            assert jobcounts.totals(s) == {("lhcb", "Waiting"): 2, ("lhcb", "Failed"): 1,
+                                           ("lhcb", "Done"): 5}
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.downgrade(config, "0027")
+        with factory.begin() as s:  # no trigger left to write into a table that is gone
+            s.execute(update(Job).where(Job.id == first).values(status="Killed"))
+    finally:
+        engine.dispose()
+        next(urls, None)  # drops a server's database
+
+
+def test_folds_meanwhile_claims_lose_and_double_nothing(db: Database, settings: Settings,
+                                                        now: datetime) -> None:
+    """Claimers (the matcher's own path) and two loops of folds at once; SQLite, one writer
+    at a time, runs them too, in turns."""
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(owner=f"u{i % 7}") for i in range(160)])
+    done = threading.Event()
+    errors: list[BaseException] = []
+    claimed: list[int] = []
+
+    def claimer(n: int) -> None:
+        try:
+            while True:
+                answer = match_for_pilot(
+                    db.matches, parse_resource({"vo": "lhcb", "pilot_reference": f"p{n}"}),
+                    now=now, count=2)
+                if not answer.jobs:
+                    return
+                claimed.extend(j.id for j in answer.jobs)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def folder() -> None:
+        try:
+            while not done.is_set():
+                run_in_transaction(db.factory, jobcounts.fold)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(4)]
+    folding = [threading.Thread(target=folder) for _ in range(2)]
+    for t in folding + threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    for t in folding:
+        t.join(60)
+    assert not errors, errors
+    assert len(claimed) == len(set(claimed)) == 160
+    assert _folded(db) == _counted(db) == {("lhcb", "Matched"): 160}
