@@ -72,7 +72,8 @@ _SQLITE = (
     BEGIN INSERT INTO job_count_deltas (vo, status, jobs)
           VALUES (OLD.vo, OLD.status, -1), (NEW.vo, NEW.status, 1); END""",
 )
-_TRIGGERS = {"postgresql": _POSTGRESQL, "mysql": _MARIADB, "sqlite": _SQLITE}
+_TRIGGERS = {"postgresql": _POSTGRESQL, "mysql": _MARIADB, "mariadb": _MARIADB,
+             "sqlite": _SQLITE}
 
 
 def upgrade() -> None:
