@@ -37,7 +37,6 @@ from taskqueue.models import (
     jobs_table,
     site_activity_table,
 )
-from taskqueue.sitestatus import waiting_per_task_queue
 from taskqueue.states import JobStatus
 
 MINUTE, HOUR, DAY = 60, 3600, 86400
@@ -118,7 +117,8 @@ def record_activity(session: Session, *, now: datetime,
     minutes = _recompute_minutes(session, since, now)
     for finer, coarser in ((MINUTE, HOUR), (HOUR, DAY)):
         _roll_up(session, finer, coarser, floor_time(since, coarser), now)
-    waiting = waiting_per_task_queue(session)
+    jobcounts.fold(session)
+    waiting = jobcounts.waiting(session)
     snapshot = _snapshot(session, floor_time(now, MINUTE), waiting)
     pruned = _prune(session, now, retention)
     return TurnSummary(minutes, pruned, snapshot, waiting)
@@ -181,8 +181,7 @@ def _roll_up(session: Session, finer: int, coarser: int, since: datetime,
 def _snapshot(session: Session, at: datetime, waiting: dict[int, int]) -> int:
     """Jobs per status and waiting jobs per owner group (``waiting``: per task queue), for
     each VO, at minute ``at``; the first snapshot of each hour and of each day is kept in
-    those tiers as well."""
-    jobcounts.fold(session)
+    those tiers as well (the counts as of the turn's fold)."""
     values: list[tuple[str, str, str, int]] = [
         (vo, "status", status, n)
         for (vo, status), n in sorted(jobcounts.totals(session).items())]

@@ -478,6 +478,30 @@ class JobStatusTotal(Base):
     jobs: Mapped[int] = mapped_column(BigInteger)
 
 
+class TaskQueueWaitingDelta(Base):
+    """A change of the number of jobs waiting in a task queue, written by the database itself
+    (triggers on ``task_queue_jobs``, migration 0028) as jobs go in and out of queues; folded
+    into :class:`TaskQueueWaiting` by the activity loop like :class:`JobCountDelta`. On
+    MariaDB a foreign key's cascade fires no trigger: only empty task queues are deleted."""
+
+    __tablename__ = "tq_waiting_deltas"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    tq_id: Mapped[int] = mapped_column(BigId)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
+class TaskQueueWaiting(Base):
+    """Jobs waiting in each task queue, as of the last fold of :class:`TaskQueueWaitingDelta`
+    (queues with none have no row): the dashboard's waiting counts without a scan of
+    ``task_queue_jobs``."""
+
+    __tablename__ = "tq_waiting"
+
+    tq_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    jobs: Mapped[int] = mapped_column(BigInteger)
+
+
 class PurgedJobs(Base):
     """Jobs the purge loop removed, per VO and final status (taskqueue.purge)."""
 
@@ -531,6 +555,8 @@ queue_status_table = cast(Table, QueueStatus.__table__)
 purged_jobs_table = cast(Table, PurgedJobs.__table__)
 job_count_deltas_table = cast(Table, JobCountDelta.__table__)
 job_status_totals_table = cast(Table, JobStatusTotal.__table__)
+tq_waiting_deltas_table = cast(Table, TaskQueueWaitingDelta.__table__)
+tq_waiting_table = cast(Table, TaskQueueWaiting.__table__)
 
 
 class Sandbox(Base):

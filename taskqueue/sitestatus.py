@@ -24,7 +24,6 @@ from taskqueue.models import (
     Job,
     Pilot,
     SiteLimit,
-    TaskQueueJob,
     queue_status_table,
     task_queues_table,
 )
@@ -170,13 +169,6 @@ def limit_usage(session: Session, vo: str) -> list[LimitUsage]:
 def director_states(session: Session) -> dict[QueueKey, DirectorQueue]:
     """The site director's record of each queue it served (failures, back-off, last error)."""
     return {(d.site, d.ce, d.queue): d for d in session.scalars(select(DirectorQueue))}
-
-
-def waiting_per_task_queue(session: Session) -> dict[int, int]:
-    """Waiting jobs of each non-empty task queue (every job waiting is read: the activity
-    loop calls it, not a page)."""
-    return {int(tq_id): int(n) for tq_id, n in session.execute(
-        select(TaskQueueJob.tq_id, func.count()).group_by(TaskQueueJob.tq_id))}
 
 
 def vos_at_work(session: Session) -> list[str]:

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from alembic import command
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gridpilot import schema
@@ -18,7 +18,7 @@ from taskqueue import jobcounts
 from taskqueue.database import make_engine, make_session_factory, run_in_transaction
 from taskqueue.jobcontrol import kill_job, reschedule_job
 from taskqueue.jobs import apply_transition
-from taskqueue.models import Job, jobs_table, purged_jobs_table
+from taskqueue.models import Job, jobs_table, purged_jobs_table, tq_jobs_table
 from taskqueue.pilotmatch import match_for_pilot
 from taskqueue.purge import purge_batch, purged_counts
 from taskqueue.resources import parse_resource
@@ -40,9 +40,13 @@ def _counted(db: Database) -> dict[tuple[str, str], int]:
 
 
 def _folded(db: Database) -> dict[tuple[str, str], int]:
+    """The totals after a fold; the waiting jobs per task queue are checked on the way."""
     with db.factory.begin() as s:
         jobcounts.fold(s)
+    q = tq_jobs_table.c
     with db.factory() as s:
+        assert jobcounts.waiting(s) == {int(tq_id): int(n) for tq_id, n in s.execute(
+            select(q.tq_id, func.count()).group_by(q.tq_id))}
         return jobcounts.totals(s)
 
 
@@ -131,10 +135,13 @@ def test_the_migration_counts_the_jobs_already_there(database: Database, setting
             s.execute(insert(purged_jobs_table).values(vo="lhcb", status="Done", jobs=5))
         with factory.begin() as s:
             s.execute(update(Job).where(Job.id == first).values(status="Failed"))
+        with factory.begin() as s:  # and the queue row of a job that is no longer waiting
+            s.execute(delete(tq_jobs_table).where(tq_jobs_table.c.job_id == first))
         schema.upgrade(engine)
         with factory() as s:
             assert jobcounts.totals(s) == {("lhcb", "Waiting"): 2, ("lhcb", "Failed"): 1,
                                            ("lhcb", "Done"): 5}
+            assert list(jobcounts.waiting(s).values()) == [2]
         with engine.begin() as conn:
             config.attributes["connection"] = conn
             command.downgrade(config, "0027")
