@@ -1,14 +1,16 @@
-"""PostgreSQL: the claims that threads of one matcher process make at the same time run as a
-group, one statement and one transaction (taskqueue.pilotmatch._run_group, through
-taskqueue.groupcommit): each claim still follows its own pilot's description, a job is
-claimed once, each claim from a queue advances its clock, and one claim's failure is its own.
+"""The claims that threads of one matcher process make at the same time run as a group, one
+statement and one transaction (taskqueue.pilotmatch._run_group, through
+taskqueue.groupcommit): on PostgreSQL a UNION ALL of claim-function calls, on MariaDB one CALL
+of the group procedure (migration 0029). Each claim still follows its own pilot's
+description, a job is claimed once, each claim from a queue advances its clock, and one
+claim's failure is its own.
 
 A group is formed for certain, not by luck of timing: the first claim is held in the database
 (a lock on the history table that its INSERT waits for) while the others queue behind it; they
 then run together as the next group. The matching rules themselves, through the same entry
 point, are tested on every backend in test_matching_rules, test_queues and test_concurrency.
 
-Parametrised over the PostgreSQL backend alone; without a PostgreSQL server the module is
+Parametrised over the PostgreSQL and MariaDB backends; without either server the module is
 skipped with that reason (conftest makes a missing server an error when servers are required).
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select, text, update
 
+from taskqueue import pilotmatch
 from taskqueue.database import make_engine
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.limits import NO_MATCH_NO_JOB
@@ -33,11 +36,16 @@ from taskqueue.settings import Settings
 from tests.conftest import BACKENDS, Database
 from tests.helpers import requirements, submit
 
-if "postgresql" not in BACKENDS:
-    pytest.skip("claim groups are PostgreSQL's: GRIDPILOT_TEST_POSTGRES_URL is not set",
-                allow_module_level=True)
+SERVERS = [b for b in ("postgresql", "mariadb") if b in BACKENDS]
+if not SERVERS:
+    pytest.skip("claim groups run in a database server: neither GRIDPILOT_TEST_POSTGRES_URL "
+                "nor GRIDPILOT_TEST_MARIADB_URL is set", allow_module_level=True)
 
-pytestmark = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
+pytestmark = pytest.mark.parametrize("database", SERVERS, indirect=True)
+
+#: How each server holds a table's writers off until the holder lets go.
+HOLD = {"postgresql": ("LOCK TABLE {} IN SHARE MODE", None),
+        "mariadb": ("LOCK TABLES {} READ", "UNLOCK TABLES")}
 
 #: How long a test waits for a thread before it calls the claim stuck (no timing assertion).
 PATIENCE = 60.0
@@ -79,15 +87,26 @@ def claim_in_thread(matches: MatchDatabase, now: datetime, outcomes: dict[str, O
 
 
 def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
-                      rest: list[Any]) -> None:
+                      rest: list[Any], *, group_fails: bool = False) -> None:
     """Start ``first`` (a callable starting one claim thread) while the history table is
     locked, so that it waits in the database; once it holds the (one) lane, start the
     ``rest`` and wait until they queue behind it; release the lock and wait for every
-    thread."""
+    thread. The claims run alone are counted: the held one, and all the rest as well when
+    their group statement fails (``group_fails``), none of them otherwise."""
     assert matches.groups is not None
+    hold, release = HOLD[db.backend]
+    groups, calls = matches.groups.groups, matches.groups.calls
+    alone: list[object] = []
+    run_alone = pilotmatch._outcome
+
+    def counted(engine: Any, params: Any) -> Any:
+        alone.append(params)
+        return run_alone(engine, params)
+
+    pilotmatch._outcome = counted
     blocker: Connection = db.engine.connect()
     try:
-        blocker.execute(text("LOCK TABLE job_status_history IN SHARE MODE"))
+        blocker.execute(text(hold.format("job_status_history")))
         threads = [first()]
         for _ in range(int(PATIENCE * 100)):  # the first claim holds the lane: it leads
             if matches.groups.running == 1:
@@ -101,15 +120,25 @@ def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
             threading.Event().wait(0.01)
         assert matches.groups.queued == len(rest), "the claims did not queue"
     finally:
+        if release:
+            blocker.execute(text(release))
         blocker.rollback()
         blocker.close()
-    for thread in threads:
-        thread.join(PATIENCE)
-        assert not thread.is_alive(), "a claim was left waiting"
+    try:
+        for thread in threads:
+            thread.join(PATIENCE)
+            assert not thread.is_alive(), "a claim was left waiting"
+    finally:
+        pilotmatch._outcome = run_alone
+    assert len(alone) == (1 + len(rest) if group_fails else 1)
+    # Two groups: the held claim alone, then all the others in one statement.
+    assert (matches.groups.groups - groups, matches.groups.calls - calls) == (2, 1 + len(rest))
 
 
 def transaction_of(db: Database, job_ids: list[int]) -> set[str]:
-    """The transactions that last wrote these jobs (their rows' xmin)."""
+    """The transactions that last wrote these jobs (their rows' xmin; PostgreSQL's)."""
+    if db.backend != "postgresql":
+        return {"one"}  # a group ran as one statement, by held_then_grouped's counts
     with db.engine.connect() as conn:
         return {str(x) for x in conn.execute(
             text("SELECT xmin::text FROM jobs WHERE id = ANY(:ids)"), {"ids": job_ids}
@@ -151,7 +180,8 @@ def test_a_group_claims_for_each_pilot_by_its_own_description_in_one_transaction
     grouped = (jobs_of(outcomes["pb"]) + jobs_of(outcomes["pa2"]) + jobs_of(outcomes["pc"])
                + jobs_of(outcomes["pbelle"]))
     assert len(transaction_of(db, grouped)) == 1  # one transaction, one commit
-    assert transaction_of(db, grouped) != transaction_of(db, jobs_of(outcomes["p0"]))
+    if db.backend == "postgresql":
+        assert transaction_of(db, grouped) != transaction_of(db, jobs_of(outcomes["p0"]))
     with db.factory() as s:
         rows = s.execute(select(Job.id, Job.status, Job.pilot_reference, Job.site)).all()
         assert {(r.id, r.status, r.pilot_reference, r.site) for r in rows} == {
@@ -211,7 +241,7 @@ def test_a_claim_that_fails_in_a_group_fails_alone(
         lambda: claim_in_thread(matches, now, outcomes, "pb", site="B"),
         lambda: claim_in_thread(matches, now, outcomes, "px", site="X"),
         lambda: claim_in_thread(matches, now, outcomes, "pc", site="C"),
-    ])
+    ], group_fails=True)
     refused = outcomes["px"]
     assert isinstance(refused, ConflictError) and f"job {broken}" in str(refused)
     assert [jobs_of(outcomes[n]) for n in ("pa", "pb", "pc")] == [[a], [b], [c]]
@@ -224,6 +254,8 @@ def test_a_claim_that_fails_in_a_group_fails_alone(
 
 def test_a_group_on_a_hung_database_is_unavailable_for_each_pilot_and_claims_nothing(
         db: Database, settings: Settings, now: datetime) -> None:
+    if db.backend != "postgresql":
+        pytest.skip("MariaDB's hung database is tested in test_timeouts and test_hung_database")
     with db.factory.begin() as s:
         ids = submit(s, settings, now, [requirements()] * 4)
     quick = make_engine(db.url, pool_size=1, autocommit=True, statement_timeout=1.0)
