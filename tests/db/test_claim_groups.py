@@ -315,3 +315,24 @@ def test_many_threads_of_one_process_claim_each_job_once(
     everything = sorted(job for slot in got for job in slot)
     assert everything == sorted(ids)
     assert matches.groups is not None and matches.groups.calls >= 8
+
+
+def test_a_group_carries_labels_of_any_character(
+        db: Database, settings: Settings, now: datetime, matches: MatchDatabase) -> None:
+    """The group's arguments travel as one document (MariaDB: JSON read back with
+    JSON_VALUE): a label with quotes, backslashes, commas, brackets or any script reaches
+    each claim as it was sent."""
+    sites = ['LCG."Quoted".org', "LCG.Back\\slash.org", "LCG.Comma,]Bracket.org",
+             "LCG.Ünïcødé.🚀", "LCG.plain.org"]
+    with db.factory.begin() as s:
+        ids = {site: submit(s, settings, now, [requirements(sites=[site], owner="o'hara")])[0]
+               for site in sites}
+    outcomes: dict[str, Outcome] = {}
+    held_then_grouped(db, matches, lambda: claim_in_thread(
+        matches, now, outcomes, "p-plain", site="LCG.plain.org", owner="o'hara"), [
+        (lambda i=i, site=site: claim_in_thread(matches, now, outcomes, f"p{i}", site=site,
+                                                owner="o'hara", platform=['el9"x', "a\\b"]))
+        for i, site in enumerate(sites[:-1])])
+    assert jobs_of(outcomes["p-plain"]) == [ids["LCG.plain.org"]]
+    for i, site in enumerate(sites[:-1]):
+        assert jobs_of(outcomes[f"p{i}"]) == [ids[site]], site
