@@ -760,8 +760,8 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             first_claim.append("COMMIT")
 
     if autocommit is not None:
-        # One call of the claim function per checkout (or of a group's): one statement,
-        # committed.
+        # One call of the claim function per checkout (of a group's, on PostgreSQL): one
+        # statement, committed.
         @event.listens_for(autocommit, "checkout")
         def _call(*_args: Any) -> None:
             counter["statements"] += 1
@@ -1222,7 +1222,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of claimer process counts, in process (default 1,4)")
     parser.add_argument("--threads", type=_int_list, default=[1],
                         help="claimer threads per in-process claimer, sharing its databases "
-                             "(their claims are grouped per commit), comma-"
+                             "(their claims are grouped per commit on PostgreSQL), comma-"
                              "separated (default 1)")
     parser.add_argument("--counts", type=_int_list, default=[1],
                         help="comma list of jobs asked for per claim (default 1)")

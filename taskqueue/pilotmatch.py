@@ -79,9 +79,9 @@ class MatchDatabase:
     """Where a match runs: sessions for the Python path, and on a database with a claim
     function an engine in autocommit for it (None: the Python path only).
 
-    The claims that threads of the process make at the same time are grouped (``groups``,
-    made here): one statement and one commit for a group (see :func:`_run_group`). Made per
-    process, like its engines."""
+    On PostgreSQL, the claims that threads of the process make at the same time are grouped
+    (``groups``, made here): one statement and one commit for a group (see
+    :func:`_run_group`). Made per process, like its engines."""
 
     sessions: sessionmaker[Session]
     autocommit: Engine | None = None
@@ -90,7 +90,7 @@ class MatchDatabase:
 
     def __post_init__(self) -> None:
         engine = self.autocommit
-        if engine is not None and engine.dialect.name in SERVER_CLAIMS:
+        if engine is not None and engine.dialect.name == "postgresql":
             groups: ClaimGroups = GroupCommit(lambda group: _run_group(engine, group),
                                               most=MOST_PER_GROUP, lanes=GROUP_LANES)
             object.__setattr__(self, "groups", groups)
@@ -125,15 +125,13 @@ _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
 _CONFLICT_STATE = "GP409"
 _CALL_MYSQL = "CALL gridpilot_claim(" + ", ".join(["%s"] * 19) + ")"
-#: MariaDB's group of claims: the calls' arguments as one JSON document (migration 0029).
-_GROUP_CALL_MYSQL = "CALL gridpilot_claim_group(%s)"
 #: MariaDB's codes for a lost race: lock wait timeout, deadlock.
 _RETRY_ERRORS = frozenset({1205, 1213})
 #: The error of the procedure's SIGNAL for a job that left Waiting under it (SQLSTATE 45000).
 _CONFLICT_ERROR = 1644
 #: Calls made for a claim that keeps losing races before it gives up.
 _ATTEMPTS = 5
-#: The most claims in one group (one transaction). A group holds the rows of
+#: The most claims in one group (one transaction) on PostgreSQL. A group holds the rows of
 #: the queues it drew from until it commits, and a claim of another process that draws such
 #: a queue meanwhile takes its job without advancing the queue's clock (it does not wait):
 #: small groups keep that window short, and 8 already spread a commit over 8 claims.
@@ -237,52 +235,28 @@ def _json_array(values: frozenset[str]) -> str:
 
 def _run_group(engine: Engine, group: Sequence[tuple[Any, ...]]
                ) -> list[list[tuple[Any, ...]] | BaseException]:
-    """The claims of a group, each with its own arguments: one statement, so one transaction
-    and one commit, that claims for each in order, each call seeing what the calls before it
-    did (a job is claimed once, a queue's clock advanced by each claim from it).
-
-    On PostgreSQL a UNION ALL of the claim function's calls (it runs its parts one after the
-    other), whose rows come back tagged with the claim's place and their own order; on
-    MariaDB one CALL of ``gridpilot_claim_group`` with the calls' arguments as one JSON
-    document, which answers each call with a result set of its own.
+    """The claims of a group on PostgreSQL, each with its own arguments: one statement, so
+    one transaction and one commit, that calls the claim function once per claim, in order
+    (a UNION ALL runs its parts one after the other, and each call sees what the calls before
+    it did: a job is claimed once, a queue's clock advanced by each claim from it). Its rows
+    come back tagged with the claim's place and their own order.
 
     If the group fails (a job that left Waiting under one claim, races lost again and again,
     any error but a lost connection), nothing of it was committed, and each claim runs again
     alone, so that one claim's failure is its own. A lost connection is every claim's."""
     if len(group) == 1:
         return [_outcome(engine, group[0])]
-    postgresql = engine.dialect.name == "postgresql"
+    statement = _group_statement(len(group))
     try:
-        if postgresql:
-            rows = _call(engine, [value for params in group for value in params],
-                         _group_statement(len(group)))
-        else:
-            sets = _call_sets(engine, (_json_calls(group),), _GROUP_CALL_MYSQL)
+        rows = _call(engine, [value for params in group for value in params], statement)
     except DatabaseUnavailableError:
         return [DatabaseUnavailableError(UNAVAILABLE) for _ in group]
     except Exception:  # the group's transaction rolled back whole: one claim at a time
         return [_outcome(engine, params) for params in group]
-    if not postgresql:
-        if len(sets) != len(group):
-            raise AssertionError(f"{len(sets)} answers to a group of {len(group)} claims")
-        return list(sets)
     answers: list[list[tuple[Any, ...]]] = [[] for _ in group]
     for row in sorted(rows, key=lambda row: (row[0], row[1])):
         answers[row[0]].append(row[2:])
     return list(answers)
-
-
-def _json_calls(group: Sequence[tuple[Any, ...]]) -> str:
-    """MariaDB: the calls' arguments as the JSON document ``gridpilot_claim_group`` reads
-    (each value as the text a single call would send: a flag as 1 or 0, a time in SQL's
-    form; lists are their JSON text already)."""
-    def value(v: Any) -> Any:
-        if isinstance(v, bool):
-            return int(v)
-        if isinstance(v, datetime):
-            return v.isoformat(sep=" ", timespec="microseconds")
-        return v
-    return json.dumps([[value(v) for v in params] for params in group], ensure_ascii=False)
 
 
 def _outcome(engine: Engine, params: tuple[Any, ...]) -> list[tuple[Any, ...]] | BaseException:
@@ -304,22 +278,16 @@ def _group_statement(size: int) -> str:
 
 def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
           ) -> list[tuple[Any, ...]]:
-    """Call the claim function or procedure (see :func:`_call_sets`): its rows."""
-    postgresql = engine.dialect.name == "postgresql"
-    return _call_sets(engine, params, statement or (_CALL if postgresql else _CALL_MYSQL))[0]
+    """Call the claim function or procedure on a pooled driver connection (autocommit; the
+    procedure commits or rolls back its own transaction), again if it lost a race; a database
+    that cannot be reached is :class:`DatabaseUnavailableError`, a job that left Waiting
+    under the claim :class:`ConflictError`.
 
-
-def _call_sets(engine: Engine, params: Sequence[Any], statement: str
-               ) -> list[list[tuple[Any, ...]]]:
-    """Run a claim statement on a pooled driver connection (autocommit; a procedure commits
-    or rolls back its own transaction), again if it lost a race: the rows of each result set
-    it answers with. A database that cannot be reached is :class:`DatabaseUnavailableError`,
-    a job that left Waiting under the claim :class:`ConflictError`.
-
-    MariaDB answers a CALL with the procedure's result sets and then a status of its own:
+    MariaDB answers a CALL with the procedure's result set and then a status of its own:
     every result set is read before the connection goes back to the pool, which does not
     reset it, so that the next call on it does not find an unread answer."""
     postgresql = engine.dialect.name == "postgresql"
+    statement = statement or (_CALL if postgresql else _CALL_MYSQL)
     driver = engine.dialect.loaded_dbapi  # psycopg or PyMySQL, whichever the URL names
     for attempt in range(1, _ATTEMPTS + 1):
         try:
@@ -331,12 +299,11 @@ def _call_sets(engine: Engine, params: Sequence[Any], statement: str
             with statement_deadline(connection.dbapi_connection, deadline_of(engine)):
                 cursor = connection.cursor()
                 cursor.execute(statement, params)
-                sets = [[tuple(row) for row in cursor.fetchall()]]
+                rows = [tuple(row) for row in cursor.fetchall()]
                 while cursor.nextset():
-                    if cursor.description is not None:  # not a CALL's closing status
-                        sets.append([tuple(row) for row in cursor.fetchall()])
+                    pass
                 cursor.close()
-            return sets
+            return rows
         except driver.Error as exc:
             race, conflict = (_pg_verdict if postgresql else _mysql_verdict)(exc)
             if conflict:

@@ -1,16 +1,14 @@
-"""The claims that threads of one matcher process make at the same time run as a group, one
-statement and one transaction (taskqueue.pilotmatch._run_group, through
-taskqueue.groupcommit): on PostgreSQL a UNION ALL of claim-function calls, on MariaDB one CALL
-of the group procedure (migration 0029). Each claim still follows its own pilot's
-description, a job is claimed once, each claim from a queue advances its clock, and one
-claim's failure is its own.
+"""PostgreSQL: the claims that threads of one matcher process make at the same time run as a
+group, one statement and one transaction (taskqueue.pilotmatch._run_group, through
+taskqueue.groupcommit): each claim still follows its own pilot's description, a job is
+claimed once, each claim from a queue advances its clock, and one claim's failure is its own.
 
 A group is formed for certain, not by luck of timing: the first claim is held in the database
 (a lock on the history table that its INSERT waits for) while the others queue behind it; they
 then run together as the next group. The matching rules themselves, through the same entry
 point, are tested on every backend in test_matching_rules, test_queues and test_concurrency.
 
-Parametrised over the PostgreSQL and MariaDB backends; without either server the module is
+Parametrised over the PostgreSQL backend alone; without a PostgreSQL server the module is
 skipped with that reason (conftest makes a missing server an error when servers are required).
 """
 
@@ -36,16 +34,11 @@ from taskqueue.settings import Settings
 from tests.conftest import BACKENDS, Database
 from tests.helpers import requirements, submit
 
-SERVERS = [b for b in ("postgresql", "mariadb") if b in BACKENDS]
-if not SERVERS:
-    pytest.skip("claim groups run in a database server: neither GRIDPILOT_TEST_POSTGRES_URL "
-                "nor GRIDPILOT_TEST_MARIADB_URL is set", allow_module_level=True)
+if "postgresql" not in BACKENDS:
+    pytest.skip("claim groups are PostgreSQL's: GRIDPILOT_TEST_POSTGRES_URL is not set",
+                allow_module_level=True)
 
-pytestmark = pytest.mark.parametrize("database", SERVERS, indirect=True)
-
-#: How each server holds a table's writers off until the holder lets go.
-HOLD = {"postgresql": ("LOCK TABLE {} IN SHARE MODE", None),
-        "mariadb": ("LOCK TABLES {} READ", "UNLOCK TABLES")}
+pytestmark = pytest.mark.parametrize("database", ["postgresql"], indirect=True)
 
 #: How long a test waits for a thread before it calls the claim stuck (no timing assertion).
 PATIENCE = 60.0
@@ -91,10 +84,10 @@ def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
     """Start ``first`` (a callable starting one claim thread) while the history table is
     locked, so that it waits in the database; once it holds the (one) lane, start the
     ``rest`` and wait until they queue behind it; release the lock and wait for every
-    thread. The claims run alone are counted: the held one, and all the rest as well when
-    their group statement fails (``group_fails``), none of them otherwise."""
+    thread. Then: two groups ran, the held claim and all the rest; and the claims run alone
+    were the held one, and all the rest as well when their group statement failed
+    (``group_fails``), none of them otherwise."""
     assert matches.groups is not None
-    hold, release = HOLD[db.backend]
     groups, calls = matches.groups.groups, matches.groups.calls
     alone: list[object] = []
     run_alone = pilotmatch._outcome
@@ -106,7 +99,7 @@ def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
     pilotmatch._outcome = counted
     blocker: Connection = db.engine.connect()
     try:
-        blocker.execute(text(hold.format("job_status_history")))
+        blocker.execute(text("LOCK TABLE job_status_history IN SHARE MODE"))
         threads = [first()]
         for _ in range(int(PATIENCE * 100)):  # the first claim holds the lane: it leads
             if matches.groups.running == 1:
@@ -120,8 +113,6 @@ def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
             threading.Event().wait(0.01)
         assert matches.groups.queued == len(rest), "the claims did not queue"
     finally:
-        if release:
-            blocker.execute(text(release))
         blocker.rollback()
         blocker.close()
     try:
@@ -130,15 +121,12 @@ def held_then_grouped(db: Database, matches: MatchDatabase, first: Any,
             assert not thread.is_alive(), "a claim was left waiting"
     finally:
         pilotmatch._outcome = run_alone
-    assert len(alone) == (1 + len(rest) if group_fails else 1)
-    # Two groups: the held claim alone, then all the others in one statement.
     assert (matches.groups.groups - groups, matches.groups.calls - calls) == (2, 1 + len(rest))
+    assert len(alone) == (1 + len(rest) if group_fails else 1)
 
 
 def transaction_of(db: Database, job_ids: list[int]) -> set[str]:
-    """The transactions that last wrote these jobs (their rows' xmin; PostgreSQL's)."""
-    if db.backend != "postgresql":
-        return {"one"}  # a group ran as one statement, by held_then_grouped's counts
+    """The transactions that last wrote these jobs (their rows' xmin)."""
     with db.engine.connect() as conn:
         return {str(x) for x in conn.execute(
             text("SELECT xmin::text FROM jobs WHERE id = ANY(:ids)"), {"ids": job_ids}
@@ -180,8 +168,7 @@ def test_a_group_claims_for_each_pilot_by_its_own_description_in_one_transaction
     grouped = (jobs_of(outcomes["pb"]) + jobs_of(outcomes["pa2"]) + jobs_of(outcomes["pc"])
                + jobs_of(outcomes["pbelle"]))
     assert len(transaction_of(db, grouped)) == 1  # one transaction, one commit
-    if db.backend == "postgresql":
-        assert transaction_of(db, grouped) != transaction_of(db, jobs_of(outcomes["p0"]))
+    assert transaction_of(db, grouped) != transaction_of(db, jobs_of(outcomes["p0"]))
     with db.factory() as s:
         rows = s.execute(select(Job.id, Job.status, Job.pilot_reference, Job.site)).all()
         assert {(r.id, r.status, r.pilot_reference, r.site) for r in rows} == {
@@ -254,8 +241,6 @@ def test_a_claim_that_fails_in_a_group_fails_alone(
 
 def test_a_group_on_a_hung_database_is_unavailable_for_each_pilot_and_claims_nothing(
         db: Database, settings: Settings, now: datetime) -> None:
-    if db.backend != "postgresql":
-        pytest.skip("MariaDB's hung database is tested in test_timeouts and test_hung_database")
     with db.factory.begin() as s:
         ids = submit(s, settings, now, [requirements()] * 4)
     quick = make_engine(db.url, pool_size=1, autocommit=True, statement_timeout=1.0)
@@ -319,10 +304,9 @@ def test_many_threads_of_one_process_claim_each_job_once(
 
 def test_a_group_carries_labels_of_any_character(
         db: Database, settings: Settings, now: datetime, matches: MatchDatabase) -> None:
-    """The group's arguments travel as one document (MariaDB: JSON read back with
-    JSON_VALUE): a label with quotes, backslashes, commas, brackets or any script reaches
-    each claim as it was sent."""
-    sites = ['LCG."Quoted".org', "LCG.Back\\slash.org", "LCG.Comma,]Bracket.org",
+    """The group's arguments travel in one statement (lists as array literals): a label
+    with quotes, backslashes, commas, braces or any script reaches each claim as sent."""
+    sites = ['LCG."Quoted".org', "LCG.Back\\slash.org", "LCG.Comma,}Brace{.org",
              "LCG.Ünïcødé.🚀", "LCG.plain.org"]
     with db.factory.begin() as s:
         ids = {site: submit(s, settings, now, [requirements(sites=[site], owner="o'hara")])[0]
