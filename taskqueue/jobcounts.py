@@ -11,11 +11,12 @@ writes no delta: a job the purge removed still counts in its last status.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Table, delete, select, text
+from sqlalchemy import Connection, Table, TextClause, delete, select, text
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
 
@@ -68,6 +69,8 @@ def waiting(session: Session) -> dict[int, int]:
 
 
 def _fold(conn: Connection, count: _Count) -> int:
+    if conn.dialect.name == "postgresql":
+        return int(conn.execute(_pg_fold(count)).scalar_one())
     d = count.deltas.c
     keys = [d[k] for k in count.keys]
     sums: Counter[tuple[object, ...]] = Counter()
@@ -92,6 +95,24 @@ def _fold(conn: Connection, count: _Count) -> int:
     for start in range(0, len(changed), FOLD_BATCH // 5):
         conn.execute(_add(conn.dialect.name, count, changed[start:start + FOLD_BATCH // 5]))
     return folded
+
+
+@functools.cache
+def _pg_fold(count: _Count) -> TextClause:
+    """PostgreSQL: the whole fold in one statement, the deltas never leaving the server
+    (a batch of 5,000 read out and deleted by id took 1.9 s for 100,000 deltas)."""
+    keys = ", ".join(count.keys)
+    deltas, totals = count.deltas.name, count.totals.name
+    return text(f"""
+        WITH gone AS (
+            DELETE FROM {deltas} WHERE id IN (SELECT id FROM {deltas} FOR UPDATE SKIP LOCKED)
+            RETURNING {keys}, jobs),
+        added AS (
+            INSERT INTO {totals} ({keys}, jobs)
+            SELECT {keys}, sum(jobs) FROM gone GROUP BY {keys} HAVING sum(jobs) <> 0
+            ON CONFLICT ({keys}) DO UPDATE SET jobs = {totals}.jobs + EXCLUDED.jobs
+            RETURNING 1)
+        SELECT count(*) FROM gone""")
 
 
 def _delete(conn: Connection, table: Table, ids: list[int]) -> None:
