@@ -91,9 +91,8 @@ def _json_table_insert(dialect: Dialect, table: Table, names: tuple[str, ...], *
     in Python, half of a 1,000-job bulk's time in the service; the json module writes the
     document in C, and the statement's text depends only on the table and the columns."""
     quote = dialect.identifier_preparer.quote
-    columns = ", ".join(
-        f"c{i} {table.c[name].type.compile(dialect=dialect)} PATH '$[{i}]'"
-        for i, name in enumerate(names))
+    columns = ", ".join(f"c{i} {_json_table_type(table.c[name].type, dialect)} PATH '$[{i}]'"
+                        for i, name in enumerate(names))
     sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
            f"SELECT {', '.join(f'c{i}' for i in range(len(names)))} "
            f"FROM JSON_TABLE(:doc, '$[*]' COLUMNS (ord FOR ORDINALITY, {columns})) AS j "
@@ -101,6 +100,16 @@ def _json_table_insert(dialect: Dialect, table: Table, names: tuple[str, ...], *
     if returning:
         sql += f" RETURNING {quote(next(iter(table.primary_key.columns)).name)}"
     return text(sql)
+
+
+def _json_table_type(column_type: sqltypes.TypeEngine[Any], dialect: Dialect) -> str:
+    """A column's type as JSON_TABLE reads it: text as LONGTEXT, so that a value too long
+    for its column reaches the INSERT whole and is refused there (JSON_TABLE itself would
+    cut it short with a warning)."""
+    impl = column_type.impl_instance if isinstance(column_type, TypeDecorator) else column_type
+    if isinstance(impl, sqltypes.String):
+        return "LONGTEXT"
+    return str(column_type.compile(dialect=dialect))  # a decorator's own (DATETIME(6))
 
 
 def _document(table: Table, rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:

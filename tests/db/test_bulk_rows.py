@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
 
 from taskqueue.bulk import insert_rows, insert_rows_returning_ids
 from taskqueue.models import history_table, jobs_table
@@ -45,3 +47,21 @@ def test_many_rows_keep_every_value_and_their_order(db: Database) -> None:
         for name, value in row.items():
             assert getattr(got, name) == value, (name, value)
         assert history[job_id] == row["minor_status"]
+
+
+def test_a_value_too_long_for_its_column_is_refused_not_cut(db: Database) -> None:
+    """Before and after a bulk path, a value longer than its column is the database's error
+    (SQLite, which does not enforce lengths, stores it whole)."""
+    now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    rows = [_job(i, "ok", now) for i in range(6)]
+    rows[3] = {**rows[3], "owner": "o" * 256}
+    with db.factory.begin() as s:
+        if db.backend == "sqlite":
+            ids = insert_rows_returning_ids(s.connection(), jobs_table, rows)
+            assert s.scalar(select(jobs_table.c.owner).where(jobs_table.c.id == ids[3])) == \
+                "o" * 256
+            return
+    with pytest.raises(DBAPIError), db.factory.begin() as s:
+        insert_rows_returning_ids(s.connection(), jobs_table, rows)
+    with db.factory() as s:
+        assert s.scalar(select(func.count()).select_from(jobs_table)) == 0
