@@ -92,7 +92,7 @@ def _json_table_insert(dialect: Dialect, table: Table, names: tuple[str, ...], *
     document in C, and the statement's text depends only on the table and the columns."""
     quote = dialect.identifier_preparer.quote
     columns = ", ".join(f"c{i} {_json_table_type(table.c[name].type, dialect)} PATH '$[{i}]'"
-                        for i, name in enumerate(names))
+                        " ERROR ON ERROR" for i, name in enumerate(names))
     sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(n) for n in names)}) "
            f"SELECT {', '.join(f'c{i}' for i in range(len(names)))} "
            f"FROM JSON_TABLE(:doc, '$[*]' COLUMNS (ord FOR ORDINALITY, {columns})) AS j "
@@ -103,12 +103,15 @@ def _json_table_insert(dialect: Dialect, table: Table, names: tuple[str, ...], *
 
 
 def _json_table_type(column_type: sqltypes.TypeEngine[Any], dialect: Dialect) -> str:
-    """A column's type as JSON_TABLE reads it: text as LONGTEXT, so that a value too long
-    for its column reaches the INSERT whole and is refused there (JSON_TABLE itself would
-    cut it short with a warning)."""
+    """A column's type as JSON_TABLE reads it: text as LONGTEXT and integers as DECIMAL(65,
+    0), so that a value too long or too large for its column reaches the INSERT whole and is
+    refused there, as in a one-row INSERT (JSON_TABLE itself cuts it to fit with a warning);
+    any other value it cannot convert is an error (ERROR ON ERROR), not a NULL."""
     impl = column_type.impl_instance if isinstance(column_type, TypeDecorator) else column_type
     if isinstance(impl, sqltypes.String):
         return "LONGTEXT"
+    if isinstance(impl, sqltypes.Integer):
+        return "DECIMAL(65, 0)"
     return str(column_type.compile(dialect=dialect))  # a decorator's own (DATETIME(6))
 
 

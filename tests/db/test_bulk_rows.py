@@ -49,17 +49,19 @@ def test_many_rows_keep_every_value_and_their_order(db: Database) -> None:
         assert history[job_id] == row["minor_status"]
 
 
-def test_a_value_too_long_for_its_column_is_refused_not_cut(db: Database) -> None:
-    """Before and after a bulk path, a value longer than its column is the database's error
-    (SQLite, which does not enforce lengths, stores it whole)."""
+@pytest.mark.parametrize("wrong", [{"owner": "o" * 256}, {"bulk_index": 2**40}])
+def test_a_value_too_big_for_its_column_is_refused_not_cut(db: Database,
+                                                           wrong: dict[str, object]) -> None:
+    """As in a one-row INSERT, a value too long or too large for its column is the database's
+    error (SQLite, which enforces neither, stores it whole), never a shorter value or NULL."""
     now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
     rows = [_job(i, "ok", now) for i in range(6)]
-    rows[3] = {**rows[3], "owner": "o" * 256}
+    rows[3] = {**rows[3], **wrong}
+    name, value = next(iter(wrong.items()))
     with db.factory.begin() as s:
         if db.backend == "sqlite":
             ids = insert_rows_returning_ids(s.connection(), jobs_table, rows)
-            assert s.scalar(select(jobs_table.c.owner).where(jobs_table.c.id == ids[3])) == \
-                "o" * 256
+            assert s.scalar(select(jobs_table.c[name]).where(jobs_table.c.id == ids[3])) == value
             return
     with pytest.raises(DBAPIError), db.factory.begin() as s:
         insert_rows_returning_ids(s.connection(), jobs_table, rows)
