@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass
 
@@ -27,8 +28,15 @@ from taskqueue.models import (
     tq_waiting_table,
 )
 
-#: Deltas folded per statement.
+#: Deltas folded per statement (read out of the server, or on PostgreSQL summed in it).
 FOLD_BATCH = 5_000
+PG_FOLD_BATCH = 100_000
+#: Totals added to per statement (two parameters each).
+ADD_BATCH = 1_000
+#: A fold starts no batch after this many seconds: deltas piled up while no activity loop ran
+#: (a day of claims is tens of millions) are folded over several turns, each statement well
+#: inside the statement timeout, instead of one statement that the timeout cuts every turn.
+FOLD_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -45,9 +53,11 @@ _WAITING = _Count(tq_waiting_deltas_table, tq_waiting_table, ("tq_id",))
 
 
 def fold(session: Session) -> int:
-    """Add the deltas written since the last fold to the totals; the number of deltas."""
+    """Add the deltas written since the last fold to the totals, for up to about
+    :data:`FOLD_SECONDS` (the rest at the next fold); the number of deltas folded."""
     conn = session.connection()
-    folded = _fold(conn, _STATUS) + _fold(conn, _WAITING)
+    stop_at = time.monotonic() + FOLD_SECONDS
+    folded = _fold(conn, _STATUS, stop_at) + _fold(conn, _WAITING, stop_at)
     # A queue with no job left has no row (the cleanup loop deletes emptied queues).
     conn.execute(delete(tq_waiting_table).where(tq_waiting_table.c.jobs == 0))
     return folded
@@ -68,9 +78,14 @@ def waiting(session: Session) -> dict[int, int]:
             session.execute(select(t.tq_id, t.jobs).where(t.jobs > 0))}
 
 
-def _fold(conn: Connection, count: _Count) -> int:
+def _fold(conn: Connection, count: _Count, stop_at: float) -> int:
     if conn.dialect.name == "postgresql":
-        return int(conn.execute(_pg_fold(count)).scalar_one())
+        folded = 0
+        while True:
+            n = int(conn.execute(_pg_fold(count), {"n": PG_FOLD_BATCH}).scalar_one())
+            folded += n
+            if n < PG_FOLD_BATCH or time.monotonic() >= stop_at:
+                return folded
     d = count.deltas.c
     keys = [d[k] for k in count.keys]
     sums: Counter[tuple[object, ...]] = Counter()
@@ -88,24 +103,26 @@ def _fold(conn: Connection, count: _Count) -> int:
         folded += len(rows)
         for row in rows:
             sums[tuple(row[2:])] += int(row.jobs)
-        if len(rows) < FOLD_BATCH:
+        if len(rows) < FOLD_BATCH or time.monotonic() >= stop_at:
             break
     changed = [{**dict(zip(count.keys, key, strict=True)), "jobs": n}
                for key, n in sorted(sums.items()) if n]
-    for start in range(0, len(changed), FOLD_BATCH // 5):
-        conn.execute(_add(conn.dialect.name, count, changed[start:start + FOLD_BATCH // 5]))
+    for start in range(0, len(changed), ADD_BATCH):
+        conn.execute(_add(conn.dialect.name, count, changed[start:start + ADD_BATCH]))
     return folded
 
 
 @functools.cache
 def _pg_fold(count: _Count) -> TextClause:
-    """PostgreSQL: the whole fold in one statement, the deltas never leaving the server
-    (a batch of 5,000 read out and deleted by id took 1.9 s for 100,000 deltas)."""
+    """PostgreSQL: a batch of ``:n`` deltas folded in one statement, never leaving the
+    server (0.38 s for 100,000; read out and deleted by id, 5,000 at a time, they took
+    1.9 s)."""
     keys = ", ".join(count.keys)
     deltas, totals = count.deltas.name, count.totals.name
     return text(f"""
         WITH gone AS (
-            DELETE FROM {deltas} WHERE id IN (SELECT id FROM {deltas} FOR UPDATE SKIP LOCKED)
+            DELETE FROM {deltas} WHERE id IN (
+                SELECT id FROM {deltas} ORDER BY id LIMIT :n FOR UPDATE SKIP LOCKED)
             RETURNING {keys}, jobs),
         added AS (
             INSERT INTO {totals} ({keys}, jobs)

@@ -9,6 +9,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from alembic import command
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
@@ -193,3 +194,25 @@ def test_folds_meanwhile_claims_lose_and_double_nothing(db: Database, settings: 
     assert not errors, errors
     assert len(claimed) == len(set(claimed)) == 160
     assert _folded(db) == _counted(db) == {("lhcb", "Matched"): 160}
+
+
+def test_a_fold_goes_by_batches_and_leaves_the_rest_once_its_time_is_up(
+        db: Database, settings: Settings, now: datetime, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """Deltas piled up while no activity loop ran are folded over several turns, a batch at a
+    time, none lost or counted twice."""
+    monkeypatch.setattr(jobcounts, "FOLD_BATCH", 2)
+    monkeypatch.setattr(jobcounts, "PG_FOLD_BATCH", 2)
+    monkeypatch.setattr(jobcounts, "FOLD_SECONDS", 0.0)  # one batch per table and fold
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(owner=f"u{i}") for i in range(5)])
+        submit(s, settings, now, [requirements(owner=f"u{i}", vo="belle", owner_group="b")
+                                  for i in range(5)])
+    folds = []
+    while True:
+        with db.factory.begin() as s:
+            folds.append(jobcounts.fold(s))
+        if not folds[-1]:
+            break
+    assert len(folds) > 2 and max(folds) <= 4
+    assert _folded(db) == _counted(db) == {("lhcb", "Waiting"): 5, ("belle", "Waiting"): 5}
