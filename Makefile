@@ -1,4 +1,5 @@
-# Two entry points: `make demo` and `make test`. Both create .venv from scratch when needed;
+# Two entry points: `make demo` and `make test`; `make acceptance` deploys the whole grid and
+# runs users', operators' and faults' actions through it (tests/acceptance/scenario.py). Both create .venv from scratch when needed;
 # the demo installs only what it runs (the `server` extra), the tests add the `test` extra.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint acceptance clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +30,9 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/pytest
+
+acceptance: $(STAMP)
+	$(BIN)/python -m tests.acceptance.scenario
 
 clean:
 	rm -rf $(VENV) work .pytest_cache .mypy_cache .ruff_cache

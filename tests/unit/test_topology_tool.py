@@ -55,3 +55,12 @@ def test_a_folder_the_daemons_cannot_reach(tmp_path: Path) -> None:
     closed.mkdir(mode=0o700)
     _refused(_run("up", "--dir", str(closed / "topology")),
              "is not reachable by the user nobody")
+
+
+def test_a_resources_file_or_setting_it_cannot_use(tmp_path: Path) -> None:
+    _refused(_run("up", "--dir", str(tmp_path / "t"), "--resources",
+                  str(tmp_path / "missing.toml")), "missing.toml: no such file")
+    for bad in ("pilot_idle_timeout=5", "agents.=5", "agents.idle", "1x.key=2"):
+        _refused(_run("up", "--dir", str(tmp_path / "t"), "--set", bad),
+                 f"--set {bad!r} is not SECTION.KEY=VALUE")
+    assert not (tmp_path / "t" / "state.json").exists()
