@@ -46,7 +46,7 @@ from taskqueue.limits import (
     claim_for_pilot,
 )
 from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
-from taskqueue.pilots import pilot_stop_reason
+from taskqueue.pilots import FINAL_PILOT_STATES, pilot_stop_reason
 from taskqueue.resources import Resource
 from taskqueue.settings import DatabaseSettings
 from taskqueue.statementdeadline import deadline_of, statement_deadline
@@ -161,8 +161,7 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
         # A pilot that must stop (killed, or ended by its record) claims nothing. A kill that
         # lands after this look, while the claim is in flight, is caught when the pilot
         # confirms the job (taskqueue.pilotreports.report_status hands it back uncounted).
-        stop = run_in_transaction(db.sessions, lambda session: pilot_stop_reason(
-            session, resource.vo, resource.pilot_reference or "", now=now))
+        stop = _pilot_stop(db, resource.vo, resource.pilot_reference, now=now)
         if stop is not None:
             return MatchAnswer([], [], NO_MATCH_PILOT_KILLED, stop)
     jobs: list[PilotJob] = []
@@ -195,6 +194,24 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
     if jobs:
         return MatchAnswer(jobs, claims + more_claims)
     return MatchAnswer([], [], reason, detail)
+
+
+#: The pilot's record as the match path looks it up (the unique (reference, vo) index).
+_PILOT_LOOKUP = "SELECT kill_requested_by, status FROM pilots WHERE reference = %s AND vo = %s"
+
+
+def _pilot_stop(db: MatchDatabase, vo: str, reference: str, *, now: datetime) -> str | None:
+    """Why the pilot must stop (taskqueue.pilots.pilot_stop_reason), or None. On a database
+    with a claim function the record is read on the driver connection of the claim (one
+    statement, no session); only a pilot that must stop goes on to the session, which notes
+    a pilot heard from after its end."""
+    engine = db.autocommit
+    if engine is not None and engine.dialect.name in SERVER_CLAIMS:
+        rows = _call(engine, (reference, vo), _PILOT_LOOKUP)
+        if not rows or (rows[0][0] is None and rows[0][1] not in FINAL_PILOT_STATES):
+            return None
+    return run_in_transaction(db.sessions, lambda session: pilot_stop_reason(
+        session, vo, reference, now=now))
 
 
 def _claim_on_server(engine: Engine, groups: ClaimGroups | None, resource: Resource, *,
