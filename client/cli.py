@@ -464,11 +464,14 @@ def pilot_log(ctx: click.Context, reference: str, as_json: bool) -> None:
 @click.pass_context
 @_handled
 def pilot_kill(ctx: click.Context, reference: str, as_json: bool) -> None:
-    """Kill a pilot through its compute element (operators): the site director passes it on
-    at its next turn; the jobs the pilot held are rescheduled once they fall silent."""
+    """Kill a pilot (operators), started by the site director or by hand: the matcher gives
+    it no job and tells it to stop (it hands its jobs back, one reschedule each); one the
+    director submitted is also killed through its CE at the director's next turn."""
     answer = _service(ctx).kill_pilot(reference)
-    _emit(as_json, answer, f"pilot {reference} ({answer['status']}): the site director kills "
-                           "it through its CE at its next turn")
+    _emit(as_json, answer, f"pilot {reference} ({answer['status']}): it gets no job and is "
+                           "told to stop" + (", and the site director kills it through its CE "
+                                             "at its next turn" if answer.get("native_id")
+                                             else ""))
 
 
 def main() -> None:

@@ -27,17 +27,23 @@ from taskqueue.errors import ConflictError, NotFoundError
 from taskqueue.models import Job
 from taskqueue.pilotlogs import STORED, PilotLog, request_kill, unpack_log
 from taskqueue.pilotmatch import match_for_pilot
-from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
+from taskqueue.pilotreports import (
+    Beat,
+    StatusReport,
+    heartbeat,
+    pilot_command,
+    report_status,
+)
 from taskqueue.pilots import (
     PILOT_STATES,
     PilotFilter,
     PilotInfo,
     find_pilots,
-    jobs_of_pilot,
     last_pilot_report,
     pilot_of_vo,
     ran_jobs_of,
     register_pilot,
+    runs_of_pilot,
 )
 from taskqueue.resources import Resource, parse_resource
 from taskqueue.sandboxes import attach_output
@@ -163,17 +169,26 @@ DESCRIPTIONS = Descriptions()
           roles=(PILOT,),
           summary="Heartbeat: the CPU time, progress and output tail of the pilot's jobs in; "
                   "commands out "
-                  "(kill: the job is no longer this pilot's to run)",
+                  "(kill: the job is no longer this pilot's to run; pilot_command kill: the "
+                  "pilot must stop as a whole, its payloads handed back for rescheduling)",
           body={JSON: schemas.HEARTBEAT_REQUEST},
           responses={200: ("Commands for the pilot", schemas.HEARTBEAT_RESPONSE)})
 def beat(call: Call) -> dict[str, Any]:
     reference = _own_reference(call.principal, call.body["pilot_reference"])
     beats = [Beat(j["job_id"], j.get("cpu_used"), j.get("progress"), j.get("output_tail"))
              for j in call.body.get("jobs", [])]
-    commands = call.runtime.transaction(lambda session: heartbeat(
-        session, vo=call.principal.vo, pilot_reference=reference, beats=beats, now=call.now))
-    return {"commands": [{"job_id": job_id, "command": command}
-                         for job_id, command in sorted(commands.items())]}
+    def work(session: Session) -> tuple[dict[int, str], str | None]:
+        vo = call.principal.vo
+        return (heartbeat(session, vo=vo, pilot_reference=reference, beats=beats,
+                          now=call.now),
+                pilot_command(session, vo=vo, pilot_reference=reference, now=call.now))
+
+    commands, whole = call.runtime.transaction(work)
+    answer: dict[str, Any] = {"commands": [{"job_id": job_id, "command": command}
+                                           for job_id, command in sorted(commands.items())]}
+    if whole is not None:
+        answer["pilot_command"] = whole
+    return answer
 
 
 @endpoint(bp, "POST", "/jobs/<int:job_id>/status", tag="pilots", roles=(PILOT,),
@@ -297,7 +312,7 @@ def get_pilot(call: Call, reference: str) -> dict[str, Any]:
         report = last_pilot_report(session, call.principal.vo, reference)
         return {**pilot_summary(pilot),
                 "jobs": [{"job_id": j.id, "status": j.status, "minor_status": j.minor_status}
-                         for j in jobs_of_pilot(session, call.principal.vo, reference)],
+                         for j in runs_of_pilot(session, call.principal.vo, reference)],
                 "last_report": None if report is None else {
                     "job_id": report.job_id, "at": iso(report.at), "status": report.status,
                     "minor_status": report.minor_status}}
@@ -350,9 +365,11 @@ def get_pilot_log(call: Call, reference: str) -> dict[str, Any]:
 
 
 @endpoint(bp, "POST", "/<reference>/kill", tag="pilots", roles=(OPERATOR,),
-          summary="Kill a pilot through its compute element: the site director passes the "
-                  "request on at its next turn, and the pilot becomes Aborted once the CE "
-                  "took it (its jobs are rescheduled when they fall silent)",
+          summary="Kill a pilot, director-submitted or started by hand: from now on the "
+                  "matcher gives it no job and answers its match requests and heartbeats "
+                  "with kill (it stops its payloads, whose jobs are rescheduled once); a "
+                  "pilot with a CE record is also killed through its CE at the site "
+                  "director's next turn",
           responses={202: ("The request is noted", schemas.PILOT_SUMMARY)})
 def kill_pilot(call: Call, reference: str) -> tuple[dict[str, Any], int]:
     if reference in RESERVED_REFERENCES:

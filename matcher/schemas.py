@@ -82,8 +82,8 @@ HEARTBEAT_REQUEST = obj({
         "output_tail": {"type": "string", "maxLength": PEEK_CHARS}}, ("job_id",))},
 }, ("pilot_reference",))
 HEARTBEAT_RESPONSE = obj({"commands": {"type": "array", "items": obj(
-    {"job_id": ID, "command": {"type": "string", "enum": [KILL]}}, ("job_id", "command"))}},
-    ("commands",))
+    {"job_id": ID, "command": {"type": "string", "enum": [KILL]}}, ("job_id", "command"))},
+    "pilot_command": {"type": "string", "enum": [KILL]}}, ("commands",))
 
 STATUS_REPORT = obj({
     "pilot_reference": NAME,
@@ -112,6 +112,9 @@ PILOT_FIELDS: dict[str, Schema] = {
                            ".../log gives it; unavailable: log_note says why; none: the "
                            "director did not submit it"},
     "log_note": STRING, "kill_requested_by": nullable(STRING),
+    "heard_after_end_at": {**TIME, "description": "when the pilot was first heard from "
+                           "(match, heartbeat) after its record said it ended; it is told "
+                           "to stop"},
 }
 PILOT_SUMMARY = obj(PILOT_FIELDS)
 PILOT_LIST = obj({"pilots": {"type": "array", "items": PILOT_SUMMARY},

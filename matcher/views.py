@@ -28,7 +28,8 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "submitted_at": iso(pilot.submitted_at), "last_seen_at": iso(pilot.last_seen_at),
             "updated_at": iso(pilot.updated_at), "exit_code": pilot.exit_code,
             "log": log_state(pilot), "log_note": pilot.log_note,
-            "kill_requested_by": pilot.kill_requested_by}
+            "kill_requested_by": pilot.kill_requested_by,
+            "heard_after_end_at": iso(pilot.heard_after_end_at)}
 
 
 def log_state(pilot: Any) -> str:

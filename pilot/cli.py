@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pilot.client import Backoff, MatcherClient
 from pilot.loop import (
+    EXIT_KILLED,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNREACHABLE,
@@ -61,6 +62,8 @@ Exit codes:
   {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
      read (wrong shape, redirected to another host, too large, too slow), before
      --idle-timeout (plus at most one --request-timeout)
+  {EXIT_KILLED}  the matcher told the pilot to stop (an operator killed it, or its CE said it
+     ended): its payloads were stopped and handed back for rescheduling
 The reason for a non-zero exit code is the last line on stderr.
 """
 

@@ -74,9 +74,15 @@ class MatcherClient:
                           {"resource": dict(resource), "count": count})
 
     def heartbeat(self, reference: str, beats: Sequence[Mapping[str, Any]]) -> dict[int, str]:
-        return self._call("POST", protocol.HEARTBEAT_PATH, lambda answer: {
-            int(c["job_id"]): str(c["command"]) for c in answer.get("commands", [])},
-            {"pilot_reference": reference, "jobs": list(beats)})
+        """Commands by job id; the pilot's own (see protocol.WHOLE_PILOT) under key 0."""
+        def read(answer: dict[str, Any]) -> dict[int, str]:
+            commands = {int(c["job_id"]): str(c["command"]) for c in answer.get("commands", [])}
+            if answer.get("pilot_command"):
+                commands[protocol.WHOLE_PILOT] = str(answer["pilot_command"])
+            return commands
+
+        return self._call("POST", protocol.HEARTBEAT_PATH, read,
+                          {"pilot_reference": reference, "jobs": list(beats)})
 
     def report(self, job_id: int, body: Mapping[str, Any]) -> str:
         return self._call("POST", protocol.JOB_STATUS_PATH.format(job_id=job_id),

@@ -50,6 +50,10 @@ EXIT_USAGE = 2
 EXIT_REFUSED = 3
 EXIT_UNSENT = 4
 EXIT_UNREACHABLE = 5
+EXIT_KILLED = 6
+#: The stop reason of a pilot the matcher told to stop as a whole (an operator killed it, or
+#: its CE said it ended): its payloads are stopped and handed back for rescheduling.
+KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
 
@@ -131,6 +135,8 @@ class Pilot:
     summary: Summary = field(default_factory=Summary)
     retiring: str = ""
     _signalled: str = ""
+    #: Why the matcher told the pilot to stop as a whole ("" while it has not).
+    _killed: str = ""
     reaper: Reaper = field(default_factory=Reaper)
 
     def __post_init__(self) -> None:
@@ -174,6 +180,9 @@ class Pilot:
             if self._signalled:
                 self._shutdown(f"pilot received {self._signalled}")
                 break
+            if self._killed:
+                self._stop_killed()
+                break
             if shutdown is not None and now >= shutdown:
                 self._shutdown("the node's shutdown time has come")
                 break
@@ -216,7 +225,8 @@ class Pilot:
             self.summary.error = (f"the matcher at {o.matcher_url} {what}: "
                                   f"{self.client.last_failure or 'no answer'}")
         if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE):
-            self._register("Done")  # not to a matcher that never answered: one more wait
+            # Not to a matcher that never answered: one more wait.
+            self._register("Aborted" if self._killed else "Done")
         self._remove_jobstatus()
         return self.summary
 
@@ -253,6 +263,10 @@ class Pilot:
                 return now + self.match_backoff.next_delay()
             except RefusedError as exc:
                 self._refused("match requests", exc)
+                return now
+            if answer.reason == protocol.PILOT_KILLED:
+                log.info("the matcher says stop: %s", answer.detail)
+                self._killed = answer.detail or "pilot killed"
                 return now
             if not answer.jobs:
                 log.debug("no match: %s (%s)", answer.reason, answer.detail)
@@ -375,6 +389,9 @@ class Pilot:
         except (TransientError, RefusedError) as exc:
             log.warning("heartbeat not delivered: %s", exc)
             return
+        if commands.pop(protocol.WHOLE_PILOT, None) == protocol.KILL:
+            log.info("the matcher says this pilot must stop")
+            self._killed = self._killed or "pilot killed"
         for job_id, command in commands.items():
             payload = self.payloads.get(job_id)
             if command == protocol.KILL and payload is not None:
@@ -453,6 +470,14 @@ class Pilot:
                 "output_tail": p.tail(), "cpu_used": p.cpu_used()}))
             self._finished(p)
         self.payloads.clear()
+
+    def _stop_killed(self) -> None:
+        """The matcher told the pilot to stop as a whole: its payloads are stopped (SIGTERM,
+        SIGKILL after --grace) and handed back for rescheduling, and it exits EXIT_KILLED."""
+        self._shutdown(KILLED_BY_MATCHER)
+        if self.summary.exit_code == EXIT_OK:
+            self.summary.exit_code = EXIT_KILLED
+            self.summary.error = f"{KILLED_BY_MATCHER} ({self._killed})"
 
     def _finished(self, p: Payload) -> None:
         """The report on ``p`` is built (exit code, CPU time, output tail): its folder goes."""

@@ -27,11 +27,18 @@ SANDBOXES_PATH = "/sandboxes"
 NO_MATCHING_JOB = "no_matching_job"
 HELD_BY_LIMITS = "held_by_limits"
 SITE_BANNED = "site_banned"
-NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNED)
+#: The pilot must stop as a whole (an operator killed it, or its CE said it ended): it gets
+#: no job, and stops its payloads (their jobs go back for rescheduling).
+PILOT_KILLED = "pilot_killed"
+NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNED,
+                                     PILOT_KILLED)
 
 #: The one command a heartbeat answer carries for a job: stop it, it is not this pilot's any
 #: more (killed, deleted, rescheduled, or never given to it).
 KILL = "kill"
+#: A heartbeat answer's ``pilot_command`` is KILL when the pilot must stop as a whole (see
+#: PILOT_KILLED); MatcherClient.heartbeat hands it back under this key (no job has id 0).
+WHOLE_PILOT = 0
 
 #: A heartbeat carries the tail of each running job's output (a peek at it while it runs),
 #: at most this many characters a job, and at most PEEK_TOTAL_CHARS for all its jobs.

@@ -60,6 +60,8 @@ RUNNING_STATES: tuple[str, ...] = tuple(s.value for s in (
 NO_MATCH_SITE_BANNED = "site_banned"
 NO_MATCH_LIMITS = "held_by_limits"
 NO_MATCH_NO_JOB = "no_matching_job"
+#: The pilot must stop as a whole (taskqueue.pilots.pilot_stop_reason): it gets no job.
+NO_MATCH_PILOT_KILLED = "pilot_killed"
 
 
 # -- the site mask ------------------------------------------------------------------------

@@ -328,6 +328,9 @@ class Pilot(Base):
     #: Who asked for the pilot to be killed through its CE (the director does it at its next
     #: turn).
     kill_requested_by: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: When the pilot was first heard from (match, heartbeat) after its record said it
+    #: ended (its CE said so, yet the pilot lives on); it is told to stop.
+    heard_after_end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),
@@ -335,6 +338,18 @@ class Pilot(Base):
                       Index(None, "status", "executor"),
                       Index(None, "log_state", "executor"),
                       Index(None, "updated_at"))
+
+
+class PilotRun(Base):
+    """A job a pilot started (its first Running report on it): kept when the job is
+    rescheduled to another pilot, so that the pilot's page lists every job it ran."""
+
+    __tablename__ = "pilot_runs"
+
+    vo: Mapped[str] = mapped_column(String(64), primary_key=True)
+    pilot_reference: Mapped[str] = mapped_column(String(255), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class DirectorQueue(Base):

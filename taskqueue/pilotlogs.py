@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from taskqueue.errors import ConflictError, InvalidInputError, NotFoundError
+from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import Pilot
 from taskqueue.pilots import FINAL_PILOT_STATES, PILOT_STATES, may_move
 from taskqueue.sandboxes import Uploader, register_sandbox
@@ -80,16 +80,13 @@ def record_ce_state(session: Session, vo: str, reference: str, *, status: str, r
 
 def request_kill(session: Session, vo: str, reference: str, *, by: str,
                  now: datetime) -> Pilot:
-    """Note that ``by`` wants the VO's pilot killed; the director passes it to the pilot's CE
-    at its next turn. Raises NotFoundError, ConflictError for a pilot that ended, or
-    InvalidInputError for one the director did not submit (it cannot reach its CE)."""
+    """Note that ``by`` wants the VO's pilot killed. From then on the matcher gives it no job
+    and answers its match requests and heartbeats with "kill" (the pilot stops its payloads
+    and hands their jobs back); for a pilot the director submitted (one with a CE record)
+    the director also passes the request to its CE at its next turn. Any pilot the service
+    knows may be killed, a pilot started by hand too, and one whose record says it ended
+    (it may live on); a repeated request keeps the first requester. Raises NotFoundError."""
     pilot = _pilot(session, vo, reference)
-    if pilot.status in FINAL_PILOT_STATES:
-        raise ConflictError(f"pilot {reference} has already ended ({pilot.status})")
-    if pilot.executor is None or pilot.native_id is None:
-        raise InvalidInputError(
-            f"pilot {reference} was not submitted by the site director, which therefore "
-            "cannot kill it through its CE: ask its site")
     if pilot.kill_requested_by is None:
         pilot.kill_requested_by = by[:255]
         pilot.updated_at = now

@@ -39,8 +39,14 @@ from taskqueue.database import UNAVAILABLE, engine_for, run_in_transaction
 from taskqueue.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.groupcommit import GroupCommit
 from taskqueue.jobs import jobs_for_pilot
-from taskqueue.limits import NO_MATCH_NO_JOB, NO_MATCH_SITE_BANNED, claim_for_pilot
+from taskqueue.limits import (
+    NO_MATCH_NO_JOB,
+    NO_MATCH_PILOT_KILLED,
+    NO_MATCH_SITE_BANNED,
+    claim_for_pilot,
+)
 from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
+from taskqueue.pilots import FINAL_PILOT_STATES, pilot_stop_reason
 from taskqueue.resources import Resource
 from taskqueue.settings import DatabaseSettings
 from taskqueue.statementdeadline import deadline_of, statement_deadline
@@ -145,10 +151,19 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
                     rng: random.Random | None = None,
                     expression_check: ExpressionCheck | None = None) -> MatchAnswer:
     """Claim up to ``count`` jobs for the pilot ``resource`` describes, each Matched to it,
-    honouring every matching rule, the site mask and the site limits; committed on return."""
+    honouring every matching rule, the site mask and the site limits; committed on return.
+    A pilot that must stop as a whole (taskqueue.pilots.pilot_stop_reason) gets none, with
+    the reason NO_MATCH_PILOT_KILLED."""
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
     rng = rng or random.Random()
+    if resource.pilot_reference:
+        # A pilot that must stop (killed, or ended by its record) claims nothing. A kill that
+        # lands after this look, while the claim is in flight, is caught when the pilot
+        # confirms the job (taskqueue.pilotreports.report_status hands it back uncounted).
+        stop = _pilot_stop(db, resource.vo, resource.pilot_reference, now=now)
+        if stop is not None:
+            return MatchAnswer([], [], NO_MATCH_PILOT_KILLED, stop)
     jobs: list[PilotJob] = []
     claims: list[Claim] = []
     engine = db.autocommit
@@ -179,6 +194,24 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
     if jobs:
         return MatchAnswer(jobs, claims + more_claims)
     return MatchAnswer([], [], reason, detail)
+
+
+#: The pilot's record as the match path looks it up (the unique (reference, vo) index).
+_PILOT_LOOKUP = "SELECT kill_requested_by, status FROM pilots WHERE reference = %s AND vo = %s"
+
+
+def _pilot_stop(db: MatchDatabase, vo: str, reference: str, *, now: datetime) -> str | None:
+    """Why the pilot must stop (taskqueue.pilots.pilot_stop_reason), or None. On a database
+    with a claim function the record is read on the driver connection of the claim (one
+    statement, no session); only a pilot that must stop goes on to the session, which notes
+    a pilot heard from after its end."""
+    engine = db.autocommit
+    if engine is not None and engine.dialect.name in SERVER_CLAIMS:
+        rows = _call(engine, (reference, vo), _PILOT_LOOKUP)
+        if not rows or (rows[0][0] is None and rows[0][1] not in FINAL_PILOT_STATES):
+            return None
+    return run_in_transaction(db.sessions, lambda session: pilot_stop_reason(
+        session, vo, reference, now=now))
 
 
 def _claim_on_server(engine: Engine, groups: ClaimGroups | None, resource: Resource, *,

@@ -20,6 +20,7 @@ from taskqueue.errors import ForbiddenError, IllegalTransitionError, NotFoundErr
 from taskqueue.jobcontrol import lock_job, reschedule_job
 from taskqueue.jobs import apply_transition, record_minor_status
 from taskqueue.models import Job, Pilot, jobs_table
+from taskqueue.pilots import STOP_PILOT, pilot_stop_reason, record_run
 from taskqueue.states import FINAL_STATES, JobStatus
 
 S = JobStatus
@@ -151,6 +152,16 @@ def report_status(session: Session, job_id: int, report: StatusReport, *, vo: st
     if current not in ACTIVE_STATES:
         raise IllegalTransitionError(
             f"job {job_id} is {current}, no longer running on pilot {pilot_reference!r}")
+    if current == S.MATCHED:
+        stop = pilot_stop_reason(session, vo, job.pilot_reference or "", now=now)
+        if stop is not None:
+            # Claimed while a kill landed: the job goes back without counting an attempt
+            # (its payload, if started, is stopped on the pilot's next heartbeat).
+            return reschedule_job(session, job_id, by=source, now=now,
+                                  reason=f"Not started: {stop}", count=False,
+                                  max_reschedules=max_reschedules, fail_when_exhausted=True)
+        if report.status != S.RESCHEDULED:
+            record_run(session, vo, job.pilot_reference or "", job_id, now=now)
     if report.status == S.RESCHEDULED:
         return reschedule_job(session, job_id, by=source, now=now,
                               reason=report.minor_status or "Rescheduled by its pilot",
@@ -179,6 +190,14 @@ def _tail(text: str) -> str:
     if len(data) <= OUTPUT_TAIL_BYTES:
         return text
     return data[-OUTPUT_TAIL_BYTES:].decode("utf-8", errors="ignore")
+
+
+def pilot_command(session: Session, *, vo: str, pilot_reference: str,
+                  now: datetime) -> str | None:
+    """The command for the pilot as a whole that its heartbeat answer carries: STOP_PILOT
+    when it must stop (taskqueue.pilots.pilot_stop_reason), else None."""
+    stop = pilot_stop_reason(session, vo, pilot_reference.strip(), now=now)
+    return None if stop is None else STOP_PILOT
 
 
 def _touch_pilot(session: Session, vo: str, reference: str, now: datetime) -> None:

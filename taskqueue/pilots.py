@@ -6,12 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, func, or_, select
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from taskqueue.errors import InvalidInputError, NotFoundError
-from taskqueue.models import DirectorQueue, Job, JobStatusHistory, Pilot
+from taskqueue.models import DirectorQueue, Job, JobStatusHistory, Pilot, PilotRun
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
 #: pilot itself report them. Submitting: decided by a director, not yet accepted by the batch
@@ -257,14 +257,6 @@ def pilot_of_vo(session: Session, vo: str, reference: str) -> Pilot:
     return pilot
 
 
-def jobs_of_pilot(session: Session, vo: str, reference: str, *, limit: int = 200
-                  ) -> list[Job]:
-    """The jobs the VO's pilot holds or held (their latest attempt), newest first."""
-    return list(session.scalars(select(Job).where(Job.pilot_reference == reference,
-                                                  Job.vo == vo)
-                                .order_by(Job.id.desc()).limit(limit)))
-
-
 def ran_jobs_of(session: Session, vo: str, reference: str, owner: str) -> bool:
     """Whether the VO's pilot held (or holds) one of ``owner``'s jobs."""
     return session.scalar(select(Job.id).where(
@@ -279,3 +271,54 @@ def last_pilot_report(session: Session, vo: str, reference: str) -> JobStatusHis
         .where(Job.pilot_reference == reference, Job.vo == vo,
                JobStatusHistory.source == "pilot")
         .order_by(JobStatusHistory.id.desc()).limit(1)).first()
+
+
+#: What the matcher tells a pilot that must stop as a whole (its match requests and
+#: heartbeats are answered with it).
+STOP_PILOT = "kill"
+
+
+def pilot_stop_reason(session: Session, vo: str, reference: str, *,
+                      now: datetime) -> str | None:
+    """Why the VO's pilot must stop as a whole, or None: an operator asked for it to be
+    killed, or its record says it ended (its CE said so) while it still talks to the matcher;
+    the first time the latter is seen it is noted on the record (``heard_after_end_at``).
+    One lookup by the unique (reference, vo) index; an unknown pilot may go on."""
+    row = session.execute(select(Pilot.id, Pilot.status, Pilot.kill_requested_by,
+                                 Pilot.heard_after_end_at)
+                          .where(Pilot.reference == reference, Pilot.vo == vo)).first()
+    if row is None:
+        return None
+    if row.kill_requested_by is not None:
+        return f"pilot {reference} was killed at the request of {row.kill_requested_by}"
+    if row.status not in FINAL_PILOT_STATES:
+        return None
+    if row.heard_after_end_at is None:
+        session.execute(update(Pilot).where(Pilot.id == row.id,
+                                            Pilot.heard_after_end_at.is_(None))
+                        .values(heard_after_end_at=now))
+    return (f"pilot {reference} has ended ({row.status}) by its record, yet it still talks "
+            "to the matcher")
+
+
+def record_run(session: Session, vo: str, reference: str, job_id: int, *,
+               now: datetime) -> None:
+    """Note that the VO's pilot started ``job_id`` (once; a repeat is ignored)."""
+    if session.get(PilotRun, (vo, reference, job_id)) is None:
+        try:
+            with session.begin_nested():
+                session.add(PilotRun(vo=vo, pilot_reference=reference, job_id=job_id,
+                                     started_at=now))
+        except IntegrityError:  # noted by a concurrent report
+            pass
+
+
+def runs_of_pilot(session: Session, vo: str, reference: str, *, limit: int = 200
+                  ) -> list[Job]:
+    """Every job the VO's pilot ran or holds, newest first: those whose latest attempt is
+    its own, and those it started that went on elsewhere (rescheduled)."""
+    ran = select(PilotRun.job_id).where(PilotRun.vo == vo,
+                                        PilotRun.pilot_reference == reference)
+    return list(session.scalars(select(Job).where(
+        Job.vo == vo, or_(Job.pilot_reference == reference, Job.id.in_(ran)))
+        .order_by(Job.id.desc()).limit(limit)))

@@ -19,12 +19,13 @@ from taskqueue.models import DirectorQueue
 from taskqueue.pilotlogs import request_kill
 from taskqueue.pilots import (
     ALIVE_STATES,
+    FINAL_PILOT_STATES,
     PILOT_STATES,
     PilotFilter,
     find_pilots,
-    jobs_of_pilot,
     last_pilot_report,
     pilot_of_vo,
+    runs_of_pilot,
 )
 from taskqueue.sitestatus import queue_states
 
@@ -72,7 +73,7 @@ def pilot(p: Page, reference: str) -> Response:
     def work(session: Session) -> dict[str, Any]:
         found = pilot_of_vo(session, p.vo, reference)
         session.expunge(found)
-        return {"pilot": found, "jobs": jobs_of_pilot(session, p.vo, reference),
+        return {"pilot": found, "jobs": runs_of_pilot(session, p.vo, reference),
                 "report": last_pilot_report(session, p.vo, reference),
                 "director": session.get(DirectorQueue, (found.site, found.ce, found.queue))}
 
@@ -87,8 +88,9 @@ def pilot(p: Page, reference: str) -> Response:
     return render("pilot.html", viewer=p.viewer, pilot=found, jobs=jobs,
                   director=data["director"], last_beat=max(beats) if beats else None,
                   report=data["report"], log=log, no_log=no_log,
-                  can_kill=found.status in ALIVE_STATES and found.native_id is not None
-                  and found.kill_requested_by is None,
+                  can_kill=found.kill_requested_by is None and (
+                      found.status in ALIVE_STATES or found.heard_after_end_at is not None),
+                  ended=found.status in FINAL_PILOT_STATES,
                   done=request.args.get("done", ""), status_class=status_class)
 
 
@@ -104,9 +106,10 @@ def pilot_kill(p: Page, reference: str) -> Response:
                       action=url_for("ui.pilot_kill", reference=reference), back=back,
                       button="Kill", danger=True, reason_label="",
                       text=f"Pilot {reference} ({found.status} at {found.site} / {found.ce}) "
-                           "is killed through its compute element at the site director's "
-                           "next turn; the jobs it holds are rescheduled once they fall "
-                           "silent.")
+                           "gets no job from now on and is told to stop at its next word to "
+                           "the matcher; it hands the jobs it runs back for rescheduling"
+                           + (", and is killed through its compute element at the site "
+                              "director's next turn." if found.native_id else "."))
     principal = p.viewer.principal
     p.runtime.transaction(lambda s: request_kill(s, p.vo, reference, by=principal.subject,
                                                  now=p.now))

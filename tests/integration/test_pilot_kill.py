@@ -1,0 +1,92 @@
+"""An operator kills a pilot started by hand, through the API of a real matcher: the pilot
+stops its payload (which ignores SIGTERM, so SIGKILL after --grace), hands the job back, and
+exits with EXIT_KILLED; the job is rescheduled exactly once, and no later match gives that
+pilot a job."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import requests
+
+from matcher.auth import issue_token
+from pilot.loop import EXIT_KILLED, KILLED_BY_MATCHER
+from tests.integration.test_pilot import SECRET, SITE, Grid, _finish, grid
+
+__all__ = ["grid"]
+
+#: A payload that ignores SIGTERM, notes its pid, and would run for ten minutes.
+STUBBORN = '''\
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+with open(os.path.join(os.getcwd(), "pid"), "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(600)
+with open(sys.argv[1], "w") as f:
+    f.write("ended by itself")
+'''
+
+
+def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
+        grid: Grid, tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN, encoding="utf-8")
+    ended = tmp_path / "ended"
+    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {ended}"; '
+           'CPUTime = 600 ]')
+    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(),
+                              headers={"Content-Type": "text/plain"}, timeout=30)
+    assert response.status_code == 201, response.text
+    (job_id,) = response.json()["job_ids"]
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "60")
+    try:
+        grid.wait_status(job_id, {"Running"})
+        reference = grid.job(job_id)["pilot_reference"]
+        pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
+        deadline = time.monotonic() + 30
+        while not pid_file.exists():
+            assert time.monotonic() < deadline, "the payload never started"
+            time.sleep(0.1)
+        pid = int(pid_file.read_text())
+        operator = {"Authorization": "Bearer " + issue_token(
+            SECRET, subject="olga", role="operator", vo="lhcb", group="lhcb_admin",
+            lifetime=3600)}
+        killed = requests.post(f"{grid.base}/api/v1/pilots/{reference}/kill",
+                               headers=operator, timeout=30)
+        assert killed.status_code == 202, killed.text
+        code, out = _finish(proc, timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == EXIT_KILLED, out
+    assert KILLED_BY_MATCHER in out
+    assert "1 handed back for rescheduling" in out
+    # The payload is gone, killed before it could end by itself.
+    try:
+        os.kill(pid, 0)
+        alive = True
+    except ProcessLookupError:
+        alive = False
+    assert not alive
+    assert not ended.exists()
+    job = grid.job(job_id)
+    assert (job["status"], job["reschedule_count"]) == ("Waiting", 1), job
+    assert [h["status"] for h in job["history"]].count("Rescheduled") == 1
+    # The killed pilot (it registered itself, then said it was Aborted) gets nothing more.
+    pilot = requests.get(f"{grid.base}/api/v1/pilots/{reference}", headers=operator,
+                         timeout=30).json()
+    assert pilot["status"] == "Aborted" and pilot["kill_requested_by"] == "olga"
+    assert [j["job_id"] for j in pilot["jobs"]] == [job_id]
+    pilot_http = {"Authorization": f"Bearer {grid.pilot_token}"}
+    for _ in range(2):
+        answer = requests.post(f"{grid.base}/api/v1/pilots/match", headers=pilot_http,
+                               json={"resource": {"vo": "lhcb", "site": SITE,
+                                                  "pilot_reference": reference}},
+                               timeout=30).json()
+        assert answer["jobs"] == [] and answer["no_match"]["reason"] == "pilot_killed"
+    job = grid.job(job_id)
+    assert (job["status"], job["reschedule_count"]) == ("Waiting", 1), job
