@@ -49,3 +49,16 @@ def test_a_shipped_script_without_its_mode_runs_by_its_bare_name(
     assert output["exit_code"] == 0
     assert f"run.sh ran in job_{job_id} with grid" in output["output_tail"]
 
+
+def test_the_client_warns_of_a_script_its_files_do_not_hold(
+        server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "submit"
+    (folder / "tools").mkdir(parents=True)
+    (folder / "tools" / "go.sh").write_text(SCRIPT)
+    (folder / "job.jdl").write_text('[ Executable = "tools/go.sh"; '
+                                    'InputSandbox = {"tools/go.sh"}; ]')
+    result = _client(server, tmp_path, monkeypatch, "submit", str(folder / "job.jdl"))
+    assert result.exit_code == 0, result.output  # accepted all the same
+    assert 'job.jdl: warning: Executable "tools/go.sh" is not among' in result.stderr
+    assert '"go.sh" is unpacked at the top' in result.stderr
+    assert result.stdout.strip().isdigit()
