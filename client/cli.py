@@ -21,6 +21,7 @@ from client.config import ConfigError, resolve
 from client.sandboxes import (
     OutputFolderError,
     SandboxFileError,
+    executable_warnings,
     fetch_output,
     with_uploaded_inputs,
 )
@@ -138,6 +139,8 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
     service = _service(ctx)
     submitted: list[dict[str, Any]] = []
     for path, text, kind in descriptions:
+        for warning in executable_warnings(text, kind, path.parent):
+            click.echo(f"{path}: warning: {warning}", err=True)
         try:
             # Local InputSandbox files travel as one uploaded sandbox (client.sandboxes).
             text = with_uploaded_inputs(text, kind, path.parent,

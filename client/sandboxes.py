@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -135,8 +136,89 @@ def with_uploaded_inputs(text: str, fmt: str, base: Path,
     return out
 
 
+#: Endings of script and program files: a name without "/" that ends so is a file the job
+#: brings, not a command of the worker node's PATH (as optimizers.description.SCRIPT_SUFFIXES).
+SCRIPT_SUFFIXES = (".sh", ".bash", ".csh", ".tcsh", ".ksh", ".zsh", ".py", ".pl", ".rb",
+                   ".exe")
+
+
+def executable_warnings(text: str, fmt: str, base: Path) -> list[str]:
+    """What to tell before the upload when a job's Executable names a file in its folder (a
+    relative name with a "/" or a script's ending) that its local InputSandbox files, as the
+    pilot unpacks them (each by its own name, a folder with what is in it), do not hold.
+    Only for descriptions that list local files (the service warns about the others) and no
+    sandbox id already (it may hold anything)."""
+    warnings: list[str] = []
+    for executable, entries in _executables(text, fmt):
+        name = executable.strip()
+        if (not name or name.startswith("/") or _TEMPLATE.search(name) or "$" in name
+                or not ("/" in name or name.lower().endswith(SCRIPT_SUFFIXES))):
+            continue
+        local = [e for e in entries if is_local(e)]
+        if not local or any(is_sandbox_id(e) for e in entries):
+            continue
+        names = _unpacked_names(local, base)
+        wanted = posixpath.normpath(name)
+        if wanted in names:
+            continue
+        own = posixpath.basename(wanted)
+        hint = (f' ("{own}" is unpacked at the top of the folder, by its own name)'
+                if own in names else "")
+        warning = (f'Executable "{name}" is not among the InputSandbox files the job\'s '
+                   f"folder will hold{hint}: the job will fail to start unless the worker "
+                   "node has it")
+        if warning not in warnings:
+            warnings.append(warning)
+    return warnings
+
+
+def _executables(text: str, fmt: str) -> list[tuple[str, list[str]]]:
+    """Each job's Executable and InputSandbox entries (none when the text does not read:
+    the service will say what is wrong)."""
+    if fmt != "json":
+        entries = [e for _s, _e, found in jdl_input_sandboxes(text) for e in found]
+        return [(e, entries) for _s, _e, found in _jdl_values(text, "executable")
+                for e in found[:1]]
+    try:
+        data: Any = json.loads(text)
+    except ValueError:
+        return []
+    out: list[tuple[str, list[str]]] = []
+    for job in data if isinstance(data, list) else [data]:
+        if not isinstance(job, dict):
+            continue
+        custom = job.get("custom_attributes")
+        executable = job.get("executable", custom.get("Executable")
+                             if isinstance(custom, dict) else None)
+        listed = job.get("input_sandbox")
+        if isinstance(executable, str) and isinstance(listed, list):
+            out.append((executable, [e for e in listed if isinstance(e, str)]))
+    return out
+
+
+def _unpacked_names(entries: list[str], base: Path) -> set[str]:
+    """The paths in the job's folder that the local files ``entries`` become (as
+    :func:`pack_local` names them)."""
+    names: set[str] = set()
+    for given in entries:
+        name = local_path(given)
+        path = Path(name) if os.path.isabs(name) else base / name
+        names.add(path.name)
+        if path.is_dir():
+            for root, dirs, files in os.walk(path):
+                for f in [*dirs, *files]:
+                    names.add(f"{path.name}/{(Path(root) / f).relative_to(path).as_posix()}")
+    return names
+
+
 def jdl_input_sandboxes(text: str) -> list[tuple[int, int, list[str]]]:
     """Each top-level InputSandbox value of a JDL: its span in ``text`` and its entries."""
+    return _jdl_values(text, "inputsandbox")
+
+
+def _jdl_values(text: str, attribute: str) -> list[tuple[int, int, list[str]]]:
+    """Each top-level value of ``attribute`` (lower case) in a JDL: its span and its
+    entries."""
     tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)
               if not m.group().startswith(("//", "#", "/*"))]
     top = 1 if tokens and tokens[0][0] == "[" else 0
@@ -145,7 +227,7 @@ def jdl_input_sandboxes(text: str) -> list[tuple[int, int, list[str]]]:
     i = 0
     while i < len(tokens):
         word = tokens[i][0]
-        if (depth == top and word.lower() == "inputsandbox" and i + 2 < len(tokens)
+        if (depth == top and word.lower() == attribute and i + 2 < len(tokens)
                 and tokens[i + 1][0] == "="):
             value = _sandbox_value(tokens, i + 2)
             if value is not None:

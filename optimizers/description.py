@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Mapping
@@ -283,6 +284,8 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         parameter=parameter,
         extra=dict(extra),
         warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw)
+                                     + executable_notes(executable,
+                                                        _strings(raw, "InputSandbox"))
                                      + _expression_notes(expression))),
     )
 
@@ -348,6 +351,53 @@ def _sandbox_notes(raw: Raw) -> list[str]:
     return [f"InputSandbox lists {lfns[0]}{' and more LFN: entries' if len(lfns) > 1 else ''}"
             ": gridpilot does not download files from grid storage for the job (the job "
             "fetches them itself), but sends it only where they have a replica, as InputData"]
+
+
+#: Endings of script and program files: a name without "/" that ends so is taken for a file the
+#: job brings, not a command of the worker node's PATH (client.sandboxes keeps the same list).
+SCRIPT_SUFFIXES = (".sh", ".bash", ".csh", ".tcsh", ".ksh", ".zsh", ".py", ".pl", ".rb",
+                   ".exe")
+
+
+def looks_like_file(executable: str) -> bool:
+    """Whether a relative ``executable`` names a file the job must bring rather than a
+    command the worker node has on its PATH: it has a "/" in it ("bin/run.sh", "./run"),
+    or a script's or program's ending ("run.sh", "analysis.py")."""
+    return "/" in executable or executable.lower().endswith(SCRIPT_SUFFIXES)
+
+
+def executable_notes(executable: str, input_sandbox: Iterable[str]) -> list[str]:
+    """A warning when ``executable`` names a file relative to the job's folder that nothing
+    brings there: the InputSandbox lists no sandbox (the service does not open sandboxes at
+    submission; gridpilot-client checks their files before it uploads them). A name without
+    "/" and without a script's ending is taken for a command on the worker node's PATH."""
+    name = executable.strip()
+    if (not name or name.startswith("/") or re.search(r"[$%]|_PARAM_", name)
+            or not looks_like_file(name)):
+        return []
+    entries = [e.strip() for e in input_sandbox]
+    if any(e[:3].lower() == "sb:" for e in entries):
+        return []
+    path = posixpath.normpath(name)
+    top = path.split("/", 1)[0]
+    for entry in entries:
+        if entry[:4].upper() == "LFN:":
+            continue
+        # A file by its own name, a folder with what is in it (as gridpilot-client packs
+        # them); the name as it is, for descriptions not read by the client.
+        local = entry[7:] if entry[:7].lower() == "file://" else entry
+        if top == posixpath.basename(local.rstrip("/")) or path == posixpath.normpath(local):
+            return []
+    wanted = path.rsplit("/", 1)[-1]
+    lfns = [e for e in entries if e[:4].upper() == "LFN:" and e.rstrip("/").rsplit("/", 1)[-1]
+            == wanted]
+    where = (f"the InputSandbox lists it as {lfns[0]}, in grid storage, which gridpilot "
+             "does not download before the job starts" if lfns else
+             "the InputSandbox ships no file" if not entries else
+             "the InputSandbox ships no uploaded file")
+    return [f'Executable "{name}" names a file in the job\'s folder, but {where}: the job '
+            "will fail to start unless the worker node has it. List the file in the "
+            "InputSandbox (gridpilot-client submit uploads it) or give an absolute path"]
 
 
 def _processors(raw: Raw) -> tuple[int, int | None]:

@@ -4,8 +4,11 @@ group, so that stopping it stops everything it started; its CPU time and output 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping
@@ -23,6 +26,8 @@ TAIL_BYTES = 16 * 1024
 #: Environment variables of the pilot a payload never sees (its credentials).
 PRIVATE_ENV = ("GRIDPILOT_PILOT_TOKEN",)
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+log = logging.getLogger("pilot")
 
 
 @dataclass
@@ -133,6 +138,35 @@ def fresh_job_folder(root: Path, job_id: int) -> Path:
     return directory
 
 
+def resolve_executable(executable: str, directory: Path, search_path: str | None) -> str:
+    """The program to start for ``executable``, as DIRAC's job wrapper finds it: a name
+    without "/" that is a program on ``search_path`` (the payload's ``PATH``) is that program;
+    otherwise a relative name that is a file in the job's folder ``directory`` (shipped in the
+    InputSandbox) is that file, by its absolute path, made executable by its owner first
+    (the sandbox may have kept no mode bits). Anything else is left as it is, for the
+    system to say what is wrong."""
+    if not executable or executable.startswith("/"):
+        return executable
+    if "/" not in executable and shutil.which(executable, path=search_path) is not None:
+        return executable
+    candidate = directory / executable
+    try:
+        mode = candidate.lstat().st_mode
+        linked = stat.S_ISLNK(mode)  # a link is followed, but its target's mode left alone
+        if linked:
+            mode = candidate.stat().st_mode
+    except (OSError, ValueError):
+        return executable
+    if not stat.S_ISREG(mode):
+        return executable
+    if not linked and not mode & stat.S_IXUSR:
+        try:
+            candidate.chmod(stat.S_IMODE(mode) | stat.S_IXUSR)
+        except OSError as exc:
+            log.warning("cannot make %s executable: %s", candidate, exc)
+    return str(candidate.absolute())
+
+
 def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, now: float,
                   max_end: float, cpu_factor: float | None,
                   machine_features: str | None, base_env: Mapping[str, str],
@@ -169,9 +203,10 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         stderr_path = None
     out = open_output(stdout_path, directory)
     err = open_output(stderr_path, directory) if stderr_path else None
+    program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath))
     try:
         process = subprocess.Popen(
-            [job.executable, *job.arguments], cwd=directory, env=env,
+            [program, *job.arguments], cwd=directory, env=env,
             stdin=subprocess.DEVNULL, stdout=out,
             stderr=err if err is not None else subprocess.STDOUT,
             start_new_session=True)

@@ -317,3 +317,22 @@ def test_a_chunked_upload_over_the_limit_is_413_not_damaged(make_app: Any,
                  "Transfer-Encoding": "chunked"},
         environ_overrides={"wsgi.input_terminated": True})
     assert_problem(response, 413, "larger than the 4096 bytes")
+
+
+def test_a_script_executable_nothing_ships_is_a_warning(client: Api, user_token: str) -> None:
+    """The job is stored all the same; the answer says the file will not be there. A name
+    without "/" and without a script's ending is a command of the worker node's PATH."""
+    answer = client.ok("POST", "/api/v1/jobs", user_token, status=201,
+                       text='[ Executable = "run.sh"; ]')
+    assert answer["jobs"][0]["status"] == "Waiting"
+    (warning,) = answer["warnings"]
+    assert warning.startswith('Executable "run.sh" names a file in the job\'s folder')
+    spec = client.ok("POST", "/api/v1/jobs", user_token, status=201, json_body={
+        "executable": "bin/run", "input_sandbox": ["LFN:/lhcb/user/a/run"]})
+    assert any('Executable "bin/run"' in w and "does not download" in w
+               for w in spec["warnings"])
+    sid = upload(client, user_token)
+    for quiet in (f'[ Executable = "run.sh"; InputSandbox = {{"{sid}"}}; ]',
+                  '[ Executable = "python3"; ]', '[ Executable = "/bin/run.sh"; ]'):
+        assert client.ok("POST", "/api/v1/jobs", user_token, status=201,
+                         text=quiet)["warnings"] == [], quiet
