@@ -47,6 +47,9 @@ Exit codes:
 The service URL and token come from --url/--token/--token-file, else GRIDPILOT_URL,
 GRIDPILOT_TOKEN, GRIDPILOT_TOKEN_FILE, else ~/.config/gridpilot/client.toml (url, token_file),
 else the WLCG locations BEARER_TOKEN, BEARER_TOKEN_FILE, $XDG_RUNTIME_DIR/bt_u$UID.
+The CAs trusted for an https URL: --ca-bundle, else GRIDPILOT_CA_BUNDLE, else the config
+file's ca_bundle, else X509_CERT_DIR, else the system's store (a PEM file or a folder of
+hashed CA certificates).
 """
 
 
@@ -62,10 +65,11 @@ def _service(ctx: click.Context) -> Service:
     opts = ctx.find_root().params
     try:
         config = resolve(url=opts["url"], token=opts["token"], token_file=opts["token_file"],
-                         timeout=opts["timeout"], environ=os.environ)
+                         timeout=opts["timeout"], environ=os.environ,
+                         ca_bundle=opts["ca_bundle"])
     except ConfigError as exc:
         raise Exit(str(exc), EXIT_USAGE) from exc
-    return Service(config.url, config.token, timeout=config.timeout)
+    return Service(config.url, config.token, timeout=config.timeout, verify=config.verify)
 
 
 def _handled(fn: F) -> F:
@@ -100,9 +104,13 @@ json_option = click.option("--json", "as_json", is_flag=True,
 @click.option("--token-file", default=None, help="A file holding the bearer token.")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=None,
               help="Seconds to wait for each answer (default 30).")
+@click.option("--ca-bundle", default=None, metavar="PATH",
+              help="PEM file, or folder of hashed CA certificates, of the CAs to trust for an "
+                   "https URL (else $GRIDPILOT_CA_BUNDLE, the config file's ca_bundle, "
+                   "$X509_CERT_DIR, the system's store).")
 @click.version_option(package_name="gridpilot")
 def cli(url: str | None, token: str | None, token_file: str | None,
-        timeout: float | None) -> None:
+        timeout: float | None, ca_bundle: str | None) -> None:
     """Submit jobs to a gridpilot service and follow, kill, reschedule or delete them."""
 
 

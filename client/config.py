@@ -6,7 +6,11 @@ else ``~/.config/gridpilot/client.toml``) holds::
 
     url = "https://wms.example.org"
     token_file = "token"        # relative paths count from the file's own folder
+    ca_bundle = "ca.crt"        # the service's CA: a PEM file or a folder of hashed ones
     timeout = 30
+
+The CAs trusted for an https URL: ``--ca-bundle``, ``$GRIDPILOT_CA_BUNDLE``, the config
+file's ``ca_bundle``, ``$X509_CERT_DIR``, else the system's store (see pilot.tls).
 
 A token is looked for in: ``--token``/``--token-file``, ``$GRIDPILOT_TOKEN``,
 ``$GRIDPILOT_TOKEN_FILE``, the config file's ``token``/``token_file``, then the WLCG bearer
@@ -23,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pilot.tls import CABundleError, trusted_cas
+
 
 class ConfigError(Exception):
     """The client's settings are missing or wrong; the message says what to do."""
@@ -35,6 +41,9 @@ class ClientConfig:
     timeout: float = 30.0
     #: Where the token came from (for messages; never the token itself).
     token_source: str = ""
+    #: The CAs trusted for https (``requests``' verify: a path, or True for the system's).
+    verify: str | bool = True
+    verify_source: str = ""
 
 
 def config_path(environ: Mapping[str, str]) -> Path:
@@ -55,25 +64,28 @@ def read_config_file(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot read the client config {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"the client config {path} is not valid TOML: {exc}") from exc
-    known = {"url", "token", "token_file", "timeout"}
+    known = {"url", "token", "token_file", "timeout", "ca_bundle"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise ConfigError(f"{path}: unknown key {unknown[0]!r} (known: {', '.join(sorted(known))})")
-    for key in ("url", "token", "token_file"):
+    for key in ("url", "token", "token_file", "ca_bundle"):
         if key in data and not isinstance(data[key], str):
             raise ConfigError(f"{path}: {key} must be a string")
     if "timeout" in data and (isinstance(data["timeout"], bool)
                               or not isinstance(data["timeout"], int | float)
                               or data["timeout"] <= 0):
         raise ConfigError(f"{path}: timeout must be a positive number of seconds")
-    if "token_file" in data:
-        data["token_file"] = str(path.parent / Path(data["token_file"]).expanduser())
+    for key in ("token_file", "ca_bundle"):
+        if data.get(key):
+            data[key] = str(path.parent / Path(data[key]).expanduser())
     return data
 
 
 def resolve(*, url: str | None, token: str | None, token_file: str | None,
-            timeout: float | None, environ: Mapping[str, str]) -> ClientConfig:
-    """The service URL and token from the flags, the environment and the config file."""
+            timeout: float | None, environ: Mapping[str, str],
+            ca_bundle: str | None = None) -> ClientConfig:
+    """The service URL, token and CAs from the flags, the environment and the config
+    file."""
     path = config_path(environ)
     file = read_config_file(path)
     found_url = url or environ.get("GRIDPILOT_URL") or file.get("url")
@@ -85,8 +97,15 @@ def resolve(*, url: str | None, token: str | None, token_file: str | None,
         raise ConfigError(f"the service URL must start with http:// or https://, got "
                           f"{found_url!r}")
     value, source = _token(token, token_file, environ, file, path)
+    try:
+        verify, verify_source = trusted_cas(ca_bundle, environ,
+                                            configured=(f"{path} ca_bundle",
+                                                        file.get("ca_bundle")))
+    except CABundleError as exc:
+        raise ConfigError(str(exc)) from exc
     return ClientConfig(found_url.rstrip("/"), value,
-                        float(timeout or file.get("timeout") or 30.0), source)
+                        float(timeout or file.get("timeout") or 30.0), source, verify,
+                        verify_source)
 
 
 def _token(token: str | None, token_file: str | None, environ: Mapping[str, str],

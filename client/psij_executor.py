@@ -174,7 +174,8 @@ class GridpilotJobExecutor(JobExecutor):
         except ConfigError as exc:
             raise ValueError(f"the gridpilot executor cannot start: {exc}") from exc
         self.url = found.url
-        self.service = Service(found.url, found.token, timeout=found.timeout)
+        self.service = Service(found.url, found.token, timeout=found.timeout,
+                               verify=found.verify)
         self._jobs: dict[int, Job] = {}
         self._lock = threading.RLock()
         self._wake = threading.Event()

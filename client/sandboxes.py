@@ -26,6 +26,7 @@ from typing import Any
 
 import requests
 
+import pilot.tls as tls
 import pilot.transfer as transfer
 from client.service import Service, ServiceError
 from pilot.archive import (
@@ -102,7 +103,8 @@ def upload(service: Service, data: bytes) -> str:
         url, headers = str(ticket.get("url", "")), dict(ticket.get("headers") or {})
         ours = url.startswith(service.url)
         try:
-            http = service.http if ours else requests.Session()  # no token to the store
+            # No token to the store; the same CAs.
+            http = service.http if ours else tls.trusting(requests.Session(), service.http.verify)
             response = transfer.request(http, "PUT", url, data=data, headers=headers,
                                         deadline=service.timeout, follow=False)
         except requests.RequestException as exc:
@@ -301,8 +303,8 @@ def fetch_output(service: Service, sandbox: str, dest: Path) -> list[str]:
         response = transfer.request(service.http, "GET", url, deadline=service.timeout,
                                     follow=False, max_bytes=MAX_DOWNLOAD_BYTES)
         if response.status_code in (301, 302, 303, 307, 308):  # the store's presigned URL
-            response = transfer.request(requests.Session(), "GET",
-                                        response.headers["Location"], follow=False,
+            response = transfer.request(tls.trusting(requests.Session(), service.http.verify),
+                                        "GET", response.headers["Location"], follow=False,
                                         deadline=service.timeout, max_bytes=MAX_DOWNLOAD_BYTES)
     except (requests.RequestException, KeyError) as exc:
         raise ServiceError(0, f"the sandbox download failed: {exc}") from exc

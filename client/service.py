@@ -31,10 +31,15 @@ class Service:
     """One user's view of a gridpilot matcher."""
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None,
+                 verify: str | bool | None = None) -> None:
+        """``verify``: the CAs to trust for https (pilot.tls.trusted_cas); None leaves the
+        session's."""
         self.url = url.rstrip("/")
         self.timeout = timeout
         self.http = session or requests.Session()
+        if verify is not None:
+            self.http.verify = verify
         self.http.headers["Authorization"] = f"Bearer {token}"
         self.http.headers["User-Agent"] = "gridpilot-client"
 
@@ -138,7 +143,7 @@ class Service:
                 # (it had not read it): once more, on a new connection.
                 response = transfer.request(self.http, method, self.url + API_PREFIX + path,
                                             deadline=self.timeout, **kwargs)
-        except transfer.TransferError as exc:
+        except (transfer.TransferError, transfer.CertificateError) as exc:
             raise ServiceError(0, str(exc)) from exc
         except requests.RequestException as exc:
             raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc, self.url)}") from exc

@@ -27,6 +27,7 @@ from pilot.output import MAX_OUTPUT_BYTES
 from pilot.reaper import become_subreaper
 from pilot.replay import ReplayError, load_reports, replay
 from pilot.resource import NodeDescription, detect_platform
+from pilot.tls import CABundleError, trusted_cas
 from pilot.token import (
     TokenError,
     forbid_dumping,
@@ -39,6 +40,10 @@ EPILOG = f"""\
 Environment: GRIDPILOT_MATCHER_URL, GRIDPILOT_VO, GRIDPILOT_SITE, GRIDPILOT_CE, GRIDPILOT_QUEUE
 and GRIDPILOT_PILOT_REFERENCE give defaults for the options of the same name; MACHINEFEATURES,
 JOBFEATURES and JOBSTATUS are the HEPiX directories (or URLs, for the first two).
+
+The CAs trusted for an https matcher: --ca-bundle, else GRIDPILOT_CA_BUNDLE, else
+X509_CERT_DIR, else the system's store; each a PEM file or a folder of hashed CA certificates
+(openssl rehash). A certificate that cannot be verified is said so, with the matcher's URL.
 
 The pilot token comes from --token-file (mode 0600; the pilot removes the file once read) or
 --token-fd, never from the environment: payloads run as the pilot's user and could read it in
@@ -85,6 +90,10 @@ def parser() -> argparse.ArgumentParser:
                             "0600); removed once read")
     token.add_argument("--token-fd", type=int, metavar="FD",
                        help="inherited file descriptor to read the pilot token from")
+    where.add_argument("--ca-bundle", metavar="PATH",
+                       help="PEM file, or folder of hashed CA certificates, of the CAs to "
+                            "trust for an https matcher (default: $GRIDPILOT_CA_BUNDLE, else "
+                            "$X509_CERT_DIR, else the system's store)")
     where.add_argument("--reference", default=_env("GRIDPILOT_PILOT_REFERENCE"),
                        help="this pilot's reference, as the site director recorded it "
                             "(default: HOST-PID-TIME)")
@@ -185,6 +194,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             problems.append("a token is required: --token-file or --token-fd")
     except TokenError as exc:
         problems.append(str(exc))
+    verify: str | bool = True
+    try:
+        verify, _ = trusted_cas(args.ca_bundle, os.environ)
+    except CABundleError as exc:
+        problems.append(str(exc))
     if not 0 <= args.priority_factor < float("inf"):
         problems.append(f"--priority-factor must be a number >= 0, got {args.priority_factor}")
     for name in ("cores", "memory", "max_output_mb"):
@@ -196,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gridpilot-pilot: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.replay is not None:
-        return _replay(args, token)
+        return _replay(args, token, verify)
     attributes: dict[str, object] = {}
     for item in args.attributes:
         name, sep, text = item.partition("=")
@@ -230,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
         priority_factor=args.priority_factor, keep_job_folders=args.keep_job_folders,
-        max_output_bytes=args.max_output_mb * 2**20)
+        max_output_bytes=args.max_output_mb * 2**20, verify=verify)
     summary = Pilot(options).run()
     print(summary.line())
     if summary.exit_code != EXIT_OK:
@@ -239,13 +253,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return summary.exit_code
 
 
-def _replay(args: argparse.Namespace, token: str) -> int:
+def _replay(args: argparse.Namespace, token: str, verify: str | bool) -> int:
     try:
         reports = load_reports(args.replay, args.reference)
     except ReplayError as exc:
         print(f"gridpilot-pilot: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    code, line = replay(MatcherClient(args.matcher, token, timeout=args.request_timeout),
+    code, line = replay(MatcherClient(args.matcher, token, timeout=args.request_timeout,
+                                      verify=verify),
                         args.replay, reports,
                         timeout=args.report_timeout,
                         backoff=Backoff(1.0, args.backoff_cap))

@@ -53,10 +53,15 @@ class MatchAnswer:
 
 class MatcherClient:
     def __init__(self, base_url: str, token: str, *, timeout: float = 30.0,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None,
+                 verify: str | bool | None = None) -> None:
+        """``verify``: the CAs to trust for https (pilot.tls.trusted_cas); None leaves the
+        session's."""
         self.api = base_url.rstrip("/") + protocol.API_PREFIX
         self.timeout = timeout
         self.http = session or requests.Session()
+        if verify is not None:
+            self.http.verify = verify
         self.http.headers["Authorization"] = f"Bearer {token}"
         #: Whether the matcher ever gave this client an answer it could read (even a
         #: refusal), and why the last call that could not reach it failed.
@@ -130,6 +135,8 @@ class MatcherClient:
                                         params=params, deadline=self.timeout)
         except transfer.TransferError as exc:  # it answered, too slowly, too much or away
             raise TransientError(f"{type(exc).__name__}: {exc}", unreadable=True) from exc
+        except transfer.CertificateError as exc:  # the message says why and what to do
+            raise TransientError(f"{method} {path}: {exc}") from exc
         except requests.RequestException as exc:
             raise TransientError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500 or response.status_code == 429:

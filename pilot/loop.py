@@ -94,6 +94,8 @@ class PilotOptions:
     keep_job_folders: bool = False
     #: Bytes of output files, standard output and error one job may bring back.
     output_limit: int = OUTPUT_LIMIT
+    #: The CAs trusted for an https matcher (pilot.tls.trusted_cas): True is the system's.
+    verify: str | bool = True
 
 
 @dataclass
@@ -143,7 +145,8 @@ class Pilot:
         o = self.options
         self.features = Features(o.machine_features, o.job_features)
         self.client = self.client or MatcherClient(o.matcher_url, o.token,
-                                                   timeout=o.request_timeout)
+                                                   timeout=o.request_timeout,
+                                                   verify=o.verify)
         self.match_backoff = Backoff(o.backoff_base, o.backoff_cap)
         self.report_backoff = Backoff(o.backoff_base, o.backoff_cap)
 

@@ -20,6 +20,8 @@ from urllib.parse import urljoin, urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 
+from pilot import tls
+
 #: Most bytes of one answer read by default (sandbox downloads give their own limit).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
 #: Most redirects followed (each within the service's origin).
@@ -41,6 +43,11 @@ class AnswerTooLargeError(TransferError):
 
 class RedirectRefusedError(TransferError):
     """The server redirected to another origin than the service's."""
+
+
+class CertificateError(requests.exceptions.SSLError):
+    """The server's TLS certificate could not be verified against the CAs trusted; the
+    message names the server, the reason and the fix (pilot.tls)."""
 
 
 # -- the deadline: a timer that shuts the socket in use down ---------------------------------
@@ -139,8 +146,10 @@ def request(session: requests.Session, method: str, url: str, *, deadline: float
     Raises :class:`DeadlineError` when the whole exchange (redirects included) takes longer
     than ``deadline`` seconds, :class:`AnswerTooLargeError` past ``max_bytes`` bytes of
     answer, :class:`RedirectRefusedError` for a redirect to another origin (scheme, host,
-    port) than ``url``'s, and other ``requests.RequestException`` as ``requests`` does. With
-    ``follow`` false, a redirect is the answer (its Location is the caller's to judge).
+    port) than ``url``'s, :class:`CertificateError` when the server's certificate cannot be
+    verified (against ``session.verify``, which ``$REQUESTS_CA_BUNDLE`` does not override),
+    and other ``requests.RequestException`` as ``requests`` does. With ``follow`` false, a
+    redirect is the answer (its Location is the caller's to judge).
     """
     watched(session)
     watch = _Watch()
@@ -150,6 +159,11 @@ def request(session: requests.Session, method: str, url: str, *, deadline: float
     timer.start()
     try:
         return _exchange(session, method, url, deadline, max_bytes, follow, kwargs)
+    except requests.exceptions.SSLError as exc:
+        reason = tls.certificate_failure(exc)
+        if reason is None or isinstance(exc, CertificateError):
+            raise
+        raise CertificateError(tls.failure_message(url, reason)) from exc
     except requests.RequestException as exc:
         if watch.expired and not isinstance(exc, TransferError):
             raise DeadlineError(f"{method} {url}: no complete answer within {deadline:g} s"
@@ -164,6 +178,9 @@ def _exchange(session: requests.Session, method: str, url: str, deadline: float,
               max_bytes: int, follow: bool, kwargs: Mapping[str, Any]) -> requests.Response:
     home = origin(url)
     args = dict(kwargs)
+    # Given with each request, the session's CAs win over $REQUESTS_CA_BUNDLE, which requests
+    # would otherwise put in their place.
+    args.setdefault("verify", session.verify)
     for _ in range(MAX_REDIRECTS + 1):
         response = session.request(method, url, timeout=deadline, stream=True,
                                    allow_redirects=False, **args)
