@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import TOKEN_FILE, CEError, PilotSpec
+from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import CE_PARAMETERS, SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
@@ -40,6 +40,7 @@ from optimizers.classads import expression_check
 from optimizers.queueresources import labels, resource_for_queue
 from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
+from taskqueue.errors import ConfigurationError
 from taskqueue.matching import matching_queues
 from taskqueue.pilots import (
     ALIVE_STATES,
@@ -147,9 +148,18 @@ class Director:
     def __init__(self, ctx: AgentContext, ces: ComputeElements | None = None) -> None:
         self.ctx = ctx
         self.ces = ces or compute_elements(ctx)
+        #: The CA certificates of [matcher] url that every pilot gets, read each cycle.
+        self.ca_bundle: bytes | None = None
 
     def cycle(self) -> DirectorReport:
         report = DirectorReport()
+        try:
+            self.ca_bundle = pilot_ca_bundle(self.ctx.settings.matcher.ca_bundle)
+        except ConfigurationError as exc:
+            # Pilots that could not verify the matcher would all fail: none is started.
+            self.ctx.log.error("%s", exc)
+            report.failed["matcher.ca_bundle"] = str(exc)
+            return report
         config = self.ctx.resources()
         for target in targets(self.ctx, report):
             queue = config.queue(target.site, target.ce, target.queue)
@@ -263,13 +273,16 @@ class Director:
         for tag in labels(params.get("RequiredTags")):
             arguments += ["--required-tag", tag]
         arguments += ["--token-file", TOKEN_FILE]
+        files: dict[str, bytes] = {}
+        if self.ca_bundle is not None:
+            files[CA_FILE] = self.ca_bundle
+            arguments += ["--ca-bundle", CA_FILE]
         environment: dict[str, str] = {}
         for key, name in (("MachineFeatures", "MACHINEFEATURES"),
                           ("JobFeatures", "JOBFEATURES")):
             value = params.get(key)
             if isinstance(value, str) and value:
                 environment[name] = value
-        files: dict[str, bytes] = {}
         if a.pilot_command:
             command = list(a.pilot_command)
         elif target.compute.kind in SHIP_PILOT:
@@ -294,6 +307,24 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
+
+
+def pilot_ca_bundle(path: str) -> bytes | None:
+    """The PEM CA certificates of ``[matcher] ca_bundle`` (None when it is empty), which the
+    director ships to every pilot as ``CA_FILE``."""
+    if not path:
+        return None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigurationError(f"matcher.ca_bundle {path} cannot be read (it must be a PEM "
+                                 f"file of the CA certificates of matcher.url): "
+                                 f"{exc.strerror or exc}") from exc
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise ConfigurationError(f"matcher.ca_bundle {path} holds no PEM certificate (-----BEGIN "
+                                 "CERTIFICATE-----): it must be the CA certificates of "
+                                 "matcher.url")
+    return data
 
 
 #: Queue parameters that are not node attributes for ClassAd expressions: the director's own

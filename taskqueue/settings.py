@@ -144,6 +144,10 @@ class MatcherSettings:
     #: Where gunicorn listens, and the URL pilots and clients use to reach the service.
     bind: str = "127.0.0.1:8080"
     url: str = "http://127.0.0.1:8080"
+    #: A PEM file, on the service's host, of the CA certificates that verify ``url``'s
+    #: https certificate: the site director ships it with every pilot (``--ca-bundle``).
+    #: Empty: pilots trust their node's CAs ($X509_CERT_DIR, else the system's store).
+    ca_bundle: str = ""
     #: gunicorn worker processes; each holds its own database connections.
     workers: int = 2
     #: Threads per worker. 1: gunicorn's sync workers (one request at a time, a connection
@@ -587,6 +591,7 @@ def load_settings(path: Path | None = None, environ: Mapping[str, str] | None = 
 #: file's folder (from the current directory when it comes from the environment or the
 #: defaults).
 PATH_SETTINGS = (("resources", "file"), ("auth", "secret_file"), ("matcher", "metrics_dir"),
+                 ("matcher", "ca_bundle"),
                  ("agents", "pilot_workdir"), ("catalogue", "rucio_password_file"))
 SQLITE_PREFIX = "sqlite:///"
 

@@ -17,6 +17,9 @@ from typing import Protocol
 
 #: The file in a pilot's folder its token is handed over in (the pilot removes it once read).
 TOKEN_FILE = "pilot.token"
+#: The file in a pilot's folder holding the CA certificates of the matcher's https URL
+#: ([matcher] ca_bundle), given to the pilot as --ca-bundle.
+CA_FILE = "matcher-ca.pem"
 #: The pilot's standard output and error, in its folder.
 STDOUT_FILE = "pilot.out"
 STDERR_FILE = "pilot.err"

@@ -38,7 +38,16 @@ import pytest
 import requests
 from sqlalchemy import select
 
-from agents.ce.base import TOKEN_FILE, CEError, CEPilot, CERefused, CEState, PilotOutput, PilotSpec
+from agents.ce.base import (
+    CA_FILE,
+    TOKEN_FILE,
+    CEError,
+    CEPilot,
+    CERefused,
+    CEState,
+    PilotOutput,
+    PilotSpec,
+)
 from agents.ce.config import CEConfig
 from agents.ce.psij import PsijCE
 from agents.ce.registry import ComputeElements
@@ -575,6 +584,39 @@ def test_a_failure_mid_cycle_keeps_the_pilots_already_submitted(
         ("Failed", "quota exceeded")] * 2
     submitted = next(p for p in rows if p.status == "Submitted")
     assert submitted.native_id == f"native-{submitted.reference}"
+
+
+def test_every_pilot_gets_the_matchers_ca_as_a_file_and_its_argument(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    """[matcher] ca_bundle: each pilot's spec carries the file's bytes as CA_FILE, which its
+    CE puts in the pilot's folder (as the token), and --ca-bundle CA_FILE; without the setting,
+    neither. A CA file that cannot be read starts no pilot and says why."""
+    resources = batch_resources(tmp_path, batch_ce(
+        executor="fake", ce="ce.batch.org", queue="q"))
+    ca = tmp_path / "matcher-ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+    base = agent_settings(settings, tmp_path, resources, matcher_url="https://wms.example.org")
+    with_ca = replace(base, matcher=replace(base.matcher, ca_bundle=str(ca)))
+    ctx = AgentContext(with_ca, db.factory, secret=SECRET)
+    submit_jobs(ctx, echo_jobs("Test.Batch.org", 2))
+    pool = FakeCEs(ctx)
+    report = Director(ctx, pool).cycle()
+    assert sum(report.submitted.values()) == 2, report.line()
+    for _, spec in pool.specs:
+        assert spec.files[CA_FILE] == ca.read_bytes()
+        assert option(spec.arguments, "--ca-bundle") == CA_FILE
+        assert option(spec.arguments, "--matcher") == "https://wms.example.org"
+    plain = FakeCEs(ctx)
+    submit_jobs(ctx, echo_jobs("Test.Batch.org", 4))
+    Director(AgentContext(base, db.factory, secret=SECRET), plain).cycle()
+    assert plain.specs and all(CA_FILE not in spec.files and "--ca-bundle" not in spec.arguments
+                               for _, spec in plain.specs)
+    before = len(pilots(db))
+    gone = replace(base, matcher=replace(base.matcher, ca_bundle=str(tmp_path / "gone.pem")))
+    report = Director(AgentContext(gone, db.factory, secret=SECRET), FakeCEs(ctx)).cycle()
+    assert list(report.failed) == ["matcher.ca_bundle"] and not report.submitted
+    assert f"matcher.ca_bundle {tmp_path / 'gone.pem'} cannot be read" in report.line()
+    assert len(pilots(db)) == before
 
 
 def test_an_unknown_executor_fails_the_pilots_with_the_reason(
