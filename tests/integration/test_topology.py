@@ -14,8 +14,11 @@ import json
 import os
 import random
 import re
+import shlex
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -37,7 +40,8 @@ from matcher.dashboard import session as cookies
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from taskqueue.database import Session, make_engine, make_session_factory, run_in_transaction
 from taskqueue.definitions import JobRequirements
-from taskqueue.models import Job, JobStatusHistory
+from taskqueue.models import Job, JobStatusHistory, Pilot
+from taskqueue.pilots import FINAL_PILOT_STATES
 from taskqueue.settings import Settings
 from tests.helpers import requirements, submit
 from tests.integration.conftest import ROOT, Topology
@@ -121,6 +125,64 @@ def test_sandbox_upload_urls_are_public(topology: Topology) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.json()["upload"]["url"] == (
         f"{topology.url}/api/v1/sandboxes/sb:sha256:{checksum}")
+
+
+def _shell(topology: Topology, script: str, timeout: float = 120
+           ) -> subprocess.CompletedProcess[str]:
+    """``script`` in bash after ``eval "$(tools/topology env)"``, in an environment that
+    names no service, token or CA of its own, with the client beside this Python first on
+    PATH."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GRIDPILOT_", "BEARER_TOKEN")) and k not in (
+               "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "X509_CERT_DIR")}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["XDG_CONFIG_HOME"] = str(topology.folder / "no-client-config")
+    tool = f"{shlex.quote(sys.executable)} {shlex.quote(str(ROOT / 'tools' / 'topology'))}"
+    prologue = f'eval "$({tool} env --dir {shlex.quote(str(topology.folder))})"\n'
+    return subprocess.run(["bash", "-euc", prologue + script], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=topology.folder)
+
+
+def test_env_gives_the_client_all_it_needs_and_the_directors_pilot_runs_the_job(
+        topology: Topology) -> None:
+    """`eval "$(tools/topology env)"`, then `gridpilot-client submit` and `wait`: a job of the
+    sample queue DIRAC.Demo.local/localhost/local ends Done, run by a real pilot that the
+    topology's director started through PSI/J's local executor, and that reached the https URL
+    by the topology's CA the director shipped with it ([matcher] ca_bundle)."""
+    shown = _shell(topology, 'printf "%s\\n" "$GRIDPILOT_URL" "$GRIDPILOT_CA_BUNDLE" '
+                             '"$GRIDPILOT_TOKEN_FILE" "$GRIDPILOT_OPERATOR_TOKEN_FILE"')
+    assert shown.returncode == 0, shown.stderr
+    url, ca, user_token, operator_token = shown.stdout.split("\n")[:4]
+    assert (url, ca) == (topology.url, topology.ca)
+    for token in (user_token, operator_token):
+        assert os.stat(token).st_mode & 0o777 == 0o600, token
+    (topology.folder / "hello.jdl").write_text(
+        '[ Executable = "/bin/echo"; Arguments = "hello from the topology"; CPUTime = 300; '
+        'Site = "DIRAC.Demo.local" ]\n')
+    submitted = _shell(topology, "gridpilot-client submit hello.jdl")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    job_id = submitted.stdout.split()[0]
+    waited = _shell(topology, f"gridpilot-client wait {job_id} --timeout 400 --interval 1",
+                    timeout=500)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+    shown = _shell(topology, f"gridpilot-client status {job_id} --json")
+    assert shown.returncode == 0, shown.stderr
+    (job,) = json.loads(shown.stdout)["jobs"]
+    assert job["status"] == "Done" and job["site"] == "DIRAC.Demo.local", job
+    # The operator's token: the pilot goes (through its CE), not left for its idle timeout.
+    killed = _shell(topology, 'gridpilot-client --token-file "$GRIDPILOT_OPERATOR_TOKEN_FILE" '
+                              f'pilot-kill {shlex.quote(job["pilot_reference"])}')
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    engine = make_engine(topology.state["direct_url"])
+    try:
+        def ended() -> bool:
+            with make_session_factory(engine)() as session:
+                pilot = session.scalars(select(Pilot).where(
+                    Pilot.reference == job["pilot_reference"])).one()
+                return pilot.status in FINAL_PILOT_STATES
+        _wait_for("the pilot's end", ended, timeout=120)
+    finally:
+        engine.dispose()
 
 
 def test_the_proxies_own_errors_say_when_to_come_back(topology: Topology) -> None:

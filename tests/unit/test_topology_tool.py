@@ -64,3 +64,27 @@ def test_a_resources_file_or_setting_it_cannot_use(tmp_path: Path) -> None:
         _refused(_run("up", "--dir", str(tmp_path / "t"), "--set", bad),
                  f"--set {bad!r} is not SECTION.KEY=VALUE")
     assert not (tmp_path / "t" / "state.json").exists()
+
+
+def test_env_names_what_the_client_reads(tmp_path: Path) -> None:
+    state = {"url": "https://localhost:4443", "ca": str(tmp_path / "tls" / "ca.crt"),
+             "tokens": {"user": str(tmp_path / "tokens" / "user.token"),
+                        "operator": str(tmp_path / "tokens" / "operator token")}}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    done = _run("env", "--dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for line in (f"export GRIDPILOT_URL={state['url']}",
+                 f"export GRIDPILOT_CA_BUNDLE={state['ca']}",
+                 f"export GRIDPILOT_TOKEN_FILE={tmp_path}/tokens/user.token",
+                 f"export GRIDPILOT_OPERATOR_TOKEN_FILE='{tmp_path}/tokens/operator token'",
+                 f"export GRIDPILOT_TOPOLOGY_URL={state['url']}",
+                 f"export GRIDPILOT_TOPOLOGY_CA={state['ca']}",
+                 f"export GRIDPILOT_TOPOLOGY_STATE={tmp_path}/state.json"):
+        assert line in lines, done.stdout
+    # A topology brought up before the tokens existed: the rest still.
+    del state["tokens"]
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    done = _run("env", "--dir", str(tmp_path))
+    assert done.returncode == 0 and "GRIDPILOT_TOKEN_FILE" not in done.stdout, done.stderr
+    assert f"export GRIDPILOT_URL={state['url']}" in done.stdout.splitlines()
