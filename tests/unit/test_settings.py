@@ -152,3 +152,14 @@ def test_the_replica_catalogue_settings(tmp_path: Path) -> None:
     (tmp_path / "secrets").mkdir()
     (tmp_path / "secrets" / "rucio").write_text("s3cret\n")
     assert s.catalogue.rucio_password() == "s3cret"
+
+
+def test_matcher_ca_bundle_counts_from_the_files_folder_and_comes_from_the_environment(
+        tmp_path: Path) -> None:
+    assert load_settings(None, {}).matcher.ca_bundle == ""
+    f = tmp_path / "etc" / "gridpilot.toml"
+    f.parent.mkdir()
+    f.write_text('[matcher]\nurl = "https://wms.example.org"\nca_bundle = "ca.pem"\n')
+    assert load_settings(f, {}).matcher.ca_bundle == str(tmp_path / "etc" / "ca.pem")
+    assert load_settings(f, {"GRIDPILOT_MATCHER_CA_BUNDLE": "/etc/ca.pem"}
+                         ).matcher.ca_bundle == "/etc/ca.pem"
