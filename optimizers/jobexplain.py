@@ -4,7 +4,7 @@ of the resources configuration or a pilot's resource description (the CLI's and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from optimizers.chain import stored_description
 from optimizers.classads import expression_check, why_not
@@ -16,6 +16,7 @@ from taskqueue.database import Session
 from taskqueue.definitions import JobRequirements, TaskQueueDefinition
 from taskqueue.errors import InvalidInputError
 from taskqueue.explain import RuleResult, explain_match
+from taskqueue.limits import site_bans
 from taskqueue.models import Job, SubmitPool
 from taskqueue.queues import waiting_definition
 from taskqueue.resources import Resource
@@ -50,8 +51,10 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
                     in explain_requirements(resources, desc.requirements, site, ce, name,
                                             vo=job.vo)]
     assert resource is not None
+    mask, resource = _site_mask_rule(session, job.vo, resource)
     results = [_named(r, definition.expression, resource)
                for r in explain_match(definition, resource, expression_check(resource))]
+    results += mask
     if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
         results = [r for r in results if r.rule != "SubmitPool"]
     data = (_data_rule(session, resources, job.vo, desc, resource, catalogue
@@ -85,6 +88,27 @@ def explain_every_queue(session: Session, settings: Settings, resources: Resourc
                                  catalogue=catalogue)
             out.append(QueueVerdict(path, [r for r in result.rules if not r.holds]))
     return out
+
+
+def _site_mask_rule(session: Session, vo: str, resource: Resource
+                    ) -> tuple[list[RuleResult], Resource]:
+    """The site mask as the matcher applies it (taskqueue.limits.claim_for_pilot): a
+    resource whose every site is banned for the VO gets no job; one with some sites banned
+    is matched for the others. The rule (when a site of the resource is banned) and the
+    resource the other rules judge."""
+    if not resource.site:
+        return [], resource
+    bans = {b.site: b for b in site_bans(session, vo) if b.site in resource.site}
+    if not bans:
+        return [], resource
+    said = "; ".join(f"{site} is banned for VO {vo} by {b.banned_by} since "
+                     f"{b.banned_at:%Y-%m-%d %H:%M} UTC ({b.reason})"
+                     for site, b in sorted(bans.items()))
+    left = resource.site - frozenset(bans)
+    if not left:
+        return [RuleResult("site mask", False, f"site mask: {said}")], resource
+    return ([RuleResult("site mask", True, f"site mask: {said}; matched for "
+                        f"{', '.join(sorted(left))}")], replace(resource, site=left))
 
 
 def _data_rule(session: Session, resources: ResourcesConfig, vo: str, desc: JobDescription,

@@ -196,8 +196,10 @@ class Scenario:
         #: Killed pilots: reference → wall-clock time of the kill (UTC).
         self.killed_pilots: dict[str, datetime] = {}
         self.killed_pilot_jobs: dict[str, int] = {}
-        #: Observations after a pilot's kill: (job id, pilot, status) seen.
-        self.after_kill: list[tuple[int, str, str]] = []
+        #: The jobs each killed pilot held or had run when it was killed.
+        self.held_at_kill: dict[str, set[int]] = {}
+        #: Jobs seen back with a killed pilot, matched again after its kill.
+        self.back_to_killed: set[int] = set()
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -313,6 +315,7 @@ class Scenario:
             job_id = e[label].job_id
             running = self.wait(f"{label} running", self._running(job_id), 300, 2)
             reference = running["pilot_reference"]
+            self.held_at_kill[reference] = self._pilot_jobs(reference)
             self.operator.run("pilot-kill", reference)
             self.killed_pilots[reference] = datetime.now(UTC)
             self.killed_pilot_jobs[reference] = job_id
@@ -355,15 +358,19 @@ class Scenario:
     def _running(self, job_id: int) -> Callable[[], dict[str, Any] | None]:
         return lambda: self.status_of(job_id, "Running")
 
+    def _pilot_jobs(self, reference: str) -> set[int]:
+        return {int(j["job_id"]) for j in self.api.call("GET", f"/pilots/{reference}")["jobs"]}
+
     def _watch_killed(self, seconds: float) -> None:
-        """Look at the killed pilots' jobs for a while: none may go back to its killed
-        pilot."""
+        """Look at the killed pilots' jobs for a while: none may be matched to its killed
+        pilot again (the job seen with that pilot, its last match after the kill)."""
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            for job_id in self.killed_pilot_jobs.values():
+            for reference, job_id in self.killed_pilot_jobs.items():
                 job = self.job(job_id)
-                self.after_kill.append((job_id, job.get("pilot_reference") or "",
-                                        job["status"]))
+                if job.get("pilot_reference") == reference and self._matched_after_kill(
+                        job, reference):
+                    self.back_to_killed.add(job_id)
             time.sleep(2)
 
     def _alert(self, state: str | None) -> dict[str, Any] | None:
@@ -387,6 +394,8 @@ class Scenario:
                       check=False)
         jobs = {x.job_id: self.job(x.job_id) for x in self.expected.values()}
         pilots = {p["reference"]: p for p in self.api.pilots()}
+        # What each killed pilot ran in all: nothing beyond what it held at its kill.
+        killed_ran = {p: self._pilot_jobs(p) for p in self.killed_pilots}
         queue_of = {ARC_SITE: ARC_QUEUE, SLURM_SITE: SLURM_QUEUE}
         for x in self.expected.values():
             job = jobs[x.job_id]
@@ -397,10 +406,10 @@ class Scenario:
                 explained = self.user.run("explain", str(x.job_id), "--queue", queue_of[ran_at],
                                           "--json", check=False)
                 explain_ok = explained.returncode == 0
-            after_kill = [p for j, p, s in self.after_kill
-                          if j == x.job_id and p in self.killed_pilots
-                          and s in ("Matched", "Running")
-                          and self._matched_after_kill(job, p)]
+            after_kill = [p for p in self.killed_pilots
+                          if x.job_id in killed_ran[p] - self.held_at_kill[p]
+                          or (x.job_id in self.back_to_killed
+                              and self.killed_pilot_jobs[p] == x.job_id)]
             row = {"label": x.label, "job": x.job_id, "expected": x.status,
                    "status": job["status"], "site": ran_at or "", "matched": matched,
                    "expected_matches": x.matches, "reschedules": job["reschedule_count"],
@@ -425,9 +434,10 @@ class Scenario:
         self._output_sandbox()
 
     def _matched_after_kill(self, job: dict[str, Any], reference: str) -> bool:
-        killed = self.killed_pilots[reference]
-        return any(h["status"] == "Matched" and datetime.fromisoformat(
-            h["at"].replace("Z", "+00:00")) > killed for h in job["history"])
+        """Whether the job's last match is later than the pilot's kill."""
+        matched = [h["at"] for h in job["history"] if h["status"] == "Matched"]
+        return bool(matched) and datetime.fromisoformat(
+            matched[-1].replace("Z", "+00:00")) > self.killed_pilots[reference]
 
     def _pilot_logs(self) -> None:
         def settled() -> list[dict[str, Any]] | None:
@@ -452,7 +462,7 @@ class Scenario:
     def _output_sandbox(self) -> None:
         hello = self.expected["hello"].job_id
         folder = self.work / "output"
-        done = self.user.run("output", str(hello), "--folder", str(folder), check=False)
+        done = self.user.run("output", str(hello), "--dir", str(folder), check=False)
         result = folder / "result.txt"
         ok = done.returncode == 0 and result.is_file() and "acceptance" in result.read_text()
         self.report.check("the OutputSandbox fetched", ok)

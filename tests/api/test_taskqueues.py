@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.api.helpers import SITE, VO, Api, assert_problem
+from tests.api.helpers import PILOT_REF, SITE, VO, Api, assert_problem
 
 CERN_CONDOR = "LCG.CERN.cern/ce503.cern.ch/condor"
 CERN_ARM = "LCG.CERN.cern/ce-arm01.cern.ch/arm64"
@@ -206,3 +206,31 @@ def test_explain_names_the_failing_part_of_an_expression(client: Api, user_token
     (failing,) = [r for r in cern["rules"] if not r["holds"]]
     assert failing["rule"] == "Requirements expression"
     assert failing["detail"] == "other.MaxRAM >= 4000 is false (other.MaxRAM = 2048)"
+
+
+def test_explain_says_what_the_site_mask_does_as_the_matcher_does(
+        client: Api, user_token: str, operator_token: str, pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "x"; CPUTime = 600;')[0]
+    one_site = {"job_id": job_id, "resource": {"vo": VO, "site": SITE}}
+    two_sites = {"job_id": job_id, "resource": {"vo": VO, "site": [SITE, "LCG.CNAF.it"]}}
+    assert "site mask" not in rules(client.ok("POST", "/api/v1/taskqueues/explain",
+                                              user_token, json_body=one_site))
+    client.ok("PUT", f"/api/v1/sitemask/{SITE}", operator_token,
+              json_body={"reason": "downtime until Monday"})
+    banned = client.ok("POST", "/api/v1/taskqueues/explain", user_token, json_body=one_site)
+    assert banned["can_run"] is False
+    (mask,) = [r for r in banned["rules"] if r["rule"] == "site mask"]
+    assert mask["holds"] is False
+    assert SITE in mask["detail"] and "downtime until Monday" in mask["detail"]
+    # The matcher agrees: a pilot of the banned site gets nothing, one that also serves
+    # another site gets the job.
+    assert client.match(pilot_token, site=SITE, pilot_reference=PILOT_REF)["jobs"] == []
+    either = client.ok("POST", "/api/v1/taskqueues/explain", user_token, json_body=two_sites)
+    assert either["can_run"] is True and rules(either)["site mask"] is True
+    assert "matched for LCG.CNAF.it" in next(
+        r["detail"] for r in either["rules"] if r["rule"] == "site mask")
+    client.ok("DELETE", f"/api/v1/sitemask/{SITE}", operator_token)
+    lifted = client.ok("POST", "/api/v1/taskqueues/explain", user_token, json_body=one_site)
+    assert lifted["can_run"] is True and "site mask" not in rules(lifted)
+    assert [j["job_id"] for j in client.match(pilot_token, site=SITE,
+                                              pilot_reference=PILOT_REF)["jobs"]] == [job_id]
