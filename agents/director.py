@@ -21,7 +21,6 @@ longer after each failure, and the reason is logged and kept: the sites page sho
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import uuid
@@ -33,11 +32,11 @@ from typing import Any
 
 from agents.ce.base import TOKEN_FILE, CEError, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
-from agents.ce.config import CE_PARAMETERS, SHIP_PILOT, CEConfig, CEConfigError, ce_config
+from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from optimizers.classads import expression_check
-from optimizers.queueresources import labels, resource_for_queue
+from optimizers.queueresources import pilot_launch, resource_for_queue
 from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
 from taskqueue.matching import matching_queues
@@ -242,26 +241,14 @@ class Director:
         CE chooses (a folder of the director's host, or its ARC session directory)."""
         a = self.ctx.settings.agents
         params = target.parameters
+        launch = pilot_launch(self.ctx.resources(), target.site, target.ce, target.queue,
+                              a.vo)
         arguments = [
-            "--matcher", self.ctx.settings.matcher.url, "--vo", a.vo, "--site", target.site,
-            "--ce", target.ce, "--queue", target.queue, "--reference", reference,
-            "--cores", str(target.cores), "--workdir", "work",
-            "--idle-timeout", str(a.pilot_idle_timeout),
+            "--matcher", self.ctx.settings.matcher.url, "--reference", reference,
+            "--workdir", "work", "--idle-timeout", str(a.pilot_idle_timeout),
             "--jobstatus", _jobstatus_dir(params, reference),
+            *launch.arguments(pools if a.pass_submit_pools else None),
         ]
-        if target.memory_mb:
-            arguments += ["--memory", str(target.memory_mb)]
-        if a.pass_submit_pools:
-            arguments += ["--submit-pools", ",".join(pools)]
-        for platform in labels(params.get("Platform")):
-            arguments += ["--platform", platform]
-        for name, value in sorted(params.items()):
-            if name not in _NOT_ATTRIBUTES and value is not None:
-                arguments += ["--attribute", f"{name}={json.dumps(_plain(value))}"]
-        for tag in labels(params.get("Tags")):
-            arguments += ["--tag", tag]
-        for tag in labels(params.get("RequiredTags")):
-            arguments += ["--required-tag", tag]
         arguments += ["--token-file", TOKEN_FILE]
         environment: dict[str, str] = {}
         for key, name in (("MachineFeatures", "MACHINEFEATURES"),
@@ -277,14 +264,13 @@ class Director:
             files[BUNDLE_FILE] = pilot_bundle()
         else:
             command = [sys.executable, "-m", "pilot.cli"]
-        wall = _int(params.get("WallTime"), _int(params.get("MaxCPUTime"), 60))
         queue_name = params.get("BatchQueue")
         account = params.get("Account")
         return PilotSpec(
             reference=reference, executable=command[0], arguments=command[1:] + arguments,
-            environment=environment, cores=target.cores,
+            environment=environment, cores=launch.cores,
             token=self._token(target, reference),
-            memory_mb=target.memory_mb, wall_minutes=wall,
+            memory_mb=launch.memory_mb, wall_minutes=launch.wall_minutes,
             queue_name=queue_name if isinstance(queue_name, str) else None,
             account=account if isinstance(account, str) else None, files=files)
 
@@ -294,18 +280,6 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
-
-
-#: Queue parameters that are not node attributes for ClassAd expressions: the director's own
-#: settings, and those passed as resource fields.
-_NOT_ATTRIBUTES = CE_PARAMETERS | frozenset({
-    "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
-    "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
-    "Platform", "NumberOfProcessors", "MaxRAM"})
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _jobstatus_dir(params: dict[str, Any], reference: str) -> str:
