@@ -51,7 +51,8 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
                                             vo=job.vo)]
     assert resource is not None
     results = [_named(r, definition.expression, resource)
-               for r in explain_match(definition, resource, expression_check(resource))]
+               for r in explain_match(definition, resource, expression_check(resource),
+                                      of_queue=queue is not None)]
     if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
         results = [r for r in results if r.rule != "SubmitPool"]
     data = (_data_rule(session, resources, job.vo, desc, resource, catalogue
