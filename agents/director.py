@@ -118,10 +118,10 @@ def targets(ctx: AgentContext, report: DirectorReport | None = None) -> list[Que
             continue
         if compute is None:
             continue
+        launch = pilot_launch(ctx.resources(), q.site, q.ce, q.name, vo)
         out.append(QueueTarget(
             site=q.site, ce=q.ce, queue=q.name, compute=compute,
-            cores=_int(params.get("NumberOfProcessors"), 1),
-            memory_mb=_int(params.get("MaxRAM"), 0) or None,
+            cores=launch.cores, memory_mb=launch.memory_mb,
             max_waiting=_int(params.get("MaxWaitingPilots"), a.max_waiting_pilots),
             max_total=_int(params.get("MaxTotalPilots"), a.max_total_pilots),
             parameters=params))
