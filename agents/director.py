@@ -21,7 +21,6 @@ longer after each failure, and the reason is logged and kept: the sites page sho
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import uuid
@@ -33,11 +32,11 @@ from typing import Any
 
 from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
-from agents.ce.config import CE_PARAMETERS, SHIP_PILOT, CEConfig, CEConfigError, ce_config
+from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from optimizers.classads import expression_check
-from optimizers.queueresources import labels, resource_for_queue
+from optimizers.queueresources import pilot_launch, resource_for_queue
 from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
 from taskqueue.errors import ConfigurationError
@@ -120,10 +119,10 @@ def targets(ctx: AgentContext, report: DirectorReport | None = None) -> list[Que
             continue
         if compute is None:
             continue
+        launch = pilot_launch(ctx.resources(), q.site, q.ce, q.name, vo)
         out.append(QueueTarget(
             site=q.site, ce=q.ce, queue=q.name, compute=compute,
-            cores=_int(params.get("NumberOfProcessors"), 1),
-            memory_mb=_int(params.get("MaxRAM"), 0) or None,
+            cores=launch.cores, memory_mb=launch.memory_mb,
             max_waiting=_int(params.get("MaxWaitingPilots"), a.max_waiting_pilots),
             max_total=_int(params.get("MaxTotalPilots"), a.max_total_pilots),
             parameters=params))
@@ -252,26 +251,14 @@ class Director:
         CE chooses (a folder of the director's host, or its ARC session directory)."""
         a = self.ctx.settings.agents
         params = target.parameters
+        launch = pilot_launch(self.ctx.resources(), target.site, target.ce, target.queue,
+                              a.vo)
         arguments = [
-            "--matcher", self.ctx.settings.matcher.url, "--vo", a.vo, "--site", target.site,
-            "--ce", target.ce, "--queue", target.queue, "--reference", reference,
-            "--cores", str(target.cores), "--workdir", "work",
-            "--idle-timeout", str(a.pilot_idle_timeout),
+            "--matcher", self.ctx.settings.matcher.url, "--reference", reference,
+            "--workdir", "work", "--idle-timeout", str(a.pilot_idle_timeout),
             "--jobstatus", _jobstatus_dir(params, reference),
+            *launch.arguments(pools if a.pass_submit_pools else None),
         ]
-        if target.memory_mb:
-            arguments += ["--memory", str(target.memory_mb)]
-        if a.pass_submit_pools:
-            arguments += ["--submit-pools", ",".join(pools)]
-        for platform in labels(params.get("Platform")):
-            arguments += ["--platform", platform]
-        for name, value in sorted(params.items()):
-            if name not in _NOT_ATTRIBUTES and value is not None:
-                arguments += ["--attribute", f"{name}={json.dumps(_plain(value))}"]
-        for tag in labels(params.get("Tags")):
-            arguments += ["--tag", tag]
-        for tag in labels(params.get("RequiredTags")):
-            arguments += ["--required-tag", tag]
         arguments += ["--token-file", TOKEN_FILE]
         files: dict[str, bytes] = {}
         if self.ca_bundle is not None:
@@ -290,14 +277,13 @@ class Director:
             files[BUNDLE_FILE] = pilot_bundle()
         else:
             command = [sys.executable, "-m", "pilot.cli"]
-        wall = _int(params.get("WallTime"), _int(params.get("MaxCPUTime"), 60))
         queue_name = params.get("BatchQueue")
         account = params.get("Account")
         return PilotSpec(
             reference=reference, executable=command[0], arguments=command[1:] + arguments,
-            environment=environment, cores=target.cores,
+            environment=environment, cores=launch.cores,
             token=self._token(target, reference),
-            memory_mb=target.memory_mb, wall_minutes=wall,
+            memory_mb=launch.memory_mb, wall_minutes=launch.wall_minutes,
             queue_name=queue_name if isinstance(queue_name, str) else None,
             account=account if isinstance(account, str) else None, files=files)
 
@@ -325,18 +311,6 @@ def pilot_ca_bundle(path: str) -> bytes | None:
                                  "CERTIFICATE-----): it must be the CA certificates of "
                                  "matcher.url")
     return data
-
-
-#: Queue parameters that are not node attributes for ClassAd expressions: the director's own
-#: settings, and those passed as resource fields.
-_NOT_ATTRIBUTES = CE_PARAMETERS | frozenset({
-    "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
-    "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
-    "Platform", "NumberOfProcessors", "MaxRAM"})
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
 
 
 def _jobstatus_dir(params: dict[str, Any], reference: str) -> str:

@@ -53,7 +53,8 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
     assert resource is not None
     mask, resource = _site_mask_rule(session, job.vo, resource)
     results = [_named(r, definition.expression, resource)
-               for r in explain_match(definition, resource, expression_check(resource))]
+               for r in explain_match(definition, resource, expression_check(resource),
+                                      of_queue=queue is not None)]
     results += mask
     if rfc7:  # the requirements themselves say more than "not among the pilot's pools"
         results = [r for r in results if r.rule != "SubmitPool"]

@@ -153,6 +153,12 @@ def parser() -> argparse.ArgumentParser:
                         help="seconds between SIGTERM and SIGKILL for a payload (default 30)")
     timing.add_argument("--margin", type=float, default=60.0,
                         help="seconds kept free before a limit when matching (default 60)")
+    timing.add_argument("--wall-limit", type=float, default=None, metavar="SECONDS",
+                        help="the batch system's wall limit, real seconds from the pilot's "
+                             "start (the earlier of it and $JOBFEATURES' counts)")
+    timing.add_argument("--cpu-factor", type=float, default=None, metavar="HS06",
+                        help="CPU power of one core, HS06, where the features give none; "
+                             "the CPU time offered is the time left times this (default 1)")
     timing.add_argument("--backoff-cap", type=float, default=60.0,
                         help="longest wait between match attempts after no match or an "
                              "unreachable matcher, seconds (default 60; jittered)")
@@ -205,12 +211,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             problems.append(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    for name in ("wall_limit", "cpu_factor"):
+        value = getattr(args, name)
+        if value is not None and not 0 < value < float("inf"):
+            problems.append(f"--{name.replace('_', '-')} must be a number > 0, got {value}")
     if problems:
         for problem in problems:
             print(f"gridpilot-pilot: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.replay is not None:
         return _replay(args, token, verify)
+    options = pilot_options(args, token, problems, verify=verify)
+    if options is None:
+        for problem in problems:
+            print(f"gridpilot-pilot: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    summary = Pilot(options).run()
+    print(summary.line())
+    if summary.exit_code != EXIT_OK:
+        print(f"gridpilot-pilot: exit {summary.exit_code}: "
+              f"{summary.error or summary.stopped_because}", file=sys.stderr)
+    return summary.exit_code
+
+
+def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
+                  verify: str | bool = True) -> PilotOptions | None:
+    """The pilot's options from its parsed command line (None, with ``problems`` added to,
+    when they are wrong); ``verify``: the CAs to trust (pilot.tls)."""
     attributes: dict[str, object] = {}
     for item in args.attributes:
         name, sep, text = item.partition("=")
@@ -222,9 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError:
             attributes[name.strip()] = text
     if problems:
-        for problem in problems:
-            print(f"gridpilot-pilot: {problem}", file=sys.stderr)
-        return EXIT_USAGE
+        return None
     pools = None
     if args.submit_pools is not None:
         pools = tuple(p.strip() for p in args.submit_pools.split(",") if p.strip())
@@ -244,13 +269,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
         priority_factor=args.priority_factor, keep_job_folders=args.keep_job_folders,
-        max_output_bytes=args.max_output_mb * 2**20, verify=verify)
-    summary = Pilot(options).run()
-    print(summary.line())
-    if summary.exit_code != EXIT_OK:
-        print(f"gridpilot-pilot: exit {summary.exit_code}: "
-              f"{summary.error or summary.stopped_because}", file=sys.stderr)
-    return summary.exit_code
+        max_output_bytes=args.max_output_mb * 2**20, wall_limit=args.wall_limit,
+        cpu_factor=args.cpu_factor, verify=verify)
+    return options
 
 
 def _replay(args: argparse.Namespace, token: str, verify: str | bool) -> int:

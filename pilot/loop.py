@@ -18,7 +18,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -26,7 +26,7 @@ from typing import Any
 from pilot import protocol
 from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
-from pilot.features import Features
+from pilot.features import Features, Limits
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.output import MAX_OUTPUT_BYTES, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
@@ -80,6 +80,11 @@ class PilotOptions:
     grace: float = 30.0
     #: Do not start a job when less than this many seconds remain before a limit.
     margin: float = 60.0
+    #: The batch system's wall limit in real seconds from the pilot's start, as the site
+    #: director gives it (None: only $JOBFEATURES tells); the earlier end counts.
+    wall_limit: float | None = None
+    #: CPU power of one core (HS06), used where the features give no factor.
+    cpu_factor: float | None = None
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
     #: How long the pilot keeps trying to deliver reports after its last payload ended.
@@ -144,6 +149,7 @@ class Pilot:
     def __post_init__(self) -> None:
         o = self.options
         self.features = Features(o.machine_features, o.job_features)
+        self.started = self.clock()
         self.client = self.client or MatcherClient(o.matcher_url, o.token,
                                                    timeout=o.request_timeout,
                                                    verify=o.verify)
@@ -152,13 +158,45 @@ class Pilot:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def run(self) -> Summary:
+    def prepare(self, now: float) -> None:
+        """Cores, memory and node description, from the options and the features."""
         o = self.options
-        now = self.clock()
-        limits = self.features.limits(now)
+        limits = self.limits(now)
         self.cores = o.cores or limits.cores or os.cpu_count() or 1
         self.memory_mb = o.memory_mb or limits.memory_mb
         self.node = o.node
+
+    def limits(self, now: float) -> Limits:
+        """The features' limits, with the wall limit and CPU factor the options give."""
+        o = self.options
+        limits = self.features.limits(now)
+        factor = limits.cpu_factor or o.cpu_factor
+        wall_end = limits.wall_end
+        if o.wall_limit is not None:
+            own = self.started + o.wall_limit
+            wall_end = own if wall_end is None else min(wall_end, own)
+        if factor == limits.cpu_factor and wall_end == limits.wall_end:
+            return limits
+        return replace(limits, cpu_factor=factor, wall_end=wall_end,
+                       wall_left=None if wall_end is None else max(0.0, wall_end - now))
+
+    def match_request(self, now: float, limits: Limits) -> dict[str, Any] | None:
+        """The resource description of a match request for the free cores now (None: no time
+        left for another job)."""
+        ask = what_to_ask(free_cores=self._free_cores(),
+                          seconds_left=limits.seconds_left(now), margin=self.options.margin,
+                          cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
+                          cores=self.cores)
+        if ask is None:
+            return None
+        return self.node.resource(free_cores=ask.processors,
+                                  free_memory_mb=self._free_memory(),
+                                  cpu_time_left=ask.cpu_time_left)
+
+    def run(self) -> Summary:
+        o = self.options
+        now = self.clock()
+        self.prepare(now)
         o.workdir.mkdir(parents=True, exist_ok=True)
         self._install_signal_handlers()
         log.info("pilot %s: %d cores, %s MB, matcher %s", o.node.reference, self.cores,
@@ -178,7 +216,7 @@ class Pilot:
                 for p in self.payloads.values():
                     p.cap_output(o.max_output_bytes)
                 next_scan = now + o.scan_interval
-            limits = self.features.limits(now)
+            limits = self.limits(now)
             shutdown = limits.shutdown
             if self._signalled:
                 self._shutdown(f"pilot received {self._signalled}")
@@ -243,22 +281,16 @@ class Pilot:
             return None
         return max(0, self.memory_mb - sum(p.memory_mb for p in self.payloads.values()))
 
-    def _fill(self, now: float, limits: Any, shutdown: float | None) -> float:
+    def _fill(self, now: float, limits: Limits, shutdown: float | None) -> float:
         """Ask for jobs while cores are free; return when to ask next."""
         assert self.client is not None
         o = self.options
         while self._free_cores() > 0:
-            ask = what_to_ask(free_cores=self._free_cores(),
-                              seconds_left=limits.seconds_left(now), margin=o.margin,
-                              cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
-                              cores=self.cores)
-            if ask is None:
+            resource = self.match_request(now, limits)
+            if resource is None:
                 if not self.payloads:
                     self._retire("no time left for another job", now)
                 return now + o.backoff_cap
-            resource = self.node.resource(free_cores=ask.processors,
-                                          free_memory_mb=self._free_memory(),
-                                          cpu_time_left=ask.cpu_time_left)
             try:
                 answer = self.client.match(resource, count=1)
             except TransientError as exc:
@@ -279,7 +311,7 @@ class Pilot:
                 self._start(job, now, limits, shutdown)
         return now
 
-    def _start(self, job: protocol.JobPayload, now: float, limits: Any,
+    def _start(self, job: protocol.JobPayload, now: float, limits: Limits,
                shutdown: float | None) -> None:
         o = self.options
         cores = payload_cores(job.processors, self._free_cores())

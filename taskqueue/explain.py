@@ -40,8 +40,10 @@ def ce_allowed(ces: frozenset[str], r: Resource) -> bool:
 
 
 def explain_match(d: TaskQueueDefinition, r: Resource,
-                  expression_check: Callable[[str], bool] | None = None) -> list[RuleResult]:
-    """Each matching rule for queue definition ``d`` and resource ``r``."""
+                  expression_check: Callable[[str], bool] | None = None, *,
+                  of_queue: bool = False) -> list[RuleResult]:
+    """Each matching rule for queue definition ``d`` and resource ``r``; ``of_queue``: ``r`` is
+    what the pilots of a configured queue present (the details say so)."""
     out: list[RuleResult] = []
 
     def rule(name: str, holds: bool, detail: str) -> None:
@@ -54,10 +56,14 @@ def explain_match(d: TaskQueueDefinition, r: Resource,
     if r.owner is not None:
         rule("owner", d.owner == r.owner,
              f"job's owner {d.owner or '(group shares jobs)'}; resource takes {r.owner}")
-    if r.cpu_time is not None:
+    offer = "the pilots of this queue offer" if of_queue else "the resource offers"
+    if r.cpu_time is None:
+        rule("CPU time", True,
+             f"job needs up to {d.cpu_time:,} s per core (bucket); {offer} no CPU bound")
+    else:
         rule("CPU time", d.cpu_time <= r.cpu_time,
-             f"job needs up to {d.cpu_time} s per core (bucket); resource has {r.cpu_time} s "
-             "per core left")
+             f"job needs up to {d.cpu_time:,} s per core (bucket); {offer} {r.cpu_time:,} s "
+             "per core")
     if r.processors is not None:
         rule("processors", d.processors <= r.processors,
              f"job needs {d.processors} (bucket); resource offers {r.processors}")

@@ -257,8 +257,9 @@ class SlurmGrid:
         (self.tmp / "codes" / reference).write_text(str(code))
 
     def submit(self, n: int, seconds: float = 2) -> list[int]:
+        # 300 s: within what a pilot of a WALL_MINUTES limit at 1 HS06 offers (540 s).
         jdl = (f'[ Executable = "{sys.executable}"; '
-               f'Arguments = "{self.script} {self.record} {seconds}"; CPUTime = 600; '
+               f'Arguments = "{self.script} {self.record} {seconds}"; CPUTime = 300; '
                f'Site = "{SITE}"' + (f"; Parameters = {n}" if n > 1 else "") + " ]")
         response = self.user.post(f"{self.base}/api/v1/jobs", data=jdl.encode(),
                                   headers={"Content-Type": "text/plain"}, timeout=30)
