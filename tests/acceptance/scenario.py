@@ -84,9 +84,14 @@ class Expected:
 @dataclass
 class Fault:
     name: str
+    #: Seconds since the scenario's start, and the wall clock at its start.
     started: float
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
     ended: float = 0.0
-    notes: list[str] = field(default_factory=list)
+    ended_at: datetime | None = None
+
+    def end(self, elapsed: float) -> None:
+        self.ended, self.ended_at = elapsed, datetime.now(UTC)
 
 
 @dataclass
@@ -200,6 +205,8 @@ class Scenario:
         self.held_at_kill: dict[str, set[int]] = {}
         #: Jobs seen back with a killed pilot, matched again after its kill.
         self.back_to_killed: set[int] = set()
+        #: Seconds from each pilot's kill to its record's end, as far as watched.
+        self.kill_to_end: dict[str, float] = {}
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -323,13 +330,14 @@ class Scenario:
             if label == "pilotkill-arc":
                 fault = self.fault("PgBouncer restarted")
                 self.grid.topology("restart", "pgbouncer")
-                fault.ended = self.log.elapsed()
+                fault.end(self.log.elapsed())
         self._watch_killed(30)
         fault = self.fault("A-REX stopped for 30 s")
         run_tool("arc-localhost", "down")
         time.sleep(30)
         run_tool("arc-localhost", "up")
-        fault.ended = self.log.elapsed()
+        fault.end(self.log.elapsed())
+        self.arex_fault = fault
 
         # A user reschedules a job that ended.
         rid = e["reschedule"].job_id
@@ -344,7 +352,7 @@ class Scenario:
             self.log.elapsed() - self.matcher_fault.started, 1)
         self.log(f"alert fired: {fired['annotations'].get('summary', '')}")
         self.grid.topology("start", "matcher-2")
-        self.matcher_fault.ended = self.log.elapsed()
+        self.matcher_fault.end(self.log.elapsed())
         self.wait("the GridpilotMatcherDown alert clearing", lambda: not self._alert(None),
                   120, 2)
         self.report.figures["alert_cleared_after_restart_s"] = round(
@@ -371,6 +379,10 @@ class Scenario:
                 if job.get("pilot_reference") == reference and self._matched_after_kill(
                         job, reference):
                     self.back_to_killed.add(job_id)
+                pilot = self.api.call("GET", f"/pilots/{reference}")
+                if pilot["status"] in PILOT_ENDED and reference not in self.kill_to_end:
+                    self.kill_to_end[reference] = round((datetime.now(UTC) - self.killed_pilots[
+                        reference]).total_seconds(), 1)
             time.sleep(2)
 
     def _alert(self, state: str | None) -> dict[str, Any] | None:
@@ -430,8 +442,36 @@ class Scenario:
         for reference in self.killed_pilots:
             self.report.check("killed pilots ended", pilots.get(reference, {}).get(
                 "status") in PILOT_ENDED)
+            # On the worker node too: no process of the pilot is left (a CE may ignore a
+            # cancel, as ARC's fork back end does).
+            survivors = subprocess.run(["pgrep", "-f", "--", f"--reference {reference}"],
+                                  capture_output=True, text=True, check=False).stdout.split()
+            self.report.check("killed pilots' processes are gone", not survivors)
+            self.report.figures[f"pilot_kill_to_end_s[{pilots[reference]['executor']}]"] = (
+                self.kill_to_end.get(reference, "more than 30"))
+        self._arex_cost(list(pilots.values()))
         self._pilot_logs()
         self._output_sandbox()
+
+    def _arex_cost(self, pilots: list[dict[str, Any]]) -> None:
+        """What stopping A-REX cost the ARC site: its pilots that ended badly meanwhile, and
+        how long after it came back the director sent the next pilot there."""
+        fault = getattr(self, "arex_fault", None)
+        if fault is None or fault.ended_at is None:
+            return
+        arc = [p for p in pilots if p["executor"] == "arc"]
+
+        def when(p: dict[str, Any], key: str) -> datetime | None:
+            return datetime.fromisoformat(p[key].replace("Z", "+00:00")) if p.get(key) else None
+
+        lost = [p for p in arc if p["status"] in ("Failed", "Aborted", "Lost")
+                and p["reference"] not in self.killed_pilots
+                and (when(p, "updated_at") or fault.at) >= fault.at]
+        after = sorted(t for p in arc if (t := when(p, "submitted_at")) and t > fault.ended_at)
+        self.report.figures["arex_stop_pilots_ended_badly"] = len(lost)
+        self.report.figures["arex_back_to_next_arc_pilot_s"] = (
+            round((after[0] - fault.ended_at).total_seconds(), 1) if after
+            else "none sent after (no work left for ARC)")
 
     def _matched_after_kill(self, job: dict[str, Any], reference: str) -> bool:
         """Whether the job's last match is later than the pilot's kill."""
