@@ -180,9 +180,13 @@ class Probe(threading.Thread):
             except requests.RequestException:
                 self.seen.append((at, 0, False))
 
-    def failures(self, start: float, end: float) -> dict[str, Any]:
-        bad = [(t, s, r) for t, s, r in self.seen if start <= t <= end and s != 200]
-        return {"requests": sum(1 for t, _s, _r in self.seen if start <= t <= end),
+    def failures(self, windows: Sequence[tuple[float, float]]) -> dict[str, Any]:
+        """What the prober saw in the windows (seconds since the start)."""
+        def inside(t: float) -> bool:
+            return any(start <= t <= end for start, end in windows)
+
+        bad = [(t, s, r) for t, s, r in self.seen if inside(t) and s != 200]
+        return {"requests": sum(1 for t, _s, _r in self.seen if inside(t)),
                 "failed": len(bad), "statuses": sorted({s for _t, s, _r in bad}),
                 "without_retry_after": sum(1 for _t, s, r in bad if s in (503, 429) and not r),
                 "seconds": round(bad[-1][0] - bad[0][0], 2) if bad else 0.0}
@@ -334,6 +338,10 @@ class Scenario:
         self._watch_killed(30)
         fault = self.fault("A-REX stopped for 30 s")
         run_tool("arc-localhost", "down")
+        # Work for the ARC site arrives while its CE is down: it runs once the CE is back.
+        self.submit("during-arex-stop", f'[ JobName = "acceptance-during-arex-stop";'
+                    f' Executable = "/bin/echo"; Arguments = "after the outage";'
+                    f' CPUTime = 600; Site = "{ARC_SITE}"; ]', site=ARC_SITE)
         time.sleep(30)
         run_tool("arc-localhost", "up")
         fault.end(self.log.elapsed())
@@ -510,7 +518,11 @@ class Scenario:
     def _faults_cost(self) -> None:
         for fault in self.faults:
             end = (fault.ended or self.log.elapsed()) + 15
-            cost = self.probe.failures(fault.started, end)
+            # A killed matcher costs at its kill and at its return, each within 15 s; what
+            # happens between (other faults) is not its doing.
+            windows = ([(fault.started, fault.started + 15), (fault.ended - 1, end)]
+                       if fault is self.matcher_fault else [(fault.started, end)])
+            cost = self.probe.failures(windows)
             self.report.faults.append({"fault": fault.name,
                                        "lasted_s": round((fault.ended or end) - fault.started, 1),
                                        **cost})
