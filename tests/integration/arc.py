@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 import pytest
@@ -64,6 +65,16 @@ class LocalCe:
     #: The Python a pilot runs with on this CE (its jobs cannot reach /root, where a
     #: virtualenv's interpreter may live).
     worker_python: str
+
+    @property
+    def host_port(self) -> str:
+        """"host:port" of the CE's REST interface, as the CE's errors name it."""
+        return urlsplit(self.endpoint).netloc
+
+    @property
+    def issuer_host_port(self) -> str:
+        """"host:port" of the token issuer (an HTTPS server the CA bundle trusts)."""
+        return urlsplit(self.issuer).netloc
 
     def signing_key(self, kid: str = "gridpilot-1") -> Path:
         return self.issuer_dir / "keys" / f"{kid}.pem"
