@@ -19,6 +19,7 @@ from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
+from tests.integration.pilots import start_pilot
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-integration-secret-0123456789"
@@ -90,7 +91,7 @@ class Grid:
             env.pop(name, None)
             if path is not None:
                 env[name] = str(path)
-        return subprocess.Popen(
+        return start_pilot(
             [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
              "--site", SITE, "--ce", CE, "--queue", QUEUE, "--workdir", str(self.tmp / "work"),
              "--heartbeat", "0.5", "--grace", "2", "--backoff-cap", "1", "--margin", "0",

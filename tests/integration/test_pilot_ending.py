@@ -6,22 +6,19 @@ own --request-timeout and --report-timeout, so a pilot that waited for them woul
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
+from tests.integration.pilots import start_pilot, stop_started_pilots
 from tests.integration.test_pilot import ROOT, SECRET, Grid
 
 #: Far longer than any wait below: the pilot must not need them.
@@ -36,21 +33,6 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
-
-
-@pytest.fixture()
-def pilots() -> Iterator[list[subprocess.Popen[str]]]:
-    """Pilots a test starts, in sessions of their own: whatever is left of them (their
-    payloads included) is killed at the end of the test."""
-    started: list[subprocess.Popen[str]] = []
-    yield started
-    for proc in started:
-        if proc.poll() is None:
-            if os.getpgid(proc.pid) == proc.pid:  # its own session: its payloads too
-                os.killpg(proc.pid, signal.SIGKILL)
-            else:
-                proc.kill()
-            proc.wait()
 
 
 class HangingMatcher:
@@ -100,7 +82,7 @@ class HangingMatcher:
 
 
 def test_sigterm_ends_a_pilot_whose_matcher_hangs_and_whose_payload_ignores_it(
-        tmp_path: Path, pilots: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path) -> None:
     pid_file = tmp_path / "payload.pid"
     job = {"job_id": 7, "vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user",
            "job_type": "User", "executable": "/bin/sh",
@@ -109,14 +91,12 @@ def test_sigterm_ends_a_pilot_whose_matcher_hangs_and_whose_payload_ignores_it(
     server = HangingMatcher(job)
     try:
         token_file = write_token_file(tmp_path / "pilot.token", "a.b.c")
-        proc = subprocess.Popen(
+        proc = start_pilot(
             [sys.executable, "-m", "pilot.cli", "--matcher", server.url, "--vo", "lhcb",
              "--workdir", str(tmp_path / "work"), "--token-file", str(token_file),
              "--cores", "1", "--grace", "2", "--idle-timeout", LONG, "--request-timeout", LONG,
              "--report-timeout", LONG, "--heartbeat", LONG],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            start_new_session=True)
-        pilots.append(proc)
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         deadline = time.monotonic() + EXIT_WAIT
         # The payload runs, and the pilot waits for the matcher's answer to its heartbeat.
         while not (pid_file.exists() and pid_file.read_text().strip()
@@ -139,7 +119,7 @@ def test_sigterm_ends_a_pilot_whose_matcher_hangs_and_whose_payload_ignores_it(
 
 
 def test_a_pilot_whose_matcher_is_gone_keeps_its_report_and_exits(
-        tmp_path: Path, pilots: list[subprocess.Popen[str]]) -> None:
+        tmp_path: Path) -> None:
     """The matcher stops while the payload runs: the output upload and the report cannot go.
     After --idle-timeout without an answer the pilot gives up, its report kept for
     --replay, although --report-timeout would have it retry for ten minutes."""
@@ -157,7 +137,6 @@ def test_a_pilot_whose_matcher_is_gone_keeps_its_report_and_exits(
         (job_id,) = answer.json()["job_ids"]
         proc = grid.pilot("--cores", "1", "--idle-timeout", "3", "--report-timeout", LONG,
                           "--request-timeout", "5", "--keep-job-folders")
-        pilots.append(proc)
         grid.wait_status(job_id, {"Running"})
     # The matcher is gone; now the payload ends.
     (job_dir,) = (tmp_path / "work").glob(f"*{job_id}*")
@@ -169,3 +148,30 @@ def test_a_pilot_whose_matcher_is_gone_keeps_its_report_and_exits(
     final = [r for r in kept if r["status"] != "Running"]
     assert [(r["job_id"], r["status"], r["exit_code"]) for r in final] == [(job_id, "Done", 0)]
     assert "has not answered for 3 s" in out, out[-3000:]
+
+
+def test_a_pilot_a_test_leaves_running_is_ended_with_its_payload(tmp_path: Path) -> None:
+    """What the integration tests' autouse fixture does after each test."""
+    pid_file = tmp_path / "payload.pid"
+    server = HangingMatcher({"job_id": 8, "vo": "lhcb", "owner": "alice",
+                             "owner_group": "lhcb_user", "job_type": "User",
+                             "executable": "/bin/sh",
+                             "arguments": ["-c", f"echo $$ > {pid_file}; exec sleep 600"]})
+    try:
+        token_file = write_token_file(tmp_path / "pilot.token", "a.b.c")
+        proc = start_pilot(
+            [sys.executable, "-m", "pilot.cli", "--matcher", server.url, "--vo", "lhcb",
+             "--workdir", str(tmp_path / "work"), "--token-file", str(token_file),
+             "--cores", "1", "--grace", "2", "--idle-timeout", LONG],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + EXIT_WAIT
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.1)
+        payload = int(pid_file.read_text())
+        assert stop_started_pilots() == [proc.pid]
+    finally:
+        server.close()
+    assert proc.returncode is not None
+    assert not alive(payload)
+    assert stop_started_pilots() == []
