@@ -70,7 +70,8 @@ Exit codes:
   {EXIT_USAGE}  wrong options or environment
   {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site, wrong URL): it
      matched nothing more
-  {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
+  {EXIT_UNSENT}  some reports could not be delivered (before --report-timeout, or in the last
+     attempt after a signal or a silent matcher); they are kept in
      WORKDIR/undelivered-reports.json, for gridpilot-pilot --replay FILE
   {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
      read (wrong shape, redirected to another host, too large, too slow), before
