@@ -206,7 +206,9 @@ def test_results_survive_the_matcher_going_down(tmp_path: Path) -> None:
     with matcher_server(url, SECRET, resources, tmp_path, port=port) as base:
         grid = Grid(base, tmp_path)
         (job_id,) = grid.submit(3, 1)
-        proc = grid.pilot("--cores", "1", "--idle-timeout", "3", "--report-timeout", "120")
+        # A matcher silent for longer than --idle-timeout ends the pilot (see
+        # test_pilot_ending.py): this one waits for a matcher down for 6 s.
+        proc = grid.pilot("--cores", "1", "--idle-timeout", "20", "--report-timeout", "120")
         grid.wait_status(job_id, {"Running"})
     # The matcher is down while the payload ends and the pilot tries to report.
     time.sleep(6)
