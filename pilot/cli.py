@@ -60,10 +60,11 @@ Rescheduled in one last attempt of at most {LAST_ATTEMPT:g} s for all reports (n
 --report-timeout then), the rest going to WORKDIR/undelivered-reports.json (exit 4). The
 pilot is gone within --grace + about {LAST_ATTEMPT + 2 * LEFTOVER_GRACE:g} s.
 
-A matcher that gives no readable answer for longer than --idle-timeout ends the pilot's
-waiting, whatever it waits for: matching stops, and output uploads and reports are given one
-last attempt of {LAST_ATTEMPT:g} s, then kept in WORKDIR/undelivered-reports.json (exit 4; exit 5
-when nothing was left undelivered). Running payloads go on to their end or wall limit first.
+A matcher that gives no readable answer for longer than --idle-timeout ends the pilot,
+whatever it does: matching stops, running payloads are stopped as for SIGTERM (the matcher
+reschedules their jobs once they fall silent), and reports and output uploads are given one
+last attempt of {LAST_ATTEMPT:g} s, then kept in WORKDIR/undelivered-reports.json (exit 4;
+exit 5 when nothing was left undelivered).
 
 Exit codes:
   {EXIT_OK}  finished normally (idle, out of time, drained or shut down); every report delivered

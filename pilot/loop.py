@@ -12,8 +12,8 @@ end of the pilot's life.
 Nothing keeps a pilot alive that should stop: SIGTERM or SIGINT ends the request in flight at
 once (pilot.transfer.interrupt), stops the payloads and makes one last, short attempt
 (:data:`LAST_ATTEMPT`) at the reports; a matcher silent for longer than the idle timeout
-ends every retry (matching, uploads, reports), what is undelivered going to the file for
-``--replay``.
+stops the payloads as a shutdown does and ends every retry (matching, uploads, reports),
+what is undelivered going to the file for ``--replay``.
 """
 
 from __future__ import annotations
@@ -201,8 +201,9 @@ class Pilot:
             if not self.retiring and o.drain_file is not None and o.drain_file.exists():
                 self._retire(f"drain file {o.drain_file} exists", now)
             silence = self._silence()
-            if silence:
-                self._retire(silence, now)
+            if silence:  # its payloads' jobs are rescheduled elsewhere by now: stop them
+                self._shutdown(silence)
+                break
             self._reap(now)
             self._enforce(now)
             # After a signal, no request more: the next turn stops.

@@ -175,3 +175,36 @@ def test_a_pilot_a_test_leaves_running_is_ended_with_its_payload(tmp_path: Path)
     assert proc.returncode is not None
     assert not alive(payload)
     assert stop_started_pilots() == []
+
+
+def test_a_pilot_whose_matcher_is_gone_stops_its_payload_and_exits(tmp_path: Path) -> None:
+    """A pilot that lost its matcher mid-payload does not run on for the payload's life (the
+    matcher reschedules a silent job elsewhere): the payload is stopped, its job reported
+    Rescheduled in the file for --replay."""
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    pid_file = tmp_path / "payload.pid"
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", tmp_path) as base:
+        grid = Grid(base, tmp_path)
+        jdl = (f'[ Executable = "/bin/sh"; Arguments = "-c \'echo $$ > {pid_file}; exec sleep '
+               f'600\'"; CPUTime = 600 ]')
+        answer = grid.user.post(f"{base}/api/v1/jobs", data=jdl.encode(), timeout=30,
+                                headers={"Content-Type": "text/plain"})
+        assert answer.status_code == 201, answer.text
+        (job_id,) = answer.json()["job_ids"]
+        proc = grid.pilot("--cores", "1", "--idle-timeout", "3", "--report-timeout", LONG,
+                          "--request-timeout", "5")
+        grid.wait_status(job_id, {"Running"})
+        deadline = time.monotonic() + EXIT_WAIT
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        payload = int(pid_file.read_text())
+    out, _ = proc.communicate(timeout=EXIT_WAIT)
+    assert proc.returncode == 4, out
+    assert not alive(payload)
+    kept = json.loads((tmp_path / "work" / "undelivered-reports.json").read_text())
+    assert [(r["job_id"], r["status"]) for r in kept] == [(job_id, "Rescheduled")], kept
+    assert "has not answered for 3 s" in kept[0]["minor_status"]
