@@ -14,7 +14,9 @@ is set (tests/integration/arc.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -186,6 +188,19 @@ def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext) -> 
         client.clean(ids)
     finally:
         client.close()
+    # The fork back end's kill ends the job's script, not what it started (the pilot and its
+    # payloads); those run in the job's session folder.
+    sessions = tuple(str(arc_ce.work_dir / "session" / i) for i in ids)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+        except OSError:
+            continue
+        if cwd in sessions or cwd.startswith(tuple(f"{s}/" for s in sessions)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def pilot_log_command(base: str, reference: str) -> subprocess.CompletedProcess[str]:
