@@ -38,7 +38,14 @@ from agents.ce.arcrest import (
 )
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.x509proxy import Credential, load_credential, make_proxy
-from tests.integration.arc import COMPUTE_SCOPES, LocalCe, local_ce, wait_for_states, write_secret
+from tests.integration.arc import (
+    COMPUTE_SCOPES,
+    LocalCe,
+    end_jobs,
+    local_ce,
+    wait_for_states,
+    write_secret,
+)
 
 QUEUE = "fork"
 #: A pilot's token, as the director would upload it: it must reach the session directory and
@@ -79,10 +86,9 @@ def sleeper(seconds: int = 600) -> str:
 
 
 def forget(client: ArcRestClient, ids: list[str]) -> None:
-    """Kill and clean jobs a test leaves behind (best effort: they may have ended)."""
-    if ids:
-        client.kill(ids)
-        client.clean(ids)
+    """Kill and clean jobs a test leaves behind (best effort: they may have ended), and end
+    what the CE's fork back end leaves of them."""
+    end_jobs(local_ce(), client, ids)
 
 
 # -- the CE ---------------------------------------------------------------------------------------

@@ -14,9 +14,7 @@ is set (tests/integration/arc.py).
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -42,7 +40,7 @@ from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import DirectorQueue, Job, Pilot
 from taskqueue.settings import Settings
 from taskqueue.tokens import issue_token
-from tests.integration.arc import LocalCe, local_ce, write_secret
+from tests.integration.arc import LocalCe, end_jobs, local_ce, write_secret
 
 SECRET = "arc-director-tests-signing-secret-0123456789"
 SITE, CE, QUEUE = "ARC.Local.test", "localhost", "fork"
@@ -184,23 +182,9 @@ def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext) -> 
     client = arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
                                  timeout=30)
     try:
-        client.kill(ids)
-        client.clean(ids)
+        end_jobs(arc_ce, client, ids)
     finally:
         client.close()
-    # The fork back end's kill ends the job's script, not what it started (the pilot and its
-    # payloads); those run in the job's session folder.
-    sessions = tuple(str(arc_ce.work_dir / "session" / i) for i in ids)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
-        except OSError:
-            continue
-        if cwd in sessions or cwd.startswith(tuple(f"{s}/" for s in sessions)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
 
 
 def pilot_log_command(base: str, reference: str) -> subprocess.CompletedProcess[str]:
