@@ -20,11 +20,12 @@ from pilot.loop import (
     EXIT_UNREACHABLE,
     EXIT_UNSENT,
     EXIT_USAGE,
+    LAST_ATTEMPT,
     Pilot,
     PilotOptions,
 )
 from pilot.output import MAX_OUTPUT_BYTES
-from pilot.reaper import become_subreaper
+from pilot.reaper import LEFTOVER_GRACE, become_subreaper
 from pilot.replay import ReplayError, load_reports, replay
 from pilot.resource import NodeDescription, detect_platform
 from pilot.tls import CABundleError, trusted_cas
@@ -55,18 +56,33 @@ work directory with its own $JOBFEATURES, heartbeats, obeys kill commands, repor
 and output tails, and keeps $JOBSTATUS current for the site. It stops when it has had no job
 for --idle-timeout seconds, when no time is left, when the drain file appears (after its
 payloads end), or at the shutdown time (its payloads are stopped and handed back for
-rescheduling). SIGTERM or SIGINT acts as an immediate shutdown.
+rescheduling).
+
+SIGTERM or SIGINT is an immediate shutdown: a request to the matcher in flight (match,
+download, upload, report) is given up at once, no new job starts, every payload gets SIGTERM
+and, after --grace seconds, SIGKILL (with what it left running); their jobs are reported
+Rescheduled in one last attempt of at most {LAST_ATTEMPT:g} s for all reports (no
+--report-timeout then), the rest going to WORKDIR/undelivered-reports.json (exit 4). The
+pilot is gone within --grace + about {LAST_ATTEMPT + 2 * LEFTOVER_GRACE:g} s.
+
+A matcher that gives no readable answer for longer than --idle-timeout ends the pilot,
+whatever it does: matching stops, running payloads are stopped as for SIGTERM (the matcher
+reschedules their jobs once they fall silent), and reports and output uploads are given one
+last attempt of {LAST_ATTEMPT:g} s, then kept in WORKDIR/undelivered-reports.json (exit 4;
+exit 5 when nothing was left undelivered).
 
 Exit codes:
   {EXIT_OK}  finished normally (idle, out of time, drained or shut down); every report delivered
   {EXIT_USAGE}  wrong options or environment
   {EXIT_REFUSED}  the matcher refused the pilot (bad token, wrong VO or site, wrong URL): it
      matched nothing more
-  {EXIT_UNSENT}  some reports could not be delivered before --report-timeout; they are kept in
+  {EXIT_UNSENT}  some reports could not be delivered (before --report-timeout, or in the last
+     attempt after a signal or a silent matcher); they are kept in
      WORKDIR/undelivered-reports.json, for gridpilot-pilot --replay FILE
   {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
      read (wrong shape, redirected to another host, too large, too slow), before
-     --idle-timeout (plus at most one --request-timeout)
+     --idle-timeout (plus at most one --request-timeout); or it stopped answering for longer
+     than --idle-timeout
   {EXIT_KILLED}  the matcher told the pilot to stop (an operator killed it, or its CE said it
      ended): its payloads were stopped and handed back for rescheduling
 The reason for a non-zero exit code is the last line on stderr.
@@ -164,7 +180,7 @@ def parser() -> argparse.ArgumentParser:
                              "unreachable matcher, seconds (default 60; jittered)")
     timing.add_argument("--report-timeout", type=float, default=600.0,
                         help="how long to keep retrying undelivered reports at the end "
-                             "(default 600)")
+                             "(default 600; cut short by a signal or a silent matcher)")
     p.add_argument("--priority-factor", type=float, default=1.0,
                    help="how critical this pilot's work is, written to $JOBSTATUS for the "
                         "site's drain decisions (default 1.0)")

@@ -10,6 +10,7 @@ with :class:`Backoff`.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -68,6 +69,9 @@ class MatcherClient:
         self.reached = False
         self.last_failure = ""
         self.last_failure_unreadable = False
+        #: time.monotonic() of the first call that failed since the last readable answer
+        #: (None while the last call was answered): how long the matcher has been silent.
+        self.failing_since: float | None = None
 
     def match(self, resource: Mapping[str, Any], count: int = 1) -> MatchAnswer:
         def read(answer: dict[str, Any]) -> MatchAnswer:
@@ -121,11 +125,13 @@ class MatcherClient:
         except TransientError as exc:
             self.last_failure = str(exc)
             self.last_failure_unreadable = exc.unreadable
+            if self.failing_since is None:
+                self.failing_since = time.monotonic()
             raise
         except RefusedError:
-            self.reached = True
+            self.reached, self.failing_since = True, None
             raise
-        self.reached = True
+        self.reached, self.failing_since = True, None
         return result
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None,
@@ -133,6 +139,8 @@ class MatcherClient:
         try:
             response = transfer.request(self.http, method, self.api + path, json=body,
                                         params=params, deadline=self.timeout)
+        except transfer.InterruptedTransferError as exc:  # the pilot is stopping
+            raise TransientError(str(exc)) from exc
         except transfer.TransferError as exc:  # it answered, too slowly, too much or away
             raise TransientError(f"{type(exc).__name__}: {exc}", unreadable=True) from exc
         except transfer.CertificateError as exc:  # the message says why and what to do

@@ -8,6 +8,12 @@ their wall limit or killed by the matcher; sends heartbeats when due; sends queu
 unless it is retiring, asks for jobs while cores are free and time is left. Reports survive a
 matcher that is down: they wait in order and are retried with back-off, up to a deadline at the
 end of the pilot's life.
+
+Nothing keeps a pilot alive that should stop: SIGTERM or SIGINT ends the request in flight at
+once (pilot.transfer.interrupt), stops the payloads and makes one last, short attempt
+(:data:`LAST_ATTEMPT`) at the reports; a matcher silent for longer than the idle timeout
+stops the payloads as a shutdown does and ends every retry (matching, uploads, reports),
+what is undelivered going to the file for ``--replay``.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pilot import protocol
+from pilot import protocol, transfer
 from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
@@ -54,6 +60,9 @@ EXIT_KILLED = 6
 #: The stop reason of a pilot the matcher told to stop as a whole (an operator killed it, or
 #: its CE said it ended): its payloads are stopped and handed back for rescheduling.
 KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
+#: Seconds of the last attempt at the reports (and the final registration) after a signal
+#: or once the matcher has been silent too long; each request gets at most this long.
+LAST_ATTEMPT = 5.0
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
 
@@ -144,6 +153,7 @@ class Pilot:
     _signalled: str = ""
     #: Why the matcher told the pilot to stop as a whole ("" while it has not).
     _killed: str = ""
+    _last_attempt_end: float | None = None
     reaper: Reaper = field(default_factory=Reaper)
 
     def __post_init__(self) -> None:
@@ -231,14 +241,19 @@ class Pilot:
             # _fill); a drain file stops matching at once.
             if not self.retiring and o.drain_file is not None and o.drain_file.exists():
                 self._retire(f"drain file {o.drain_file} exists", now)
+            silence = self._silence()
+            if silence:  # its payloads' jobs are rescheduled elsewhere by now: stop them
+                self._shutdown(silence)
+                break
             self._reap(now)
             self._enforce(now)
-            if now >= next_beat and self.payloads:
+            # After a signal, no request more: the next turn stops.
+            if now >= next_beat and self.payloads and not self._signalled:
                 self._heartbeat(now)
                 next_beat = now + o.heartbeat_interval
-            if self.outbox and now >= next_report:
+            if self.outbox and now >= next_report and not self._signalled:
                 next_report = now + self._flush_reports()
-            if not pools_known and now >= next_match:
+            if not pools_known and now >= next_match and not self._signalled:
                 pools_known = self._fetch_submit_pools()
                 if not pools_known:
                     next_match = now + self.match_backoff.next_delay()
@@ -259,14 +274,19 @@ class Pilot:
         self.reaper.end_all(min(o.grace, LEFTOVER_GRACE))
         self._deliver_remaining()
         assert self.client is not None
+        silence = self._silence()
         if self.summary.exit_code == EXIT_OK and not self.client.reached:
             self.summary.exit_code = EXIT_UNREACHABLE
             what = ("never gave a readable answer" if self.client.last_failure_unreadable
                     else "was never reached")
             self.summary.error = (f"the matcher at {o.matcher_url} {what}: "
                                   f"{self.client.last_failure or 'no answer'}")
-        if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE):
-            # Not to a matcher that never answered: one more wait.
+        elif self.summary.exit_code == EXIT_OK and silence:
+            self.summary.exit_code = EXIT_UNREACHABLE
+            self.summary.error = f"{silence}: {self.client.last_failure}"
+        if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE) and not silence \
+                and self._last_attempt_left() > 0:
+            # Not to a matcher that does not answer: one more wait.
             self._register("Aborted" if self._killed else "Done")
         self._remove_jobstatus()
         return self.summary
@@ -285,7 +305,7 @@ class Pilot:
         """Ask for jobs while cores are free; return when to ask next."""
         assert self.client is not None
         o = self.options
-        while self._free_cores() > 0:
+        while self._free_cores() > 0 and not self._signalled:
             resource = self.match_request(now, limits)
             if resource is None:
                 if not self.payloads:
@@ -319,8 +339,14 @@ class Pilot:
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
         assert self.client is not None
-        if any(is_sandbox_id(entry) for entry in job.input_sandbox) \
-                and not self._confirm(job.job_id):
+        inputs = any(is_sandbox_id(entry) for entry in job.input_sandbox)
+        if inputs and not self._confirm(job.job_id):
+            return
+        if inputs and self._signalled:  # no download: the job goes back at once
+            self.summary.rescheduled += 1
+            self.outbox.append(_Report(job.job_id, {
+                "status": protocol.RESCHEDULED,
+                "minor_status": f"Pilot stopped: pilot received {self._signalled}"}))
             return
         try:
             fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
@@ -435,10 +461,14 @@ class Pilot:
 
     # -- reports -----------------------------------------------------------------------------
 
-    def _flush_reports(self) -> float:
-        """Send queued reports in order; return the delay before trying again."""
+    def _flush_reports(self, until: float | None = None) -> float:
+        """Send queued reports in order (none after ``until``, a time.monotonic()); return
+        the delay before trying again."""
         assert self.client is not None
         while self.outbox:
+            if (until is not None and time.monotonic() >= until) or (
+                    until is None and self._signalled):
+                return self.report_backoff.next_delay()
             report = self.outbox[0]
             if report.outputs is not None:
                 if not attach_output(self.client, report.outputs, self.node.reference,
@@ -458,11 +488,19 @@ class Pilot:
         return 0.0
 
     def _deliver_remaining(self) -> None:
+        """Deliver the queued reports, retrying until --report-timeout; but after a signal,
+        or once the matcher has been silent for longer than --idle-timeout, make only one
+        last attempt of :data:`LAST_ATTEMPT` seconds. What is left goes to a file."""
         deadline = self.clock() + self.options.report_timeout
-        while self.outbox and self.clock() < deadline:
+        while self.outbox and self.clock() < deadline and not self._hurry():
             delay = self._flush_reports()
             if self.outbox:
-                time.sleep(min(delay, max(0.0, deadline - self.clock())))
+                self._pause(min(delay, max(0.0, deadline - self.clock())))
+        if self.outbox and self._hurry():
+            left = self._last_attempt_left()
+            if left > 0:
+                log.info("last attempt at %d report(s) (%s)", len(self.outbox), self._hurry())
+                self._flush_reports(until=time.monotonic() + left)
         if self.outbox:
             self.summary.unsent = len(self.outbox)
             self.summary.exit_code = EXIT_UNSENT
@@ -475,6 +513,41 @@ class Pilot:
             log.error("%s", self.summary.error)
 
     # -- retiring and stopping ---------------------------------------------------------------
+
+    def _silence(self) -> str:
+        """Why the pilot stops waiting for its matcher ("" while it answers): no readable
+        answer for longer than --idle-timeout."""
+        assert self.client is not None
+        since = self.client.failing_since
+        if since is None or time.monotonic() - since <= self.options.idle_timeout:
+            return ""
+        return (f"the matcher at {self.options.matcher_url} has not answered for "
+                f"{self.options.idle_timeout:g} s")
+
+    def _hurry(self) -> str:
+        """Why no retry may go on ("" when none): a signal, or a silent matcher."""
+        if self._signalled:
+            return f"pilot received {self._signalled}"
+        return self._silence()
+
+    def _last_attempt_left(self) -> float:
+        """Seconds left of the last attempt (infinite while nothing hurries the pilot). The
+        first call starts it and bounds every request from then on by what is left."""
+        if not self._hurry():
+            return float("inf")
+        now = time.monotonic()
+        if self._last_attempt_end is None:
+            self._last_attempt_end = now + LAST_ATTEMPT
+        left = self._last_attempt_end - now
+        assert self.client is not None
+        self.client.timeout = max(0.1, min(self.client.timeout, left))
+        return left
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep, but wake at once for a signal or a silent matcher."""
+        end = time.monotonic() + seconds
+        while not self._hurry() and time.monotonic() < end:
+            time.sleep(min(self.options.tick, max(0.0, end - time.monotonic())))
 
     def _refused(self, what: str, exc: RefusedError) -> None:
         """The matcher refuses this pilot (bad token, wrong VO or site, wrong URL): trying
@@ -522,6 +595,9 @@ class Pilot:
     def _install_signal_handlers(self) -> None:
         def handler(signum: int, _frame: FrameType | None) -> None:
             self._signalled = signal.Signals(signum).name
+            # A request in flight (a match, an upload, a report) ends now, not at its
+            # deadline; the loop then stops the payloads.
+            transfer.interrupt()
 
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
             try:

@@ -50,6 +50,14 @@ class CertificateError(requests.exceptions.SSLError):
     message names the server, the reason and the fix (pilot.tls)."""
 
 
+class InterruptedTransferError(TransferError):
+    """The exchange was given up because the process is stopping (see :func:`interrupt`)."""
+
+
+class _Interrupted(BaseException):
+    """Raised by :func:`interrupt` inside an exchange; no library code catches it."""
+
+
 # -- the deadline: a timer that shuts the socket in use down ---------------------------------
 
 _current = threading.local()
@@ -57,7 +65,8 @@ _current = threading.local()
 
 class _Watch:
     def __init__(self) -> None:
-        self.lock = threading.Lock()
+        # Re-entrant: a signal handler may end the wait while this thread holds it.
+        self.lock = threading.RLock()
         self.sock: socket.socket | None = None
         self.expired = False
 
@@ -121,6 +130,16 @@ class _WatchedAdapter(HTTPAdapter):
         return manager
 
 
+def interrupt() -> None:
+    """End at once the exchange this thread is in, if any (for a signal handler: a blocking
+    connect or read of the exchange would otherwise go on until its deadline). The caller of
+    :func:`request` gets :class:`InterruptedTransferError`; outside an exchange it does
+    nothing."""
+    if getattr(_current, "interruptible", False):
+        _current.interruptible = False
+        raise _Interrupted
+
+
 def watched(session: requests.Session) -> requests.Session:
     """``session``, its HTTP and HTTPS connections made watchable by :func:`request`."""
     for prefix in ("http://", "https://"):
@@ -158,7 +177,14 @@ def request(session: requests.Session, method: str, url: str, *, deadline: float
     _current.watch = watch
     timer.start()
     try:
-        return _exchange(session, method, url, deadline, max_bytes, follow, kwargs)
+        try:
+            _current.interruptible = True
+            return _exchange(session, method, url, deadline, max_bytes, follow, kwargs)
+        finally:
+            _current.interruptible = False
+    except _Interrupted:
+        raise InterruptedTransferError(f"{method} {url}: given up, the pilot is stopping"
+                                       ) from None
     except requests.exceptions.SSLError as exc:
         reason = tls.certificate_failure(exc)
         if reason is None or isinstance(exc, CertificateError):

@@ -15,8 +15,10 @@ up`` is idempotent and fast when the CE already runs (CI starts it before the te
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -24,12 +26,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from agents.ce.arcrest import ArcRestClient
+from agents.ce.arcrest import FINAL_STATES, ArcRestClient
 
 ROOT = Path(__file__).resolve().parents[2]
 ARC_LOCALHOST = ROOT / "tools" / "arc-localhost"
@@ -64,6 +67,16 @@ class LocalCe:
     #: The Python a pilot runs with on this CE (its jobs cannot reach /root, where a
     #: virtualenv's interpreter may live).
     worker_python: str
+
+    @property
+    def host_port(self) -> str:
+        """"host:port" of the CE's REST interface, as the CE's errors name it."""
+        return urlsplit(self.endpoint).netloc
+
+    @property
+    def issuer_host_port(self) -> str:
+        """"host:port" of the token issuer (an HTTPS server the CA bundle trusts)."""
+        return urlsplit(self.issuer).netloc
 
     def signing_key(self, kid: str = "gridpilot-1") -> Path:
         return self.issuer_dir / "keys" / f"{kid}.pem"
@@ -135,6 +148,36 @@ def local_ce() -> LocalCe:
             pytest.fail(started)
         pytest.skip(started)
     return started
+
+
+def end_jobs(ce: LocalCe, client: ArcRestClient, ids: Iterable[str]) -> None:
+    """Kill and clean the CE jobs ``ids`` (best effort: some may have ended) and end what
+    they left running. The fork back end's kill ends a job's script, not what the script
+    started (a pilot, its payloads), which run on in the job's session folder: once the CE
+    says each job is over (or STATE_TIMEOUT has passed), those processes get SIGKILL."""
+    wanted = list(ids)
+    if not wanted:
+        return
+    client.kill(wanted)
+    deadline = time.monotonic() + STATE_TIMEOUT
+    while time.monotonic() < deadline:
+        states = client.statuses(wanted)
+        if all(states[j] in FINAL_STATES for j in wanted):
+            break
+        time.sleep(1)
+    sessions = tuple(str(ce.work_dir / "session" / j) for j in wanted)
+    inside = tuple(f"{s}/" for s in sessions)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd").removesuffix(" (deleted)")
+        except OSError:
+            continue
+        if cwd in sessions or cwd.startswith(inside):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+    client.clean(wanted)
 
 
 def wait_for_states(client: ArcRestClient, ids: Iterable[str],

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from tests.conftest import SERVER_ENV
+from tests.integration.pilots import stop_started_pilots
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "topology"
@@ -107,3 +108,10 @@ def topology() -> Iterator[Topology]:
         subprocess.run([sys.executable, str(TOOL), "down", "--dir", str(folder)],
                        capture_output=True, timeout=300)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_pilot_outlives_its_test() -> Iterator[None]:
+    """Pilots started through tests.integration.pilots.start_pilot end with their test."""
+    yield
+    stop_started_pilots()

@@ -36,8 +36,16 @@ from agents.ce.arcrest import (
     ArcUnreachable,
     pilot_status,
 )
+from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.x509proxy import Credential, load_credential, make_proxy
-from tests.integration.arc import COMPUTE_SCOPES, LocalCe, local_ce, wait_for_states, write_secret
+from tests.integration.arc import (
+    COMPUTE_SCOPES,
+    LocalCe,
+    end_jobs,
+    local_ce,
+    wait_for_states,
+    write_secret,
+)
 
 QUEUE = "fork"
 #: A pilot's token, as the director would upload it: it must reach the session directory and
@@ -78,10 +86,9 @@ def sleeper(seconds: int = 600) -> str:
 
 
 def forget(client: ArcRestClient, ids: list[str]) -> None:
-    """Kill and clean jobs a test leaves behind (best effort: they may have ended)."""
-    if ids:
-        client.kill(ids)
-        client.clean(ids)
+    """Kill and clean jobs a test leaves behind (best effort: they may have ended), and end
+    what the CE's fork back end leaves of them."""
+    end_jobs(local_ce(), client, ids)
 
 
 # -- the CE ---------------------------------------------------------------------------------------
@@ -156,13 +163,14 @@ def test_a_proxy_submits_with_a_delegated_proxy_the_job_can_use(arc_ce: LocalCe)
 
 def test_a_job_of_the_ce_runs_the_projects_pilot(arc_ce: LocalCe, client: ArcRestClient
                                                 ) -> None:
-    """What a pilot on this CE needs: the worker node's Python finds requests and the
-    project's pilot package, as the account jobs run as."""
-    root = str(Path(__file__).resolve().parents[2])
-    [job] = client.submit([job_description(arc_ce.worker_python, ["-m", "pilot.cli", "--help"],
+    """What a pilot on this CE needs: the worker node's Python runs the pilot's bundle, an
+    input file of the job as the director ships it, as the account jobs run as. Nothing of
+    the checkout is read on the CE (it may sit in a folder that account cannot enter)."""
+    [job] = client.submit([job_description(arc_ce.worker_python, [BUNDLE_FILE, "--help"],
                                            queue=QUEUE, wall_minutes=10,
-                                           environment={"PYTHONPATH": root})])
+                                           input_files=[BUNDLE_FILE])])
     assert isinstance(job, str), job
+    client.upload(job, BUNDLE_FILE, pilot_bundle())
     assert wait_for_states(client, [job], lambda s: s in FINAL_STATES)[job] == "FINISHED"
     assert client.download(job, "pilot.out").startswith(b"usage: gridpilot-pilot")
     client.clean([job])
@@ -204,7 +212,7 @@ def test_a_job_the_ce_refuses_does_not_spoil_the_rest_of_its_bulk(
     forget(client, [accepted])
 
 
-def test_jobs_a_ce_does_not_know(client: ArcRestClient) -> None:
+def test_jobs_a_ce_does_not_know(arc_ce: LocalCe, client: ArcRestClient) -> None:
     assert client.statuses(["no-such-job"]) == {"no-such-job": UNKNOWN}
     assert pilot_status(UNKNOWN) == "Lost"
     for outcome in (client.kill(["no-such-job"]), client.clean(["no-such-job"])):
@@ -216,7 +224,7 @@ def test_jobs_a_ce_does_not_know(client: ArcRestClient) -> None:
     for call in calls:
         with pytest.raises(ArcUnknownJob) as err:
             call()
-        assert err.value.job_id == "no-such-job" and "localhost" in str(err.value)
+        assert err.value.job_id == "no-such-job" and arc_ce.host_port in str(err.value)
 
 
 def test_a_missing_file_of_a_known_job_is_not_an_unknown_job(client: ArcRestClient) -> None:
@@ -239,7 +247,7 @@ def test_an_expired_token_is_refused_before_it_is_sent(arc_ce: LocalCe, tmp_path
     with pytest.raises(ArcAuthError) as err:
         client.statuses(None)
     assert str(path) in str(err.value) and "expired" in str(err.value)
-    assert err.value.credential == path and err.value.ce == "localhost:8443"
+    assert err.value.credential == path and err.value.ce == arc_ce.host_port
     assert seen == []
 
 
@@ -280,7 +288,7 @@ def test_a_wrong_token_is_refused_with_the_ce_and_the_file_named(
     with pytest.raises(ArcAuthError) as err:
         client.submit([sleeper(1)])
     assert err.value.status == 403 and not err.value.retryable
-    assert f"localhost:8443 refused the token in {path}" in str(err.value)
+    assert f"{arc_ce.host_port} refused the token in {path}" in str(err.value)
     assert err.value.reason  # what the CE said
 
 
@@ -476,4 +484,4 @@ def test_a_url_that_is_no_arc_ce_is_refused_with_what_it_answered(arc_ce: LocalC
     with pytest.raises(ArcRefused) as err:
         client.statuses(None)
     assert err.value.status == 404 and not err.value.retryable
-    assert str(err.value) == "localhost:8444: GET /arex/rest: 404 Not Found"
+    assert str(err.value) == f"{arc_ce.issuer_host_port}: GET /arex/rest: 404 Not Found"

@@ -40,7 +40,7 @@ from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import DirectorQueue, Job, Pilot
 from taskqueue.settings import Settings
 from taskqueue.tokens import issue_token
-from tests.integration.arc import LocalCe, local_ce, write_secret
+from tests.integration.arc import LocalCe, end_jobs, local_ce, write_secret
 
 SECRET = "arc-director-tests-signing-secret-0123456789"
 SITE, CE, QUEUE = "ARC.Local.test", "localhost", "fork"
@@ -162,10 +162,29 @@ def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, **agents: Any
                 SECRET, subject="alice", role="user", vo="lhcb", group="lhcb_user",
                 lifetime=3600)
             with user:
-                yield ArcGrid(base, ctx, ces, Director(ctx, ces), PilotFollower(ctx, ces),
-                              user, url)
+                try:
+                    yield ArcGrid(base, ctx, ces, Director(ctx, ces), PilotFollower(ctx, ces),
+                                  user, url)
+                finally:
+                    end_pilots_at_the_ce(arc_ce, tmp_path, ctx)
     finally:
         engine.dispose()
+
+
+def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext) -> None:
+    """Kill and clean every CE job the test's director submitted, whether or not it ended:
+    no pilot outlives its test (nor its matcher, which is stopped next). With a token of
+    its own: the test's token file may hold a bad one."""
+    with ctx.factory() as session:
+        ids = [p.native_id for p in session.scalars(select(Pilot)) if p.native_id]
+    if not ids:
+        return
+    client = arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
+                                 timeout=30)
+    try:
+        end_jobs(arc_ce, client, ids)
+    finally:
+        client.close()
 
 
 def pilot_log_command(base: str, reference: str) -> subprocess.CompletedProcess[str]:
@@ -310,7 +329,7 @@ def test_a_token_the_ce_refuses_fails_the_submission_naming_the_ce_and_the_file(
             grid.submit("/bin/true", "")
             report = grid.director.cycle()
             (reason,) = report.failed.values()
-            assert "localhost:8443" in reason and str(token_file) in reason, reason
+            assert arc_ce.host_port in reason and str(token_file) in reason, reason
             failed = [p for p in _pilots(grid) if p.status == "Failed"]
             assert failed and all(str(token_file) in p.reason for p in failed)
             with grid.ctx.factory() as session:

@@ -19,6 +19,7 @@ from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
+from tests.integration.pilots import start_pilot
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-integration-secret-0123456789"
@@ -90,7 +91,7 @@ class Grid:
             env.pop(name, None)
             if path is not None:
                 env[name] = str(path)
-        return subprocess.Popen(
+        return start_pilot(
             [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
              "--site", SITE, "--ce", CE, "--queue", QUEUE, "--workdir", str(self.tmp / "work"),
              "--heartbeat", "0.5", "--grace", "2", "--backoff-cap", "1", "--margin", "0",
@@ -205,7 +206,9 @@ def test_results_survive_the_matcher_going_down(tmp_path: Path) -> None:
     with matcher_server(url, SECRET, resources, tmp_path, port=port) as base:
         grid = Grid(base, tmp_path)
         (job_id,) = grid.submit(3, 1)
-        proc = grid.pilot("--cores", "1", "--idle-timeout", "3", "--report-timeout", "120")
+        # A matcher silent for longer than --idle-timeout ends the pilot (see
+        # test_pilot_ending.py): this one waits for a matcher down for 6 s.
+        proc = grid.pilot("--cores", "1", "--idle-timeout", "20", "--report-timeout", "120")
         grid.wait_status(job_id, {"Running"})
     # The matcher is down while the payload ends and the pilot tries to report.
     time.sleep(6)

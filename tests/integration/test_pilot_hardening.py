@@ -20,6 +20,7 @@ from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.database import make_engine
 from tests.helpers import write_token_file
+from tests.integration.pilots import start_pilot
 from tests.integration.test_pilot import ROOT, SECRET, Grid
 
 #: A payload that looks for its pilot's token wherever a process of the same user can:
@@ -130,7 +131,7 @@ def test_a_token_from_an_inherited_descriptor(grid: Grid) -> None:
     os.close(write)
     env = dict(os.environ)
     try:
-        proc = subprocess.Popen(
+        proc = start_pilot(
             [sys.executable, "-m", "pilot.cli", "--matcher", grid.base, "--vo", "lhcb",
              "--site", "DIRAC.Demo.local", "--ce", "localhost", "--queue", "local",
              "--workdir", str(grid.tmp / "work"), "--idle-timeout", "2", "--margin", "0",

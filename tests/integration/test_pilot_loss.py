@@ -32,6 +32,7 @@ from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
 from tests.helpers import write_token_file
+from tests.integration.pilots import start_pilot
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "conf" / "resources.toml"
@@ -112,7 +113,7 @@ class Grid:
             env.pop(name, None)
         token_file = write_token_file(self.tmp / f"{reference}.token", token)
         with (self.tmp / f"{reference}.log").open("wb") as log:
-            return subprocess.Popen(
+            return start_pilot(
                 [sys.executable, "-m", "pilot.cli", "--matcher", self.base, "--vo", "lhcb",
                  "--site", SITE, "--ce", CE, "--queue", QUEUE, "--reference", reference,
                  "--cores", "1", "--workdir", str(self.tmp / reference),
