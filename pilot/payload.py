@@ -144,18 +144,21 @@ def resolve_executable(executable: str, directory: Path, search_path: str | None
     otherwise a relative name that is a file in the job's folder ``directory`` (shipped in the
     InputSandbox) is that file, by its absolute path, made executable by its owner first
     (the sandbox may have kept no mode bits). Anything else is left as it is, for the
-    system to say what is wrong."""
+    system to say what is wrong, a name outside the folder too ("../x", or a path through a
+    linked folder): no mode outside the job's folder is changed."""
     if not executable or executable.startswith("/"):
         return executable
     if "/" not in executable and shutil.which(executable, path=search_path) is not None:
         return executable
     candidate = directory / executable
     try:
+        if not candidate.parent.resolve().is_relative_to(directory.resolve()):
+            return executable
         mode = candidate.lstat().st_mode
         linked = stat.S_ISLNK(mode)  # a link is followed, but its target's mode left alone
         if linked:
             mode = candidate.stat().st_mode
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a link loop
         return executable
     if not stat.S_ISREG(mode):
         return executable

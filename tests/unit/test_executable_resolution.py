@@ -55,3 +55,26 @@ def test_a_link_is_followed_but_its_target_keeps_its_mode(tmp_path: Path) -> Non
     assert resolve_executable("run.sh", tmp_path / "job", PATH) == str(
         (tmp_path / "job" / "run.sh").absolute())
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
+
+
+def test_a_name_that_climbs_out_of_the_folder_changes_no_mode_outside(tmp_path: Path) -> None:
+    """"../x" or a path through a linked folder names a file outside the job's folder: it is
+    not the sandbox's to make executable, and is left as it is."""
+    outside = _script(tmp_path / "x")
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "linked").symlink_to(tmp_path)
+    assert resolve_executable("../x", job, PATH) == "../x"
+    assert resolve_executable("linked/x", job, PATH) == "linked/x"
+    assert resolve_executable("sub/../../x", job, PATH) == "sub/../../x"
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o644
+
+
+def test_odd_names_are_left_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "run.sh").mkdir()  # a folder named like a script
+    assert resolve_executable("run.sh", tmp_path, PATH) == "run.sh"
+    assert resolve_executable("run.sh; rm -rf", tmp_path, PATH) == "run.sh; rm -rf"
+    loop = tmp_path / "loop.sh"
+    loop.symlink_to(loop)
+    assert resolve_executable("loop.sh", tmp_path, PATH) == "loop.sh"
+    assert resolve_executable("x" * 5000, tmp_path, PATH) == "x" * 5000
