@@ -16,6 +16,7 @@ CAs does not hold the web's public CAs. Standard library and ``requests`` only.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -54,7 +55,21 @@ def check_bundle(value: str, source: str) -> str:
         raise CABundleError(f"{source}: the CA bundle {value} does not exist")
     if not (path.is_file() or path.is_dir()):
         raise CABundleError(f"{source}: the CA bundle {value} is neither a file nor a folder")
+    if path.is_file():
+        # Read now, as each https request would: a file OpenSSL cannot use is said here,
+        # once, not as a failure of every request to the service.
+        try:
+            ssl.create_default_context(cafile=str(path))
+        except (ssl.SSLError, OSError) as exc:
+            raise CABundleError(f"{source}: the CA bundle {value} holds no PEM certificate "
+                                f"that can be read: {_reason(exc)}") from None
     return str(path.resolve())
+
+
+def _reason(exc: ssl.SSLError | OSError) -> str:
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return exc.strerror or str(exc)
 
 
 def trusting(session: requests.Session, verify: str | bool | None) -> requests.Session:
