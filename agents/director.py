@@ -22,6 +22,8 @@ longer after each failure, and the reason is logged and kept: the sites page sho
 from __future__ import annotations
 
 import math
+import os
+import stat
 import sys
 import uuid
 from dataclasses import dataclass, field
@@ -295,17 +297,36 @@ class Director:
                            site=target.site, pilot=reference)
 
 
+#: The most bytes [matcher] ca_bundle may have: it is read every cycle and shipped with every
+#: pilot (the IGTF's whole set of CAs is far smaller).
+MAX_CA_BUNDLE_BYTES = 16 * 1024 * 1024
+
+
 def pilot_ca_bundle(path: str) -> bytes | None:
     """The PEM CA certificates of ``[matcher] ca_bundle`` (None when it is empty), which the
     director ships to every pilot as ``CA_FILE``."""
     if not path:
         return None
     try:
-        data = Path(path).read_bytes()
+        # Looked at before it is opened: a FIFO would block the director, a device never end.
+        found = os.stat(path)
+        if not stat.S_ISREG(found.st_mode):
+            raise ConfigurationError(f"matcher.ca_bundle {path} is not a regular file: it must "
+                                     "be a PEM file of the CA certificates of matcher.url")
+        if found.st_size > MAX_CA_BUNDLE_BYTES:
+            raise ConfigurationError(
+                f"matcher.ca_bundle {path} has {found.st_size} bytes, more than the "
+                f"{MAX_CA_BUNDLE_BYTES} a file of CA certificates shipped with every pilot "
+                "may have: give only the CAs of matcher.url")
+        with open(path, "rb") as file:
+            data = file.read(MAX_CA_BUNDLE_BYTES + 1)
     except OSError as exc:
         raise ConfigurationError(f"matcher.ca_bundle {path} cannot be read (it must be a PEM "
                                  f"file of the CA certificates of matcher.url): "
                                  f"{exc.strerror or exc}") from exc
+    if len(data) > MAX_CA_BUNDLE_BYTES:
+        raise ConfigurationError(f"matcher.ca_bundle {path} grew past {MAX_CA_BUNDLE_BYTES} "
+                                 "bytes while it was read")
     if b"-----BEGIN CERTIFICATE-----" not in data:
         raise ConfigurationError(f"matcher.ca_bundle {path} holds no PEM certificate (-----BEGIN "
                                  "CERTIFICATE-----): it must be the CA certificates of "
