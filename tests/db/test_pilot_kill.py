@@ -4,6 +4,7 @@ on a job that is no longer the pilot's changes nothing."""
 
 from __future__ import annotations
 
+import threading
 from datetime import datetime, timedelta
 
 import pytest
@@ -106,3 +107,51 @@ def test_a_report_on_a_job_no_longer_the_pilots_changes_nothing(
         job = s.get(Job, job_id)
         assert job is not None and (job.exit_code, job.output_tail, job.cpu_used) == (
             None, None, None)
+
+
+def test_a_kill_racing_claims_loses_no_job_and_counts_none(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """Matchers claim for one pilot in threads while its kill lands: each job ends either
+    never handed out or handed back by its confirmation, Waiting with no attempt counted;
+    no job is claimed twice; after the kill no claim succeeds."""
+    with db.factory.begin() as s:
+        job_ids = submit(s, settings, now, [requirements()] * 24)
+    pilot(db, "p-race", now)
+    claimed: list[int] = []
+    refused: list[str | None] = []
+    lock = threading.Lock()
+    killed = threading.Event()
+
+    def claim() -> None:
+        for _ in range(6):
+            got, reason = ask(db.matches, "p-race", now)
+            with lock:
+                claimed.extend(got)
+                if not got:
+                    refused.append(reason)
+            if len(claimed) >= 4 and not killed.is_set():
+                killed.set()
+                with db.factory.begin() as s:
+                    request_kill(s, "lhcb", "p-race", by="olga", now=now)
+
+    threads = [threading.Thread(target=claim) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    assert killed.is_set()
+    assert len(claimed) == len(set(claimed)), "a job was claimed twice"
+    assert set(refused) <= {"pilot_killed"}
+    assert ask(db.matches, "p-race", now) == ([], "pilot_killed")
+    # The pilot confirms what it got: each goes back, uncounted.
+    for job_id in claimed:
+        with db.factory.begin() as s:
+            assert report_status(s, job_id, StatusReport(S.RUNNING), vo="lhcb",
+                                 pilot_reference="p-race", now=now,
+                                 max_reschedules=3) != S.RUNNING
+    for job_id in job_ids:
+        state, count, holder = status(db, job_id)
+        assert (count, holder) == (0, None), (job_id, state, count, holder)
+        assert state in ("Waiting", "Received"), (job_id, state)
+    assert ask(db.matches, "p-other", now)[0], "the jobs are there for another pilot"
