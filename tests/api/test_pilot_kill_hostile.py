@@ -77,3 +77,22 @@ def test_a_token_of_one_pilot_neither_kills_nor_escapes_its_kill(
     # Nor may it beat for another pilot to learn or dodge a command.
     assert_problem(client.call("POST", "/api/v1/pilots/heartbeat", own_pilot_token,
                                json_body={"pilot_reference": "pilot-2", "jobs": []}), 403)
+
+
+@pytest.mark.parametrize("reference", ["pilote-é-ß-日本-💥", "💥" * 255])
+def test_a_pilot_of_an_odd_name_runs_a_job_and_its_page_lists_it(
+        client: Api, operator_token: str, user_token: str, pilot_token: str,
+        reference: str) -> None:
+    """pilot_runs keeps the reference as given, four-byte characters too."""
+    by_hand(client, pilot_token, reference)
+    (job_id,) = client.submit_jdl(user_token)
+    assert [j["job_id"] for j in match(client, pilot_token, reference)["jobs"]] == [job_id]
+    assert client.report(pilot_token, job_id, "Running", reference).status_code == 200
+    client.ok("POST", f"/api/v1/pilots/{quote(reference, safe='')}/kill", operator_token,
+              status=202)
+    handed = client.report(pilot_token, job_id, "Rescheduled", reference,
+                           minor_status="Pilot stopped: killed")
+    assert handed.status_code == 200, handed.get_data(as_text=True)
+    record = client.ok("GET", f"/api/v1/pilots/{quote(reference, safe='')}", operator_token)
+    assert [j["job_id"] for j in record["jobs"]] == [job_id]
+    assert record["reference"] == reference
