@@ -223,3 +223,33 @@ def test_the_client_given_the_ca_reaches_the_service(
     code, output = _client(service, monkeypatch, tmp_path, *args, **env)
     assert code == 0, output
     assert "alice" in output
+
+
+@pytest.mark.parametrize("bundle", ["empty folder", "other CA folder", "X509_CERT_DIR empty"])
+def test_a_folder_without_the_ca_says_the_certificate_could_not_be_verified(
+        service: Service, tmp_path: Path, bundle: str) -> None:
+    """A folder is taken as it is (OpenSSL reads it lazily): one without the service's CA
+    fails as a missing CA does, exit 5 with the URL and the fix, never a hang or a
+    traceback."""
+    folder = tmp_path / "certificates"
+    folder.mkdir()
+    if bundle == "other CA folder":
+        (folder / "junk.0").write_text("not a certificate\n")
+    args = [] if bundle.startswith("X509") else ["--ca-bundle", str(folder)]
+    env = {"X509_CERT_DIR": str(folder)} if bundle.startswith("X509") else {}
+    done = _pilot(service, tmp_path, *args, **env)
+    assert done.returncode == PILOT_UNREACHABLE, done.stderr
+    reason = done.stderr.strip().splitlines()[-1]
+    assert f"the certificate of {service.url} could not be verified" in reason, reason
+    assert HINT in reason and "Traceback" not in done.stderr
+
+
+def test_a_pilot_given_a_file_that_is_no_pem_ends_at_once(service: Service,
+                                                          tmp_path: Path) -> None:
+    bundle = tmp_path / "ca.pem"
+    bundle.write_bytes(service.ca.read_bytes()[:40])  # a certificate cut short
+    before = len(service.paths)
+    done = _pilot(service, tmp_path, "--ca-bundle", str(bundle))
+    assert done.returncode == 2, done.stderr
+    assert f"--ca-bundle: the CA bundle {bundle} holds no PEM certificate" in done.stderr
+    assert service.paths[before:] == []
