@@ -379,6 +379,11 @@ def executable_notes(executable: str, input_sandbox: Iterable[str]) -> list[str]
     if any(e[:3].lower() == "sb:" for e in entries):
         return []
     path = posixpath.normpath(name)
+    if path == ".." or path.startswith("../"):
+        return [f'Executable "{name[:200]}" names a file outside the job\'s folder, where the '
+                "pilot starts it and where nothing outside that folder is shipped (the pilot "
+                "makes no such file executable): give an absolute path, or a file of the "
+                "InputSandbox by its name in the folder"]
     top = path.split("/", 1)[0]
     for entry in entries:
         if entry[:4].upper() == "LFN:":

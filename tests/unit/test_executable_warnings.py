@@ -81,3 +81,14 @@ def test_the_service_takes_a_listed_name_for_the_file() -> None:
     assert executable_notes("bin/run.sh", ["file:///home/u/bin/"]) == []
     assert executable_notes("bin/run.sh", ["bin/run.sh"]) == []
     assert executable_notes("bin/run.sh", ["run.sh"]) != []
+
+
+def test_the_service_says_when_the_executable_climbs_out_of_the_folder() -> None:
+    """"../x" is not a file of the job's folder, whatever the InputSandbox ships."""
+    for name in ("../x", "a/../../run.sh", "./../bin/run.sh"):
+        (note,) = executable_notes(name, ["x", "run.sh", "bin"])
+        assert f'Executable "{name}" names a file outside the job\'s folder' in note
+        assert "in the job's folder, but" not in note
+    assert executable_notes("a/../run.sh", ["run.sh"]) == []  # stays inside
+    (note,) = executable_notes("../" + "x" * 5000, [])
+    assert len(note) < 600
