@@ -163,12 +163,20 @@ def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSI
             params[name] = sorted(values)
     if resource.ce is not None:
         params["r_ce"] = resource.ce
-    for i, site in enumerate(sorted(resource.site or ())):
-        params[f"r_site_{i}"] = site
+    if resource.site is not None and len(resource.site) > MANY_SITES:
+        params["r_sites"] = sorted(resource.site)
+        params["r_site_count"] = len(resource.site)
+    else:
+        for i, site in enumerate(sorted(resource.site or ())):
+            params[f"r_site_{i}"] = site
     for i, tag in enumerate(sorted(resource.required_tags)):
         params[f"r_req_{i}"] = tag
     return params
 
+
+#: Above this many sites a resource's site condition is one set term (:func:`_sites_allow`)
+#: rather than one term per site.
+MANY_SITES = 32
 
 #: What the SQL of a resource's conditions depends on: which fields it sets, and how many
 #: sites and required tags it names, and which attributes limits exclude. Statements are built
@@ -183,7 +191,8 @@ def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCL
     return (with_expressions, r.owner_group is not None, r.owner is not None,
             r.cpu_time is not None, r.processors is not None, r.memory is not None,
             r.job_type is not None, r.submit_pools is not None,
-            -1 if r.site is None else len(r.site), r.platform is not None, tags,
+            -1 if r.site is None else min(len(r.site), MANY_SITES + 1), r.platform is not None,
+            tags,
             bool(exclusions.job_types), bool(exclusions.owner_groups), r.ce is not None,
             len(r.required_tags))
 
@@ -220,7 +229,9 @@ def _conditions(shape: _Shape, fence: str) -> tuple[ColumnElement[bool], ...]:
                          tq.submit_pool.in_(bindparam("r_pools", expanding=True))))
     else:
         conds.append(tq.submit_pool.is_(None))
-    if sites >= 0:
+    if sites > MANY_SITES:
+        conds.append(_sites_allow(bindparam("r_sites", expanding=True), fence))
+    elif sites >= 0:
         conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}"), fence)
                            for i in range(sites))))
     if platforms:
@@ -267,6 +278,25 @@ def _site_allows(site: BindParameter[Any], fence: str) -> ColumnElement[bool]:
         or_(~_exists(fence, sites.tq_id == tq.id),
             _exists(fence, sites.tq_id == tq.id, sites.value == site)),
         ~_exists(fence, banned.tq_id == tq.id, banned.value == site),
+    )
+
+
+def _sites_allow(offered: BindParameter[Any], fence: str) -> ColumnElement[bool]:
+    """One of the ``offered`` sites (more than MANY_SITES) is allowed and not banned, as a
+    set: the queue names none and bans fewer of them than are offered, or names one of them
+    that it does not ban. One term, where :func:`_site_allows` per site would pass SQLite's
+    expression depth limit of 1,000 near that many sites."""
+    sites = tq_sites_table.c
+    banned = tq_banned_sites_table.c
+    banned_offered = (select(func.count()).where(banned.tq_id == tq.id, banned.value.in_(offered))
+                      .scalar_subquery())
+    other_ban = tq_banned_sites_table.alias("other_ban")
+    return or_(
+        and_(~_exists(fence, sites.tq_id == tq.id),
+             banned_offered < bindparam("r_site_count")),
+        _exists(fence, sites.tq_id == tq.id, sites.value.in_(offered),
+                ~select(literal_column("1")).where(other_ban.c.tq_id == sites.tq_id,
+                                                   other_ban.c.value == sites.value).exists()),
     )
 
 
