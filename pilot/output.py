@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 from pathlib import Path, PurePosixPath
 
@@ -22,7 +23,16 @@ log = logging.getLogger("pilot.output")
 MAX_OUTPUT_BYTES = 100 * 1024 * 1024
 #: Longest output file name accepted.
 MAX_NAME = 255
+#: What the matcher cannot take in a text: NUL (PostgreSQL cannot store it) and the lone
+#: surrogates (not characters; UTF-8 cannot encode them).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 _CUT = b"\n[gridpilot: output cut here, it grew beyond %d bytes; the end follows]\n"
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every NUL and lone surrogate replaced by U+FFFD, so that the matcher
+    takes it (output decoded with ``errors="replace"`` has no invalid UTF-8 left)."""
+    return _NOT_TEXT.sub("\ufffd", text)
 
 
 def output_path(directory: Path, name: str | None, default: str) -> Path:
