@@ -34,7 +34,7 @@ from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
-from pilot.output import MAX_OUTPUT_BYTES, remove_folder, valid_text
+from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
@@ -138,28 +138,9 @@ class _Report:
     body: dict[str, Any]
     #: The job's packed output, uploaded before the report goes.
     outputs: Outputs | None = None
-    #: How often the matcher refused it (4xx): each refusal makes it plainer (see _plainer).
+    #: How often the matcher refused it (4xx): each refusal makes it plainer
+    #: (pilot.output.plainer_report).
     refusals: int = 0
-
-
-#: How often a refused report is sent again, plainer each time, before it is dropped.
-REPORT_REFUSALS = 2
-
-
-def _plainer(body: dict[str, Any], refusals: int, status: int) -> dict[str, Any]:
-    """A final report the matcher refused (4xx) made plainer, so that the job still ends:
-    after the first refusal every text is made valid and cut to its limit; after the second
-    only the status, the exit code and the CPU time remain."""
-    if refusals == 1:
-        plain = {k: valid_text(v) if isinstance(v, str) else v for k, v in body.items()}
-        if "output_tail" in plain:
-            plain["output_tail"] = plain["output_tail"][-protocol.REPORT_TAIL_CHARS:]
-        if "minor_status" in plain:
-            plain["minor_status"] = plain["minor_status"][:255]
-        return plain
-    plain = {k: body[k] for k in ("status", "exit_code", "cpu_used") if k in body}
-    plain["minor_status"] = f"Full report refused by the matcher ({status})"
-    return plain
 
 
 @dataclass
@@ -512,7 +493,7 @@ class Pilot:
             except RefusedError as exc:
                 if report.refusals < REPORT_REFUSALS:
                     report.refusals += 1
-                    report.body = _plainer(report.body, report.refusals, exc.status)
+                    report.body = plainer_report(report.body, report.refusals, exc.status)
                     log.warning("report on job %d refused (%s); sending a plainer one",
                                 report.job_id, exc)
                     continue

@@ -4,6 +4,7 @@ with its exit code; and a final report the matcher refuses is sent plainer, neve
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from pilot.cli import parser, pilot_options
 from pilot.loop import Pilot, _Report
+from pilot.replay import load_reports, replay
 from taskqueue.database import make_engine
 from tests.integration.test_pilot import CE, QUEUE, ROOT, SECRET, SITE, Grid
 from tests.integration.test_pilot_hardening import finish, submit
@@ -115,3 +117,17 @@ def test_a_refused_final_report_is_sent_plainer_and_the_job_ends(
         assert minor in job["minor_status"], job
     if tail is not None:
         assert _output(grid, job_id)["output_tail"] == tail
+
+
+def test_replay_sends_a_refused_report_plainer(grid: Grid) -> None:
+    pilot, job_id = _pilot_holding_a_job(grid, "pilot-replay")
+    kept = grid.tmp / "undelivered-reports.json"
+    reports = [{"job_id": job_id, "pilot_reference": "pilot-replay", "status": "Done",
+                "exit_code": 0, "output_tail": "kept\x00tail"}]
+    kept.write_text(json.dumps(reports), encoding="utf-8")
+    assert pilot.client is not None
+    code, line = replay(pilot.client, kept, load_reports(kept, None), timeout=10)
+    assert (code, line) == (0, "1 reports delivered, 0 refused by the matcher, 0 undelivered")
+    job = grid.job(job_id)
+    assert (job["status"], job["exit_code"]) == ("Done", 0), job
+    assert _output(grid, job_id)["output_tail"] == "kept\ufffdtail"
