@@ -80,7 +80,7 @@ def _handled(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ServiceError as exc:
-            raise Exit(exc.detail, EXIT_UNREACHABLE if exc.status == 0
+            raise Exit(show.printable(exc.detail), EXIT_UNREACHABLE if exc.status == 0
                        else EXIT_REFUSED) from exc
         except (KeyError, TypeError, AttributeError) as exc:
             # An answer whose inner parts are not what a gridpilot service sends.
@@ -90,12 +90,23 @@ def _handled(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _emit(as_json: bool, data: Any, text: str) -> None:
-    click.echo(json.dumps(data, indent=2) if as_json else text)
+def _emit(as_json: bool, data: Any, text: str, raw: bool = False) -> None:
+    """JSON (its escapes show every control character), else ``text`` for people: without
+    the control characters a terminal would obey, unless ``raw`` (then exactly as it came:
+    click would strip ANSI sequences from what goes to a file)."""
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+    elif raw:
+        click.echo(text, color=True)
+    else:
+        click.echo(show.printable(text))
 
 
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print JSON for scripts instead of a table.")
+raw_option = click.option(
+    "--raw", is_flag=True, help="Print the text as it came, control characters and terminal "
+    "escapes included (for a file; by default all but newline and tab are left out).")
 
 
 @click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
@@ -148,7 +159,7 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
     submitted: list[dict[str, Any]] = []
     for path, text, kind in descriptions:
         for warning in executable_warnings(text, kind, path.parent):
-            click.echo(f"{path}: warning: {warning}", err=True)
+            click.echo(show.printable(f"{path}: warning: {warning}"), err=True)
         try:
             # Local InputSandbox files travel as one uploaded sandbox (client.sandboxes).
             text = with_uploaded_inputs(text, kind, path.parent,
@@ -165,7 +176,7 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
                        else EXIT_REFUSED) from exc
         submitted += answer["jobs"]
         for warning in answer.get("warnings") or []:
-            click.echo(f"{path}: warning: {warning}", err=True)
+            click.echo(show.printable(f"{path}: warning: {warning}"), err=True)
     _emit(as_json, {"jobs": submitted}, _submitted_lines(submitted))
     if any(j["status"] == "Failed" for j in submitted):
         ctx.exit(EXIT_PARTIAL)
@@ -343,9 +354,10 @@ def output(ctx: click.Context, job_id: int, folder: Path | None, no_sandbox: boo
 @cli.command()
 @click.argument("job_id", type=click.IntRange(1))
 @json_option
+@raw_option
 @click.pass_context
 @_handled
-def peek(ctx: click.Context, job_id: int, as_json: bool) -> None:
+def peek(ctx: click.Context, job_id: int, as_json: bool, raw: bool) -> None:
     """The tail of a job's output while it runs, as its pilot's last heartbeat sent it (once
     the job ended, the tail of its final report)."""
     service = _service(ctx)
@@ -358,18 +370,19 @@ def peek(ctx: click.Context, job_id: int, as_json: bool) -> None:
         if running and job.get("heartbeat_at") else "")
     tail = answer.get("output_tail") or ""
     _emit(as_json, answer, f"{head}:\n{tail}".rstrip("\n") if tail
-          else f"{head}: no output yet")
+          else f"{head}: no output yet", raw)
 
 
 @cli.command()
 @click.argument("job_id", type=click.IntRange(1))
 @json_option
+@raw_option
 @click.pass_context
 @_handled
-def log(ctx: click.Context, job_id: int, as_json: bool) -> None:
+def log(ctx: click.Context, job_id: int, as_json: bool, raw: bool) -> None:
     """A job's status history and what its pilot reported."""
     job = _service(ctx).job(job_id)
-    _emit(as_json, job, show.job_log(job))
+    _emit(as_json, job, show.job_log(job), raw)
 
 
 @cli.command()
@@ -459,14 +472,15 @@ def whoami(ctx: click.Context, as_json: bool) -> None:
 @cli.command("pilot-log")
 @click.argument("reference")
 @json_option
+@raw_option
 @click.pass_context
 @_handled
-def pilot_log(ctx: click.Context, reference: str, as_json: bool) -> None:
+def pilot_log(ctx: click.Context, reference: str, as_json: bool, raw: bool) -> None:
     """An ended pilot's standard output and error (the ends of each), as its compute element
     gave them back. Operators read any pilot of their VO; users, the pilots that ran their
     jobs (`gridpilot-client log ID` names a job's pilot)."""
     answer = _service(ctx).pilot_log(reference)
-    _emit(as_json, answer, show.pilot_log(answer))
+    _emit(as_json, answer, show.pilot_log(answer), raw)
 
 
 @cli.command("pilot-kill")

@@ -8,6 +8,19 @@ from typing import Any
 #: Statuses after which nothing more happens to a job unless someone reschedules it.
 FINAL = frozenset({"Done", "Failed", "Killed", "Deleted"})
 
+#: What a terminal acts on instead of showing: the C0 controls but newline and tab (ESC
+#: starts CSI and OSC sequences, CR rewrites a line), DEL, the C1 controls (U+009B is a CSI
+#: of its own) and the bidirectional controls that reorder what follows (U+202E).
+_UNPRINTABLE = dict.fromkeys(
+    [*range(0x00, 0x09), *range(0x0b, 0x20), *range(0x7f, 0xa0), 0x061c, 0x200e, 0x200f,
+     *range(0x202a, 0x202f), *range(0x2066, 0x206a)])
+
+
+def printable(text: str) -> str:
+    """``text`` without what a terminal would act on (see _UNPRINTABLE): what pilots,
+    payloads and compute elements wrote is shown, never obeyed."""
+    return text.translate(_UNPRINTABLE)
+
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     """Left-aligned columns (numbers right-aligned), two spaces apart."""

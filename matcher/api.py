@@ -194,17 +194,30 @@ def _read_body(accepted: Mapping[str, Schema]) -> tuple[str, str, Any]:
     except SchemaError as exc:
         raise Problem(422, str(exc)) from exc
     # JSON can write U+0000 inside a string or key only as the escape \u0000 (a raw control
-    # character there is refused by the parser): a text without it holds none to look for.
-    if media == JSON and "\\u0000" in text:
+    # character there is refused by the parser), and a lone surrogate only as an escape
+    # \uD800-\uDFFF (the body is valid UTF-8): a text without them holds none to look for.
+    if media == JSON and ("\\u0000" in text or _SURROGATE_ESCAPE.search(text)):
         _refuse_nul(value, "body")
     return media, text, value
 
 
+#: The JSON escape of a surrogate (a lone one, or half of a pair).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
+#: A surrogate left alone in a decoded text (a pair becomes one character).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def _refuse_nul(value: Any, where: str) -> None:
-    """No text may hold U+0000: PostgreSQL cannot store it, and no name or message needs it."""
+    """No text may hold U+0000: PostgreSQL cannot store it, and no name or message needs it.
+    Nor a lone surrogate, which is no character at all: UTF-8 cannot encode it."""
     if isinstance(value, str):
         if "\x00" in value:
             raise Problem(422, f"{where} contains a NUL character (U+0000)")
+        lone = _SURROGATE.search(value)
+        if lone is not None:
+            raise Problem(400, f"{where} contains a lone surrogate (U+{ord(lone.group()):04X}) "
+                          f"at character {lone.start()}, which is not a character: send "
+                          f"valid Unicode text")
     elif isinstance(value, dict):
         for key, item in value.items():
             _refuse_nul(key, where)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pilot.protocol import KILL, NO_MATCH_REASONS, PEEK_CHARS
+from pilot.protocol import KILL, NO_MATCH_REASONS, PEEK_CHARS, REPORT_TAIL_CHARS
 from taskqueue.pilotreports import REPORTABLE
 from taskqueue.pilots import PILOT_STATES
 
@@ -90,7 +90,7 @@ STATUS_REPORT = obj({
     "status": {"type": "string", "enum": sorted(s.value for s in REPORTABLE)},
     "minor_status": {"type": "string", "maxLength": 255},
     "exit_code": {"type": "integer", "minimum": -255, "maximum": 255},
-    "output_tail": {"type": "string", "maxLength": 256 * 1024},
+    "output_tail": {"type": "string", "maxLength": REPORT_TAIL_CHARS},
     "cpu_used": {"type": "number", "minimum": 0},
     "output_sandbox": {"type": "string", "minLength": 1, "maxLength": 80},
 }, ("pilot_reference", "status"))

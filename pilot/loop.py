@@ -34,7 +34,7 @@ from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
-from pilot.output import MAX_OUTPUT_BYTES, remove_folder
+from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
@@ -138,6 +138,9 @@ class _Report:
     body: dict[str, Any]
     #: The job's packed output, uploaded before the report goes.
     outputs: Outputs | None = None
+    #: How often the matcher refused it (4xx): each refusal makes it plainer
+    #: (pilot.output.plainer_report).
+    refusals: int = 0
 
 
 @dataclass
@@ -446,7 +449,13 @@ class Pilot:
         beats = [{"job_id": p.job_id, "cpu_used": round(p.cpu_used(), 2),
                   "output_tail": p.tail()[-peek:]} for p in running]
         try:
-            commands = self.client.heartbeat(self.node.reference, beats)
+            try:
+                commands = self.client.heartbeat(self.node.reference, beats)
+            except RefusedError as exc:
+                # Whatever the matcher did not take, the beats themselves still go.
+                log.warning("heartbeat refused (%s); sending it without output tails", exc)
+                commands = self.client.heartbeat(self.node.reference, [
+                    {k: b[k] for k in ("job_id", "cpu_used")} for b in beats])
         except (TransientError, RefusedError) as exc:
             log.warning("heartbeat not delivered: %s", exc)
             return
@@ -482,6 +491,12 @@ class Pilot:
                 log.warning("report on job %d not delivered yet: %s", report.job_id, exc)
                 return self.report_backoff.next_delay()
             except RefusedError as exc:
+                if report.refusals < REPORT_REFUSALS:
+                    report.refusals += 1
+                    report.body = plainer_report(report.body, report.refusals, exc.status)
+                    log.warning("report on job %d refused (%s); sending a plainer one",
+                                report.job_id, exc)
+                    continue
                 log.error("report on job %d refused: %s", report.job_id, exc)
             self.outbox.pop(0)
             self.report_backoff.reset()

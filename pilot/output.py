@@ -13,8 +13,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 from pathlib import Path, PurePosixPath
+from typing import Any
+
+from pilot.protocol import REPORT_TAIL_CHARS
 
 log = logging.getLogger("pilot.output")
 
@@ -22,7 +26,37 @@ log = logging.getLogger("pilot.output")
 MAX_OUTPUT_BYTES = 100 * 1024 * 1024
 #: Longest output file name accepted.
 MAX_NAME = 255
+#: What the matcher cannot take in a text: NUL (PostgreSQL cannot store it) and the lone
+#: surrogates (not characters; UTF-8 cannot encode them).
+_NOT_TEXT = re.compile("[\x00\ud800-\udfff]")
 _CUT = b"\n[gridpilot: output cut here, it grew beyond %d bytes; the end follows]\n"
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every NUL and lone surrogate replaced by U+FFFD, so that the matcher
+    takes it (output decoded with ``errors="replace"`` has no invalid UTF-8 left)."""
+    return _NOT_TEXT.sub("\ufffd", text)
+
+
+#: How often a refused final report is sent again, plainer each time, before it is dropped.
+REPORT_REFUSALS = 2
+
+
+def plainer_report(body: dict[str, Any], refusals: int, status: int) -> dict[str, Any]:
+    """A final report the matcher refused (4xx) made plainer, so that the job still ends:
+    after the first refusal every text is made valid and cut to its limit; after the second
+    only the status, the exit code and the CPU time remain (``pilot_reference`` is kept)."""
+    if refusals == 1:
+        plain = {k: valid_text(v) if isinstance(v, str) else v for k, v in body.items()}
+        if isinstance(plain.get("output_tail"), str):
+            plain["output_tail"] = plain["output_tail"][-REPORT_TAIL_CHARS:]
+        if isinstance(plain.get("minor_status"), str):
+            plain["minor_status"] = plain["minor_status"][:255]
+        return plain
+    plain = {k: body[k] for k in ("pilot_reference", "status", "exit_code", "cpu_used")
+             if k in body}
+    plain["minor_status"] = f"Full report refused by the matcher ({status})"
+    return plain
 
 
 def output_path(directory: Path, name: str | None, default: str) -> Path:

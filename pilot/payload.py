@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pilot.features import write_features
-from pilot.output import cap_output, open_output, output_path, remove_folder
+from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
 from pilot.planning import expected_end
 from pilot.protocol import JobPayload
 from pilot.reaper import Family, send
@@ -123,11 +123,13 @@ class Payload:
                 cap_output(path, limit)
 
     def tail(self) -> str:
+        """The end of its output as valid text (invalid UTF-8, NULs and lone surrogates
+        are U+FFFD), at most TAIL_BYTES characters."""
         parts = [_tail(self.stdout_path)]
         if self.stderr_path is not None:
             parts.append(_tail(self.stderr_path))
         text = "".join(p for p in parts if p)
-        return text[-TAIL_BYTES:]
+        return valid_text(text[-TAIL_BYTES:])
 
 
 def fresh_job_folder(root: Path, job_id: int) -> Path:

@@ -44,6 +44,8 @@ WHOLE_PILOT = 0
 #: at most this many characters a job, and at most PEEK_TOTAL_CHARS for all its jobs.
 PEEK_CHARS = 4096
 PEEK_TOTAL_CHARS = 256 * 1024
+#: Longest output tail a final report may carry.
+REPORT_TAIL_CHARS = 256 * 1024
 
 #: Statuses a pilot reports on its jobs.
 RUNNING = "Running"

@@ -2,10 +2,11 @@
 exited (exit code 4, kept in ``WORKDIR/undelivered-reports.json``).
 
 Each report is sent as the pilot would have sent it, in order, retrying a matcher that cannot
-be reached until ``--report-timeout``; one the matcher refuses (4xx: the job was already
-reported, or is not this pilot's) is dropped with the reason. What could not be delivered is
-written back to FILE (so it can be replayed again, exit 4); once nothing is left, FILE is
-removed (exit 0).
+be reached until ``--report-timeout``; one the matcher refuses (4xx) is sent again plainer
+(pilot.output.plainer_report, down to its exit code), and dropped with the reason when even
+that is refused (the job was already reported, or is not this pilot's). What could not be
+delivered is written back to FILE (so it can be replayed again, exit 4); once nothing is left,
+FILE is removed (exit 0).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
+from pilot.output import REPORT_REFUSALS, plainer_report
 
 log = logging.getLogger("pilot.replay")
 
@@ -68,7 +70,7 @@ def replay(client: MatcherClient, path: Path, reports: list[dict[str, Any]], *,
     backoff = backoff or Backoff()
     deadline = clock() + timeout
     left = list(reports)
-    delivered = refused = 0
+    delivered = refused = refusals = 0
     while left:
         report = left[0]
         body = {k: v for k, v in report.items() if k != "job_id"}
@@ -76,6 +78,13 @@ def replay(client: MatcherClient, path: Path, reports: list[dict[str, Any]], *,
             client.report(int(report["job_id"]), body)
             delivered += 1
         except RefusedError as exc:
+            if refusals < REPORT_REFUSALS:
+                refusals += 1
+                left[0] = {"job_id": report["job_id"],
+                           **plainer_report(body, refusals, exc.status)}
+                log.warning("report on job %s refused (%s); sending a plainer one",
+                            report["job_id"], exc)
+                continue
             log.error("report on job %s refused: %s", report["job_id"], exc)
             refused += 1
         except TransientError as exc:
@@ -85,6 +94,7 @@ def replay(client: MatcherClient, path: Path, reports: list[dict[str, Any]], *,
             time.sleep(min(backoff.next_delay(), max(0.0, deadline - clock())))
             continue
         left.pop(0)
+        refusals = 0
         backoff.reset()
     line = (f"{delivered} reports delivered, {refused} refused by the matcher, {len(left)} "
             f"undelivered")

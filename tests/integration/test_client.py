@@ -331,6 +331,32 @@ def test_the_installed_command(server: Server, tmp_path: Path) -> None:
     assert time.monotonic() - started < 60
 
 
+def test_peek_shows_no_terminal_escapes_but_raw_keeps_them(gp: Any, server: Server,
+                                                           tmp_path: Path) -> None:
+    (job_id,) = submitted(gp("submit", write(tmp_path, "e.jdl", 'Executable = "x"; '
+                                             'Tags = "t-escape";')))
+    jobs = server.pilot("POST", "/pilots/match", {"resource": {
+        "vo": "lhcb", "pilot_reference": "p-1", "tags": ["t-escape"],
+        "required_tags": ["t-escape"], **CERN}})["jobs"]
+    assert int(jobs[0]["job_id"]) == job_id
+    server.pilot("POST", f"/pilots/jobs/{job_id}/status",
+                 {"pilot_reference": "p-1", "status": "Running"})
+    tail = ("event 1\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;title\x07\x1b[2J\x1b[8mhidden\x1b[0m"
+            "\x9b2J\u202eevil\r\nevent\t2\n")
+    server.pilot("POST", "/pilots/heartbeat", {"pilot_reference": "p-1", "jobs": [
+        {"job_id": job_id, "cpu_used": 1.0, "output_tail": tail}]})
+    peeked = gp("peek", str(job_id))
+    assert peeked.exit_code == 0
+    shown = peeked.output.split("\n", 1)[1]
+    assert shown == ("event 1]52;c;cm0gLXJmIH4=]0;title[2J[8mhidden[0m2Jevil\n"
+                     "event\t2\n"), repr(shown)
+    raw = gp("peek", "--raw", str(job_id))
+    # (Result.output would turn CR LF into LF.)
+    assert raw.stdout_bytes.decode().split("\n", 1)[1] == tail, repr(raw.stdout_bytes)
+    as_json = gp("peek", "--json", str(job_id))
+    assert json.loads(as_json.output)["output_tail"] == tail
+    assert "\x1b" not in as_json.output
+
 def test_peek_shows_the_tail_a_running_job_sent_with_its_heartbeat(
         gp: Any, server: Server, tmp_path: Path) -> None:
     (job_id,) = submitted(gp("submit", write(tmp_path, "p.jdl", 'Executable = "x"; '
