@@ -236,7 +236,9 @@ def test_the_output_upload_waits_for_a_matcher_that_is_down(db: Database, tmp_pa
         alice = User(base)
         job_id = alice.submit('[Executable = "/bin/sh"; Arguments = "-c \'sleep 3; '
                               'echo result > out.txt\'"; OutputSandbox = {"out.txt"}]')
-        proc = run_pilot(base, tmp_path, "--report-timeout", "120")
+        # A matcher silent for longer than --idle-timeout ends the pilot: the outage below
+        # stays shorter.
+        proc = run_pilot(base, tmp_path, "--report-timeout", "120", "--idle-timeout", "20")
         deadline = time.monotonic() + 60
         while alice.get(f"/jobs/{job_id}")["status"] != "Running":
             assert time.monotonic() < deadline
