@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import statistics
 import sys
 import threading
@@ -29,7 +30,7 @@ from matcher.idp import IdentityProviders
 from taskqueue.settings import IssuerSettings
 from taskqueue.tokens import issue_token
 
-SECRET = "bench-tokens-secret-0123456789"
+SECRET = secrets.token_urlsafe(32)
 ISSUER = "https://iam.example.org/"
 AUDIENCE = "https://gridpilot.example.org"
 

@@ -199,7 +199,8 @@ class ConnectionWatch:
         done = subprocess.run(
             ["psql", "-X", "-A", "-t", "-F", "\t", "-h", "127.0.0.1", "-p",
              str(self.state["ports"]["pgbouncer"]), "-U", "gpadmin", "-d", "pgbouncer", "-c",
-             "SHOW POOLS"], capture_output=True, text=True, timeout=30)
+             "SHOW POOLS"], capture_output=True, text=True, timeout=30,
+            env={**os.environ, "PGPASSWORD": self.state["passwords"]["gpadmin"]})
         for line in done.stdout.splitlines():
             cols = line.split("\t")
             if cols[0] == self.state["database"]:

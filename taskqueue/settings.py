@@ -8,9 +8,11 @@ the environment: only :func:`load_settings` does, with the mapping its caller ha
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import ipaddress
 import json
+import math
 import tomllib
 import types
 import typing
@@ -35,6 +37,57 @@ DEFAULT_CPU_SEGMENTS: tuple[int, ...] = (
     360, 1800, 3600, 7200, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200,
     864000, 1080000,
 )
+
+
+#: How to make a secret, as every refusal says.
+MAKE_SECRET = "python3 -c \"import secrets; print(secrets.token_urlsafe(32))\""
+#: Least estimated entropy of a secret, in bits: a token_urlsafe(32) secret (43 characters)
+#: scores 185 to 230, a phrase such as "api-signing-secret-0123456789" about 110.
+MIN_SECRET_BITS = 128
+#: Words that mark a shipped example value (compared without case and punctuation): the
+#: placeholders of deploy/systemd/gridpilot.env.example and conf/gridpilot.toml among them.
+PLACEHOLDER_MARKS = ("changeme", "replaceme", "placeholder", "yoursecret", "randomcharacters",
+                     "xxxxxxxx")
+
+
+def secret_bits(secret: str) -> float:
+    """An estimate of a secret's entropy: its length times the Shannon entropy of its
+    characters (0 for "aaaa...", about 4.9 bits a character for token_urlsafe output); a
+    secret that repeats itself ("0123456789" * 4) counts its first repetition only."""
+    period = next((p for p in range(1, len(secret) // 2 + 1)
+                   if all(secret[i] == secret[i - p] for i in range(p, len(secret)))),
+                  len(secret))
+    unit = secret[:period]
+    counts = collections.Counter(unit)
+    n = len(unit)
+    return max(0.0, -sum(c * math.log2(c / n) for c in counts.values()))
+
+
+def check_secret(secret: str, where: str, env: str) -> None:
+    """Refuse a shipped placeholder or a secret of low entropy, saying how to make one."""
+    folded = "".join(ch for ch in secret.lower() if ch.isalnum())
+    mark = next((m for m in PLACEHOLDER_MARKS if m in folded), None)
+    how = f"set {env} to the output of '{MAKE_SECRET}'"
+    if mark is not None:
+        raise ConfigurationError(f"{where} is a placeholder (it contains {mark!r}), not a "
+                                 f"secret: {how}")
+    bits = secret_bits(secret)
+    if bits < MIN_SECRET_BITS:
+        raise ConfigurationError(
+            f"{where} is too weak: {len(secret)} characters, about {bits:.0f} bits of entropy "
+            f"(at least {MIN_SECRET_BITS} needed): {how}")
+
+
+def url_password_placeholder(url: str) -> str | None:
+    """The placeholder mark in a database URL's password, if it holds one."""
+    rest = url.split("://", 1)[-1]
+    if "@" not in rest:
+        return None
+    userinfo = rest.rsplit("@", 1)[0]
+    if ":" not in userinfo:
+        return None
+    folded = "".join(ch for ch in userinfo.split(":", 1)[1].lower() if ch.isalnum())
+    return next((m for m in PLACEHOLDER_MARKS if m in folded), None)
 
 
 @dataclass(frozen=True)
@@ -65,6 +118,11 @@ class DatabaseSettings:
                 "database.transaction_pooler is for a PostgreSQL URL that names a pooler "
                 "such as PgBouncer (postgresql+psycopg://...), not for "
                 f"{self.url.split(':', 1)[0]}")
+        mark = url_password_placeholder(self.url)
+        if mark is not None:
+            raise ConfigurationError(
+                f"database.url (GRIDPILOT_DATABASE_URL) holds a placeholder password (it "
+                f"contains {mark!r}): set the database user's real password")
 
 
 @dataclass(frozen=True)
@@ -192,6 +250,9 @@ class MatcherSettings:
         if self.metrics_token and len(self.metrics_token) < 32:
             raise ConfigurationError("matcher.metrics_token must be at least 32 characters "
                                      "long (or empty: no metrics token)")
+        if self.metrics_token:
+            check_secret(self.metrics_token, "matcher.metrics_token",
+                         "GRIDPILOT_MATCHER_METRICS_TOKEN")
         for name in ("metrics_allow", "trusted_proxies"):
             for item in getattr(self, name):
                 check_network(item, f"matcher.{name}")
@@ -295,11 +356,13 @@ class AuthSettings:
             except OSError as exc:
                 raise ConfigurationError(
                     f"auth.secret_file {self.secret_file} cannot be read: {exc}") from exc
+        where = f"auth.secret_file {self.secret_file}" if self.secret_file else "auth.secret"
         if len(secret) < 16:
             raise ConfigurationError(
                 "auth.secret (or auth.secret_file) must hold a secret of at least 16 "
                 "characters: set GRIDPILOT_AUTH_SECRET, e.g. to the output of "
-                "'python3 -c \"import secrets; print(secrets.token_urlsafe(32))\"'")
+                f"'{MAKE_SECRET}'")
+        check_secret(secret, where, "GRIDPILOT_AUTH_SECRET")
         return secret
 
 

@@ -4,6 +4,7 @@ starting a process."""
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +22,8 @@ from taskqueue.settings import Settings
 #: The pilot's clock: it starts at this time and asks for its first job at once.
 START = 1_800_000_000.0
 
+SECRET = secrets.token_urlsafe(32)
+
 
 @dataclass(frozen=True)
 class Started:
@@ -35,10 +38,10 @@ def director_pilot(settings: Settings, resources: Path, site: str, ce: str, queu
     """The director's PilotSpec for one pilot of the queue (as if its Executor were "local"),
     and that pilot, set up from the spec's arguments, with its first match request."""
     settings = replace(settings, resources=replace(settings.resources, file=str(resources)),
-                       auth=replace(settings.auth, secret="s" * 32),
+                       auth=replace(settings.auth, secret=SECRET),
                        agents=replace(settings.agents, vo=vo, pilot_workdir=str(workdir)))
     # The director's _spec reads no database.
-    ctx = AgentContext(settings, cast(SessionFactory, None), secret="s" * 32)
+    ctx = AgentContext(settings, cast(SessionFactory, None), secret=SECRET)
     q = ctx.resources().queue(site, ce, queue)
     params = dict(q.parameters(vo))
     compute = ce_config(f"{site}/{ce}/{queue}", ce, {**params, "Executor": "local"})

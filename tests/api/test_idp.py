@@ -8,6 +8,7 @@ import base64
 import hashlib
 import hmac
 import json
+import secrets
 import threading
 import time
 import uuid
@@ -386,7 +387,7 @@ def test_issuers_are_read_from_the_settings_file(tmp_path: Path) -> None:
     path = tmp_path / "gridpilot.toml"
     path.write_text(f'''
 [auth]
-secret = "{"s" * 32}"
+secret = "{secrets.token_urlsafe(32)}"
 
 [[auth.issuers]]
 issuer = "{ISSUER}"

@@ -5,6 +5,7 @@ long-lived metrics token or an allowed address instead of an operator's token.""
 from __future__ import annotations
 
 import os
+import secrets
 import stat
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from taskqueue.settings import MatcherSettings, Settings
 from tests.api.helpers import Api, assert_problem
 
 ROOT = Path(__file__).resolve().parents[2]
-METRICS_TOKEN = "m" * 40
+METRICS_TOKEN = secrets.token_urlsafe(32)
 
 
 def _with_dir(settings: Settings, path: Path) -> Settings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import secrets
 import socket
 from dataclasses import replace
 
@@ -98,14 +99,15 @@ def test_metrics_say_when_the_database_does_not_answer(api_settings: Settings) -
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         closed = s.getsockname()[1]  # nothing listens there once the socket is closed
+    token = secrets.token_urlsafe(32)
     settings = replace(api_settings, database=DatabaseSettings(
         url=f"postgresql+psycopg://postgres@127.0.0.1:{closed}/gone", connect_timeout=1),
-                       matcher=replace(api_settings.matcher, metrics_token="t" * 40))
+                       matcher=replace(api_settings.matcher, metrics_token=token))
     app = create_app(settings)
     try:
         http = app.test_client()
         assert http.get("/healthz").status_code == 503
-        answer = http.get("/metrics", headers={"Authorization": "Bearer " + "t" * 40})
+        answer = http.get("/metrics", headers={"Authorization": "Bearer " + token})
         assert answer.status_code == 200
         rows = samples(answer.get_data(as_text=True))
         assert value(rows, "gridpilot_database_up") == 0

@@ -4,6 +4,7 @@ scrapers the matcher admits; a database that does not answer is said, not hidden
 
 from __future__ import annotations
 
+import secrets
 import signal
 import socket
 from dataclasses import replace
@@ -24,7 +25,7 @@ from taskqueue.settings import DatabaseSettings, Settings
 from tests.api.test_service import samples, value
 from tests.conftest import Database
 
-TOKEN = "scrape-token-" + "x" * 30
+TOKEN = secrets.token_urlsafe(32)
 S = timedelta(seconds=1)
 
 

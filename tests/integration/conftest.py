@@ -40,6 +40,10 @@ class Topology:
     def ca(self) -> str:
         return str(self.state["ca"])
 
+    def password(self, user: str) -> str:
+        """A password tools/topology made: PgBouncer's users, HAProxy's stats."""
+        return str(self.state.get("passwords", {}).get(user, ""))
+
     def port(self, name: str) -> int:
         return int(self.state["ports"][name])
 
@@ -62,7 +66,8 @@ class Topology:
         done = subprocess.run(
             ["psql", "-X", "-A", "-t", "-F", "\t", "-h", "127.0.0.1", "-p",
              str(self.port("pgbouncer")), "-U", "gpadmin", "-d", "pgbouncer", "-c", command],
-            capture_output=True, text=True, timeout=60)
+            capture_output=True, text=True, timeout=60,
+            env={**os.environ, "PGPASSWORD": self.password("gpadmin")})
         assert done.returncode == 0, done.stderr
         return [line.split("\t") for line in done.stdout.splitlines() if line]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -238,7 +239,7 @@ def _drop(url: str) -> None:
 
 
 def test_a_database_without_the_schema_says_to_upgrade(tmp_path: Path) -> None:
-    secret = "cli-tests-secret-0123456789"
+    secret = secrets.token_urlsafe(32)
     # A missing SQLite file is not created empty by a command that reads it.
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
     for args in (["jobs"], ["serve"], ["agents", "--once"], ["queues", "list"]):

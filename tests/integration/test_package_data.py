@@ -16,7 +16,7 @@ from pathlib import Path
 assert Path(matcher.__file__).is_relative_to(sys.argv[1]), matcher.__file__
 from matcher.app import create_app
 from taskqueue.settings import Settings, AuthSettings
-app = create_app(Settings(auth=AuthSettings(secret="package-data-test-secret-0123")))
+app = create_app(Settings(auth=AuthSettings(secret="Pk9dT-2xQm7vLr4ZsW8aNc1yHf6bJe3uGo5iKt0pVqE")))
 client = app.test_client()
 login = client.get("/ui/login")
 assert login.status_code == 200 and b"Sign in to the dashboard" in login.data, login.data[:300]

@@ -5,6 +5,7 @@ for a port that is taken, and an access log when asked."""
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from gridpilot.cli import cli
 from gridpilot.devserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-SECRET = "serve-start-secret-serve-start-secret"
+SECRET = secrets.token_urlsafe(32)
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -223,9 +223,71 @@ def test_the_matchers_reach_postgresql_through_pgbouncer(topology: Topology) -> 
     database = topology.state["database"]
     assert any(database in row and "gridpilot" in row for row in clients), clients
     # The statement timeout the matchers cannot send through PgBouncer is the database's.
-    url = f"postgresql://gridpilot@127.0.0.1:{topology.port('pgbouncer')}/{database}"
+    password = topology.password("gridpilot")
+    url = f"postgresql://gridpilot:{password}@127.0.0.1:{topology.port('pgbouncer')}/{database}"
     with psycopg.connect(url, prepare_threshold=None, autocommit=True) as conn:
         assert conn.execute("SHOW statement_timeout").fetchone() == ("20s",)
+
+
+def test_pgbouncer_wants_a_password_from_a_private_file(topology: Topology) -> None:
+    port, database = topology.port("pgbouncer"), topology.state["database"]
+    for user in ("gridpilot", "gpadmin"):
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/{database}",
+                            password="", connect_timeout=10).close()
+        with pytest.raises(psycopg.OperationalError, match="SASL authentication failed"):
+            psycopg.connect(f"postgresql://{user}@127.0.0.1:{port}/{database}",
+                            password="wrong-" + topology.password(user),
+                            connect_timeout=10).close()
+    config = {row[0]: row[1] for row in topology.admin("SHOW CONFIG")}
+    assert config["auth_type"] == "scram-sha-256"
+    userlist = Path(config["auth_file"])
+    assert userlist.stat().st_mode & 0o777 == 0o600
+    text = userlist.read_text()
+    assert all(line.split(" ", 1)[1].startswith('"SCRAM-SHA-256$')
+               for line in text.splitlines()), "the file holds SCRAM verifiers only"
+    assert not any(topology.password(user) in text for user in ("gridpilot", "gpadmin"))
+
+
+def test_haproxy_stats_want_credentials(topology: Topology) -> None:
+    base = f"http://127.0.0.1:{topology.port('haproxy_stats')}"
+    credentials = ("prometheus", topology.password("haproxy_stats"))
+    for path in ("/stats", "/metrics"):
+        assert requests.get(base + path, timeout=10).status_code == 401
+        assert requests.get(base + path, timeout=10,
+                            auth=(credentials[0], "wrong")).status_code == 401
+        assert requests.get(base + path, timeout=10, auth=credentials).status_code == 200
+
+
+def _tls12_handshake(topology: Topology, ciphers: str) -> bool:
+    context = ssl.create_default_context(cafile=topology.ca)
+    context.maximum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers(ciphers)
+    with socket.create_connection(("127.0.0.1", topology.port("nginx")), timeout=10) as raw:
+        try:
+            with context.wrap_socket(raw, server_hostname="localhost"):
+                return True
+        except ssl.SSLError:
+            return False
+
+
+def test_nginx_sends_hsts_hides_its_version_and_refuses_old_ciphers(
+        topology: Topology) -> None:
+    http = topology.http()
+    for path in ("/healthz", "/api/v1/no-such-thing"):
+        answer = http.get(topology.url + path, timeout=30)
+        assert answer.headers["Strict-Transport-Security"].startswith("max-age=63072000")
+        assert answer.headers["Server"] == "nginx"  # no version
+    # the certificate's key is ECDSA: an AEAD cipher of the list passes, CBC ones, which
+    # nginx's default list (HIGH:!aNULL:!MD5) accepts, do not
+    assert _tls12_handshake(topology, "ECDHE-ECDSA-AES128-GCM-SHA256")
+    assert not _tls12_handshake(topology, "ECDHE-ECDSA-AES128-SHA")
+    assert not _tls12_handshake(topology, "ECDHE-ECDSA-AES256-SHA384")
+    context = ssl.create_default_context(cafile=topology.ca)
+    context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_3
+    with socket.create_connection(("127.0.0.1", topology.port("nginx")), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname="localhost") as tls:
+        assert tls.version() == "TLSv1.3"
 
 
 # -- failover under load --------------------------------------------------------------------

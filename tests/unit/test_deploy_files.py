@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from matcher.metrics import HELP
+from taskqueue.errors import ConfigurationError
 from taskqueue.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,6 +67,7 @@ def test_the_example_prometheus_configuration_is_valid(tmp_path: Path) -> None:
     for name in ("prometheus.yml", "gridpilot-rules.yml"):
         shutil.copy(DEPLOY / "prometheus" / name, tmp_path / name)
     (tmp_path / "gridpilot-metrics.token").write_text("t" * 40)
+    (tmp_path / "haproxy-stats.password").write_text("p" * 32)
     check = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -117,6 +120,11 @@ def _assignments() -> dict[str, list[tuple[str, str]]]:
     return found
 
 
+def _filled_in(value: str) -> str:
+    """``value`` with its placeholders replaced by real secrets, as an operator does."""
+    return re.sub(r"CHANGE-ME[-A-Z0-9]*", lambda _: secrets.token_urlsafe(32), value)
+
+
 def test_every_variable_set_is_a_setting_that_takes_its_value() -> None:
     named = _settings_named()
     everything = _assignments()
@@ -127,7 +135,7 @@ def test_every_variable_set_is_a_setting_that_takes_its_value() -> None:
                 continue
             assert name in named, f"{file}: {name} is no setting"
             section, key = named[name]
-            environ = {name: value}
+            environ = {name: _filled_in(value)}
             if name == "GRIDPILOT_DATABASE_TRANSACTION_POOLER":
                 environ["GRIDPILOT_DATABASE_URL"] = "postgresql+psycopg://pgbouncer/gp"
             settings = load_settings(None, environ)
@@ -137,7 +145,9 @@ def test_every_variable_set_is_a_setting_that_takes_its_value() -> None:
 
 def test_the_example_environment_file_loads_whole() -> None:
     pairs = dict(_assignments()["gridpilot.env.example"])
-    settings = load_settings(None, pairs)
+    with pytest.raises(ConfigurationError, match="placeholder"):
+        load_settings(None, pairs)  # as shipped
+    settings = load_settings(None, {name: _filled_in(value) for name, value in pairs.items()})
     assert settings.database.transaction_pooler
     assert settings.matcher.trusted_proxies == ("10.1.0.5", "10.1.0.6")
     assert settings.matcher.url.startswith("https://")

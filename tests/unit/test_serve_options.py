@@ -64,7 +64,8 @@ schema.upgrade(engine)
 engine.dispose()
 before = gc.get_freeze_count()
 app = worker_app(load_settings(None, {
-    "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": "s" * 40,
+    "GRIDPILOT_DATABASE_URL": url,
+    "GRIDPILOT_AUTH_SECRET": "S3kvJq0-Yd1bN7xLwR2aHc9pTfUe5mZoGi4VtKy6sQ8",
     "GRIDPILOT_MATCHER_METRICS_DIR": work}))
 answer = app.test_client().get("/healthz")
 print(json.dumps({"before": before, "frozen": gc.get_freeze_count(),
