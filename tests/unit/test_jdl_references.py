@@ -99,3 +99,17 @@ def test_the_match_path_reads_a_stored_doubling_description_once() -> None:
     assert first.extra["X60"] == 2**60
     assert cache.get(text, "jdl", None) is first
     assert len(cache) == 1
+
+
+def test_the_match_path_keeps_a_stored_text_it_cannot_read() -> None:
+    # Stored before the bound existed: refused now, once, not at every match of its jobs.
+    text = "[\n" + HEAD + doubling(60, '"a"', "strcat({p}, {p})") + "\n]"
+    cache = Descriptions(size=4)
+    with pytest.raises(JobDescriptionError) as first:
+        cache.get(text, "jdl", None)
+    assert first.value.field == f"X{MAX_VALUE_CHARS.bit_length()}"
+    assert len(cache) == 1
+    with pytest.raises(JobDescriptionError) as again:
+        cache.get(text, "jdl", None)
+    assert str(again.value) == str(first.value)
+    assert again.value.field == first.value.field
