@@ -267,11 +267,18 @@ def _resolve(ad: classad2.ClassAd, budget: _Budget, prefix: str, depth: int,
             ad[key] = classad2.Value.Error
             continue
         if isinstance(value, classad2.ClassAd):
-            if depth >= MAX_DEPTH:
-                continue  # _convert refuses what nests this deep
+            if depth >= MAX_DEPTH:  # unresolved, a reference into it would cost as before
+                budget.refused[label] = _too_deep(label)
+                ad[key] = classad2.Value.Error
+                continue
             _resolve(value, budget, f"{label}.", depth + 1)
         budget.spend(label, _size(value))
         ad[key] = value
+
+
+def _too_deep(label: str) -> str:
+    return (f"{label} nests too deeply (a name such as ROOT or self without quotes refers to "
+            "the job itself; text values need double quotes)")
 
 
 def _evaluation_order(texts: dict[str, str]) -> tuple[list[str], set[str]]:
@@ -345,6 +352,7 @@ def _field_value(ad: classad2.ClassAd, key: str, name: str, label: str,
             # false. What reads the resource is decided at match time, not now.
             return Expression(_text(ad, key, label, budget))
         if isinstance(value, classad2.ClassAd):
+            _resolve(value, budget, f"{label}.", 1)
             return {k: _data(value, k, f"{label}.{k}", 1, budget) for k in value}
         if value is True:
             return {}  # "Requirements = true": no requirement at all
@@ -390,9 +398,7 @@ def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int,
              budget: _Budget) -> Any:
     budget.spend(label, _size(value) if isinstance(value, str) else 1)
     if depth > MAX_DEPTH:
-        raise JobDescriptionError(
-            f"{label} nests too deeply (a name such as ROOT or self without quotes refers to "
-            "the job itself; text values need double quotes)", label)
+        raise JobDescriptionError(_too_deep(label), label)
     if isinstance(value, classad2.ClassAd):
         _resolve(value, budget, f"{label}.", depth + 1)
         return {k: _convert(_evaluate(value, k, f"{label}.{k}", budget), f"{label}.{k}", value,

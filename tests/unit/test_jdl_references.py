@@ -58,6 +58,13 @@ def test_a_doubling_section_is_refused_naming_its_attribute() -> None:
     assert "characters" in str(error)
 
 
+def test_sums_in_a_requirements_section_are_computed() -> None:
+    inner = doubling(60, "1", "{p} + {p}", name="T").replace("\n", " ")
+    job = parse_jdl("[\n" + HEAD + f"Requirements = [ {inner} ];\n]")[0]
+    assert job.requirements is not None
+    assert job.requirements["T60"] == 2**60
+
+
 def test_lists_of_lists_that_multiply_are_refused() -> None:
     lines = ["L0 = {1, 1, 1, 1, 1, 1, 1, 1};"]
     # In parentheses: a bare name in a list would be DIRAC's text, not a reference.
@@ -113,3 +120,12 @@ def test_the_match_path_keeps_a_stored_text_it_cannot_read() -> None:
         cache.get(text, "jdl", None)
     assert str(again.value) == str(first.value)
     assert again.value.field == first.value.field
+
+
+def test_a_reference_into_a_section_nested_too_deeply_is_not_evaluated() -> None:
+    section = "[ " + doubling(60, "1", "{p} + {p}", name="T").replace("\n", " ") + " ]"
+    for _ in range(17):
+        section = f"[ S = {section}; ]"
+    path = "S" + ".S" * 17 + ".T60"
+    job = parse_jdl("[\n" + HEAD + f"S = {section};\nY = ({path});\n]")[0]
+    assert job.extra["Y"] == f"({path})"  # not evaluated: its text, as for any unknown
