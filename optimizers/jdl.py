@@ -257,7 +257,7 @@ def _resolve(ad: classad2.ClassAd, budget: _Budget, prefix: str, depth: int,
         if key in cyclic:
             budget.refused[label] = (
                 f"{label} cannot be evaluated: it refers to itself through other attributes "
-                f"({', '.join(sorted(cyclic - {key})[:5])})")
+                f"({', '.join([n for n in cyclic[key] if n != key][:5])})")
             ad[key] = classad2.Value.Error
             continue
         try:
@@ -281,33 +281,56 @@ def _too_deep(label: str) -> str:
             "the job itself; text values need double quotes)")
 
 
-def _evaluation_order(texts: dict[str, str]) -> tuple[list[str], set[str]]:
+def _evaluation_order(texts: dict[str, str]) -> tuple[list[str], dict[str, list[str]]]:
     """The attributes, each after those it may refer to (a name in its text, strings aside),
-    and those that refer to each other in a cycle. A reference to itself is left to the
-    library, which finds it at once."""
+    and those that refer to each other in a cycle, with a few names of their cycle (Tarjan's
+    strongly connected components, in time linear in the references). A reference to itself
+    is left to the library, which finds it at once."""
     lower = {key.lower(): key for key in texts}
     refers = {key: sorted(_references(text, lower) - {key}) for key, text in texts.items()}
     order: list[str] = []
-    cyclic: set[str] = set()
-    done: set[str] = set()
+    cyclic: dict[str, list[str]] = {}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
     for root in texts:
-        if root in done:
+        if root in index:
             continue
-        stack = [(root, iter(refers[root]))]
-        place = {root: 0}
-        while stack:
-            node, pending = stack[-1]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(refers[root]))]
+        while work:
+            node, pending = work[-1]
             nxt = next(pending, None)
-            if nxt is None:
-                stack.pop()
-                del place[node]
-                done.add(node)
-                order.append(node)
-            elif nxt in place:
-                cyclic.update(n for n, _ in stack[place[nxt]:])
-            elif nxt not in done:
-                place[nxt] = len(stack)
-                stack.append((nxt, iter(refers[nxt])))
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(refers[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] != index[node]:
+                continue
+            component: list[str] = []
+            while True:  # a component comes after every one it refers to
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            order.extend(component)
+            if len(component) > 1:
+                names = sorted(component)[:6]
+                for member in component:
+                    cyclic[member] = names
     return order, cyclic
 
 
