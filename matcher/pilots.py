@@ -134,23 +134,29 @@ class Descriptions:
     more than the rest of a match answer. Per process, bounded: at most ``size`` entries, a
     new one pushing out the oldest. An entry never goes stale: a job's stored text is never
     changed, and the same text always reads the same. The digest (BLAKE2b, 128 bits) keeps
-    long texts out of memory; two texts with one digest do not occur in practice."""
+    long texts out of memory; two texts with one digest do not occur in practice. A text that
+    cannot be read (one stored before a limit of optimizers.jdl existed) is kept with its
+    error, so that each later match of its jobs does not read it again."""
 
     def __init__(self, size: int = 2048) -> None:
         self.size = size
-        self._entries: dict[tuple[bytes, str, int | None], JobDescription] = {}
+        self._entries: dict[tuple[bytes, str, int | None],
+                            JobDescription | JobDescriptionError] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, text: str, fmt: str, bulk_index: int | None) -> JobDescription:
         """Job ``bulk_index`` of ``text`` (optimizers.chain.stored_description, which raises
-        JobDescriptionError or IndexError; a failure is not kept)."""
+        JobDescriptionError, kept and raised again, or IndexError, not kept)."""
         key = (hashlib.blake2b(text.encode("utf-8", "surrogatepass"),
                                digest_size=16).digest(), fmt, bulk_index)
         desc = self._entries.get(key)
         if desc is None:
-            desc = stored_description(text, fmt, bulk_index)
+            try:
+                desc = stored_description(text, fmt, bulk_index)
+            except JobDescriptionError as exc:  # kept without the frames of its parse
+                desc = JobDescriptionError(exc.message, exc.field)
             entries = self._entries
             while len(entries) >= self.size:
                 try:
@@ -158,6 +164,8 @@ class Descriptions:
                 except (StopIteration, KeyError, RuntimeError):  # emptied by another thread
                     break
             entries[key] = desc
+        if isinstance(desc, JobDescriptionError):
+            raise desc.with_traceback(None)  # not the tracebacks of the earlier raises
         return desc
 
 

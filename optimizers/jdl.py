@@ -7,12 +7,21 @@ huge expressions. So before the library sees a JDL, gridpilot checks it itself o
 strings and comments are blanked out (optimizers.jdltext): size, encoding, one outer ``[ ]``
 with nothing after it, each attribute named once, integers in range. Evaluation is depth-limited
 and every library exception becomes a :class:`JobDescriptionError` naming the field.
+
+The library evaluates an attribute anew at each reference to it, so attributes that refer to
+each other (``X1 = X0 + X0; X2 = X1 + X1; ...``) cost time exponential in their number. So
+:func:`_resolve` evaluates the attributes of an ad once each, those an attribute refers to
+first, and stores each value in place of its expression; attributes that refer to each other
+in a cycle are an error. Every value built counts against a :class:`_Budget` (characters per
+value and in all, and milliseconds per description): past it the JDL is refused, naming the
+attribute.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import time
 from typing import Any
 
 from optimizers.description import (
@@ -26,7 +35,15 @@ from optimizers.description import (
     canonical_name,
 )
 from optimizers.expressions import ExpressionError, attributes_read
-from optimizers.jdltext import NAME, code_only, depths, dirac_forms, segments, without_comments
+from optimizers.jdltext import (
+    EXPRESSIONS,
+    NAME,
+    code_only,
+    depths,
+    dirac_forms,
+    segments,
+    without_comments,
+)
 
 # The bindings read an HTCondor configuration at import; gridpilot needs none.
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
@@ -36,23 +53,68 @@ import classad2
 MAX_DEPTH = 16
 _MAX_INT = 2**63 - 1
 _BIG_INT = re.compile(r"(?<![\w.])\d{19,}(?![\w.])")
+#: Largest value one attribute may build (characters of its text, items of its lists).
+MAX_VALUE_CHARS = MAX_DESCRIPTION_BYTES
+#: Largest total of the values the attributes of one description build.
+MAX_BUILT_CHARS = 4 * MAX_DESCRIPTION_BYTES
+#: Longest the evaluation of one description may take, in milliseconds.
+EVALUATION_BUDGET_MS = 500
+#: A name an expression refers to, with the name after its first dot (``my.X``, ``S.A``).
+_REFERENCE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\s*\.\s*([A-Za-z_]\w*))?")
+_OTHER_SCOPES = frozenset({"other", "target", "parent"})
+_OWN_SCOPES = frozenset({"my", "self", "root"})
+
+
+class _OverBudget(JobDescriptionError):
+    """A description whose evaluation exceeds its :class:`_Budget`."""
+
+
+class _Budget:
+    """What the evaluation of one description has spent so far, and what it learnt: the
+    original text of each top-level attribute (its value replaces it in the ad) and why an
+    attribute cannot be evaluated."""
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.built = 0
+        self.texts: dict[str, str] = {}
+        self.refused: dict[str, str] = {}
+
+    def spend(self, label: str, size: int) -> None:
+        if size > MAX_VALUE_CHARS:
+            raise _OverBudget(
+                f"{label} builds a value of {size} characters; at most {MAX_VALUE_CHARS} are "
+                "accepted (does it repeat attributes that themselves repeat others?)", label)
+        self.built += size
+        if self.built > MAX_BUILT_CHARS:
+            raise _OverBudget(
+                f"{label}: the attributes of the JDL build values of more than "
+                f"{MAX_BUILT_CHARS} characters in all; at most that many are accepted", label)
+        spent = (time.perf_counter() - self.started) * 1000
+        if spent > EVALUATION_BUDGET_MS:
+            raise _OverBudget(
+                f"{label}: evaluating the JDL took {spent:.0f} ms up to this attribute; at most "
+                f"{EVALUATION_BUDGET_MS} ms are allowed (do its attributes refer to each other "
+                "many times?)", label)
 
 
 def parse_jdl(text: str) -> list[JobDescription]:
     """The jobs a JDL describes: one, or one per parameter of a parametric JDL."""
     ad, renamed = read_classad(text)
+    budget = _Budget()
+    _resolve(ad, budget, "", 0, renamed)
     raw: Raw = {}
     extra: dict[str, JSONValue] = {}
     for key in ad:
         label = renamed.get(key, key)
         name = canonical_name(label)
         if name is None:
-            extra[label] = _plain(ad, key, label)
+            extra[label] = _plain(ad, key, label, budget)
             continue
         if name in raw:
             raise JobDescriptionError(
                 f"{label} and {raw[name][0]} name the same field; give it once", label)
-        raw[name] = (label, _field_value(ad, key, name, label))
+        raw[name] = (label, _field_value(ad, key, name, label, budget))
     return build_descriptions(raw, extra)
 
 
@@ -166,37 +228,167 @@ def _locate_error(text: str, begin: int, end: int) -> str | None:
     return None
 
 
-def _evaluate(ad: classad2.ClassAd, key: str, label: str) -> Any:
+def _evaluate(ad: classad2.ClassAd, key: str, label: str, budget: _Budget) -> Any:
+    if label in budget.refused:
+        raise JobDescriptionError(budget.refused[label], label)
     try:
         return ad.eval(key)
     except classad2.ClassAdException as exc:
-        raise JobDescriptionError(
-            f"{label} cannot be evaluated: the expression is too long or too deeply nested",
-            label) from exc
+        raise JobDescriptionError(_too_long(label), label) from exc
 
 
-def _field_value(ad: classad2.ClassAd, key: str, name: str, label: str) -> Any:
+def _too_long(label: str) -> str:
+    return f"{label} cannot be evaluated: the expression is too long or too deeply nested"
+
+
+def _resolve(ad: classad2.ClassAd, budget: _Budget, prefix: str, depth: int,
+             renamed: dict[str, str] | None = None) -> None:
+    """Evaluate each attribute of ``ad`` once, those it refers to first, and store its value
+    in its place (sections are resolved likewise, down to :data:`MAX_DEPTH`), so that no
+    reference is evaluated twice. At the top level Requirements and Rank stay expressions
+    (they are read against the resource) and the original texts are kept in ``budget``."""
+    texts = {key: str(ad.lookup(key)) for key in ad}
+    order, cyclic = _evaluation_order(texts)
+    for key in order:
+        label = prefix + (renamed or {}).get(key, key)
+        budget.texts[label] = texts[key]
+        if depth == 0 and key.lower() in EXPRESSIONS:
+            continue
+        if key in cyclic:
+            budget.refused[label] = (
+                f"{label} cannot be evaluated: it refers to itself through other attributes "
+                f"({', '.join([n for n in cyclic[key] if n != key][:5])})")
+            ad[key] = classad2.Value.Error
+            continue
+        try:
+            value = ad.eval(key)
+        except classad2.ClassAdException:
+            budget.refused[label] = _too_long(label)
+            ad[key] = classad2.Value.Error
+            continue
+        if isinstance(value, classad2.ClassAd):
+            if depth >= MAX_DEPTH:  # unresolved, a reference into it would cost as before
+                budget.refused[label] = _too_deep(label)
+                ad[key] = classad2.Value.Error
+                continue
+            _resolve(value, budget, f"{label}.", depth + 1)
+        budget.spend(label, _size(value))
+        ad[key] = value
+
+
+def _too_deep(label: str) -> str:
+    return (f"{label} nests too deeply (a name such as ROOT or self without quotes refers to "
+            "the job itself; text values need double quotes)")
+
+
+def _evaluation_order(texts: dict[str, str]) -> tuple[list[str], dict[str, list[str]]]:
+    """The attributes, each after those it may refer to (a name in its text, strings aside),
+    and those that refer to each other in a cycle, with a few names of their cycle (Tarjan's
+    strongly connected components, in time linear in the references). A reference to itself
+    is left to the library, which finds it at once."""
+    lower = {key.lower(): key for key in texts}
+    refers = {key: sorted(_references(text, lower) - {key}) for key, text in texts.items()}
+    order: list[str] = []
+    cyclic: dict[str, list[str]] = {}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    for root in texts:
+        if root in index:
+            continue
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        work = [(root, iter(refers[root]))]
+        while work:
+            node, pending = work[-1]
+            nxt = next(pending, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(refers[nxt])))
+                elif nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] != index[node]:
+                continue
+            component: list[str] = []
+            while True:  # a component comes after every one it refers to
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            order.extend(component)
+            if len(component) > 1:
+                names = sorted(component)[:6]
+                for member in component:
+                    cyclic[member] = names
+    return order, cyclic
+
+
+def _references(text: str, lower: dict[str, str]) -> set[str]:
+    """The attributes (keys of ``lower``, by lower-case name) that ``text`` may refer to."""
+    found: set[str] = set()
+    for m in _REFERENCE.finditer(code_only(text)):
+        first, second = m.group(1).lower(), m.group(2)
+        if first in _OTHER_SCOPES:
+            continue
+        if first in _OWN_SCOPES and second is not None:
+            first = second.lower()
+        if first in lower:
+            found.add(lower[first])
+    return found
+
+
+def _size(value: Any) -> int:
+    """The characters a value holds (a list's items and a section's text counted)."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, list):
+        return 1 + sum(_size(v) for v in value)
+    if isinstance(value, classad2.ClassAd | classad2.ExprTree):
+        return len(str(value))
+    return 1
+
+
+def _text(ad: classad2.ClassAd, key: str, label: str, budget: _Budget) -> str:
+    """The expression of an attribute as written (:func:`_resolve` replaced it by its value)."""
+    text = budget.texts.get(label)
+    return str(ad.lookup(key)) if text is None else text
+
+
+def _field_value(ad: classad2.ClassAd, key: str, name: str, label: str,
+                 budget: _Budget) -> Any:
     if name == "Requirements":
-        value = _evaluate(ad, key, label)
-        if isinstance(value, bool) and _reads_resource(str(ad.lookup(key))):
+        value = _evaluate(ad, key, label, budget)
+        if isinstance(value, bool) and _reads_resource(_text(ad, key, label, budget)):
             # Evaluated here with no resource, other.Name is undefined: "other.A == 1 ||
             # other.B is undefined" comes out true and "... && other.B isnt undefined"
             # false. What reads the resource is decided at match time, not now.
-            return Expression(str(ad.lookup(key)))
+            return Expression(_text(ad, key, label, budget))
         if isinstance(value, classad2.ClassAd):
-            return {k: _data(value, k, f"{label}.{k}", 1) for k in value}
+            _resolve(value, budget, f"{label}.", 1)
+            return {k: _data(value, k, f"{label}.{k}", 1, budget) for k in value}
         if value is True:
             return {}  # "Requirements = true": no requirement at all
         if value is False:
             raise JobDescriptionError(
                 f"{label} = false: no resource could ever run this job", label)
         if isinstance(value, classad2.Value):
-            return Expression(str(ad.lookup(key)))  # refers to the resource: other.*
+            return Expression(_text(ad, key, label, budget))  # refers to the resource: other.*
         raise JobDescriptionError(
             f"{label} must be a section of requirements ([ Name = value; ... ]) or a ClassAd "
             f"expression such as other.MaxRAM >= 2000 (not in quotes), got {ad.lookup(key)}",
             label)
-    return _data(ad, key, label, 0)
+    return _data(ad, key, label, 0, budget)
 
 
 def _reads_resource(expression: str) -> bool:
@@ -208,12 +400,13 @@ def _reads_resource(expression: str) -> bool:
     return any(n.split(".", 1)[0].lower() in ("other", "target") for n in names)
 
 
-def _data(ad: classad2.ClassAd, key: str, label: str, depth: int) -> Any:
+def _data(ad: classad2.ClassAd, key: str, label: str, depth: int, budget: _Budget) -> Any:
     """The evaluated value of an attribute, as plain Python data."""
-    value = _evaluate(ad, key, label)
+    value = _evaluate(ad, key, label, budget)
     if isinstance(value, classad2.Value):
-        raise JobDescriptionError(_unevaluable(label, str(ad.lookup(key)), value), label)
-    return _convert(value, label, ad, depth)
+        raise JobDescriptionError(_unevaluable(label, _text(ad, key, label, budget), value),
+                                  label)
+    return _convert(value, label, ad, depth, budget)
 
 
 def _unevaluable(label: str, expression: str, value: classad2.Value) -> str:
@@ -224,14 +417,15 @@ def _unevaluable(label: str, expression: str, value: classad2.Value) -> str:
             "not defined (text values need double quotes)")
 
 
-def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int) -> Any:
+def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int,
+             budget: _Budget) -> Any:
+    budget.spend(label, _size(value) if isinstance(value, str) else 1)
     if depth > MAX_DEPTH:
-        raise JobDescriptionError(
-            f"{label} nests too deeply (a name such as ROOT or self without quotes refers to "
-            "the job itself; text values need double quotes)", label)
+        raise JobDescriptionError(_too_deep(label), label)
     if isinstance(value, classad2.ClassAd):
-        return {k: _convert(_evaluate(value, k, f"{label}.{k}"), f"{label}.{k}", value,
-                            depth + 1) for k in value}
+        _resolve(value, budget, f"{label}.", depth + 1)
+        return {k: _convert(_evaluate(value, k, f"{label}.{k}", budget), f"{label}.{k}", value,
+                            depth + 1, budget) for k in value}
     if isinstance(value, classad2.ExprTree):
         # A list's items come back unevaluated unless they are literals.
         try:
@@ -241,9 +435,9 @@ def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int) -> Any
                                       label) from exc
         if isinstance(item, classad2.Value):
             raise JobDescriptionError(_unevaluable(label, str(value), item), label)
-        return _convert(item, label, scope, depth + 1)
+        return _convert(item, label, scope, depth + 1, budget)
     if isinstance(value, list):
-        return [_convert(v, label, scope, depth + 1) for v in value]
+        return [_convert(v, label, scope, depth + 1, budget) for v in value]
     if isinstance(value, classad2.Value):
         raise JobDescriptionError(f"{label} holds a value that is not defined", label)
     if isinstance(value, str | int | float | bool):
@@ -251,13 +445,15 @@ def _convert(value: Any, label: str, scope: classad2.ClassAd, depth: int) -> Any
     return str(value)
 
 
-def _plain(ad: classad2.ClassAd, key: str, label: str) -> JSONValue:
+def _plain(ad: classad2.ClassAd, key: str, label: str, budget: _Budget) -> JSONValue:
     """An unknown field for the payload: its value, or its expression's one-line text."""
     try:
-        value = ad.eval(key)
+        value = _evaluate(ad, key, label, budget)
         if not isinstance(value, classad2.Value):
-            converted: JSONValue = _convert(value, label, ad, 0)
+            converted: JSONValue = _convert(value, label, ad, 0, budget)
             return converted
+    except _OverBudget:
+        raise
     except (classad2.ClassAdException, JobDescriptionError):
         pass
-    return " ".join(str(ad.lookup(key)).split())
+    return " ".join(_text(ad, key, label, budget).split())

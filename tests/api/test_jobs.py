@@ -120,6 +120,18 @@ def test_submit_invalid_jdl_is_422_and_stores_nothing(client: Api, user_token: s
     assert client.ok("GET", "/api/v1/jobs", user_token)["jobs"] == []
 
 
+def test_a_jdl_whose_attributes_double_each_other_is_422_naming_one(client: Api,
+                                                                    user_token: str) -> None:
+    # 1 KB: each attribute the strcat of the one before with itself. Read by evaluating
+    # every reference anew, this took minutes; each attribute is evaluated once now, and the
+    # first that builds more than the bound of a value is named.
+    lines = ['Executable = "/bin/true";', 'X0 = "a";']
+    lines += [f"X{i} = strcat(X{i - 1}, X{i - 1});" for i in range(1, 61)]
+    response = client.call("POST", "/api/v1/jobs", user_token, text="\n".join(lines))
+    assert_problem(response, 422, "X17 builds a value of 131072 characters")
+    assert client.ok("GET", "/api/v1/jobs", user_token)["jobs"] == []
+
+
 def test_submit_bulk_with_one_bad_job_stores_nothing(client: Api, user_token: str) -> None:
     response = client.call("POST", "/api/v1/jobs", user_token,
                            json_body=[{"executable": "a"}, {"arguments": ["no executable"]}])
