@@ -57,6 +57,29 @@ def _pki(folder: Path) -> tuple[Path, Path, Path]:
     return folder / "cert.pem", folder / "cert.pem", folder / "key.pem"
 
 
+def _read_request(conn: socket.socket) -> str:
+    """The whole request, its body too: a server closing on unread data resets the
+    connection, and the client would see that instead of the answer."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            length = int(value)
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head.decode("latin-1")
+
+
 class HostileCE:
     """A loopback server (HTTPS with ``context``, else plain HTTP) answering each request
     with ``answer(method, path)``; it keeps the requests it receives."""
@@ -89,7 +112,7 @@ class HostileCE:
             raw.settimeout(10)
             conn = self.context.wrap_socket(raw, server_side=True) if self.context else raw
             with conn:
-                request = conn.recv(65536).decode("latin-1")
+                request = _read_request(conn)
                 method, path = [*request.split(" ", 2), "", ""][:2]
                 self.requests.append(f"{method} {path}")
                 answer = self.answer(method, path)
