@@ -18,7 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from agents.ce.arc import ArcCE
 from agents.ce.arcrest import ArcRefused, ArcRestClient, ArcUnavailable, ArcUnreachable
+from agents.ce.base import CEUnavailable, PilotSpec
+from agents.ce.config import CEConfig
 from tests.helpers import write_token_file
 
 
@@ -247,3 +250,31 @@ def test_a_content_length_that_is_no_number_is_the_ces_error(lab: Lab) -> None:
                                     else reply(b"x"))))
     with pytest.raises((ArcUnavailable, ArcUnreachable), match="Content-Length"):
         client.download("a", "pilot.out")
+
+
+# -- a CE that stops answering costs one deadline, not one per pilot -------------------------
+
+
+def test_a_ce_that_stops_answering_mid_submission_is_waited_for_once(lab: Lab) -> None:
+    created = b'{"job": [' + b", ".join(
+        b'{"id": "j%d", "status-code": "201", "reason": "Created"}' % i for i in range(3)
+    ) + b"]}"
+    silence = Reply(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", b" " * 10, "trickle")
+
+    def jobs(method: str, path: str) -> Reply:
+        if method == "POST" and "action=new" in path:
+            return reply(created, status="201 Created")
+        if method == "PUT":
+            return silence
+        return reply(b"", status="500 Internal Server Error")  # clean, kill: broken too
+
+    server = lab.ce(arex(jobs))
+    token = write_token_file(lab.tmp / "token", "a.b.c")
+    ce = ArcCE(CEConfig("arc", "arc", endpoint=server.url + "/arex", token_file=str(token),
+                        ca_bundle=str(lab.ca)), timeout=1)
+    specs = [PilotSpec(f"p{i}", "gridpilot-pilot", [], {}, token=f"t{i}") for i in range(3)]
+    results = ce.submit(specs)
+    assert [type(r) for r in results] == [CEUnavailable] * 3
+    assert "no complete answer within 1 s" in str(results[0])
+    # One upload waited for its deadline; the other pilots were not sent to the silent CE.
+    assert sum(r.startswith("PUT ") for r in server.requests) == 1
