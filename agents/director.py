@@ -32,7 +32,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, PilotSpec
+from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CEUnavailable, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
@@ -171,6 +171,12 @@ class Director:
 
     def _serve(self, target: QueueTarget, queue: Queue, report: DirectorReport) -> None:
         ctx = self.ctx
+        if self.ces.resting(target.compute):
+            # It did not answer lately (this cycle, or the pilots loop): its other queues do
+            # not each wait for its deadline again.
+            report.skipped[target.name] = (f"its CE ({target.compute.name}) did not answer "
+                                           "lately; left alone for now")
+            return
         now = ctx.now()
         decided = ctx.transaction(lambda s: self._decide(s, target, now))
         if isinstance(decided, str):
@@ -187,6 +193,10 @@ class Director:
         except Exception as exc:  # a CE's bug must not stop the other queues
             ctx.log.exception("submission to %s failed", target.name)
             results = [CEError(f"{type(exc).__name__}: {exc}")] * len(specs)
+        if any(isinstance(r, CEUnavailable) for r in results):
+            self.ces.failed(target.compute)
+        elif any(not isinstance(r, CEError) for r in results):
+            self.ces.answered(target.compute)
         submitted = 0
         refused: list[str] = []
         reasons: list[str] = []

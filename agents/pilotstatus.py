@@ -28,7 +28,7 @@ from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from taskqueue.database import Session
-from taskqueue.errors import NotFoundError
+from taskqueue.errors import DatabaseUnavailableError, NotFoundError
 from taskqueue.pilotlogs import (
     FollowedPilot,
     exit_reason,
@@ -94,7 +94,11 @@ class PilotFollower:
             try:
                 self._follow(self.ces.get(config), pilots, report)
                 self.ces.answered(config)
-            except CEError as exc:
+            except DatabaseUnavailableError:
+                raise
+            except Exception as exc:  # a CE's malformed answer is that CE's failure only
+                if not isinstance(exc, CEError):
+                    ctx.log.exception("following the pilots of %s failed", config.name)
                 failures = self.ces.failed(config)
                 reason = f"{config.name}: {exc}"[:250]
                 report.failed[config.name] = f"{exc} (failure {failures} in a row)"

@@ -8,13 +8,14 @@ watchdog (silent jobs Stalled, rescheduled or failed), priorities (fair share), 
 (expired sandboxes and pilot logs removed), purge (jobs ended longer ago than their status's
 retention removed, with their history and sandboxes). Several agent processes may run at
 once: each loop's turn is taken in the database (taskqueue.agentruns) and held by a
-heartbeat while the loop runs (so a killed agent's turn is free after ``[agents] turn_lease``),
-and every loop is itself safe to run twice at once.
+heartbeat while the loop runs (so a killed agent's turn is free, and due again, after
+``[agents] turn_lease``), and every loop is itself safe to run twice at once.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import threading
@@ -104,7 +105,9 @@ class TurnKeeper:
 class Agents:
     def __init__(self, ctx: AgentContext, names: Sequence[str] | None = None) -> None:
         self.ctx = ctx
-        self.holder = f"{socket.gethostname()}:{os.getpid()}"
+        # Host and pid, and a random part: a restarted container's agent often gets the pid
+        # of the one killed, and must not pass for it (its turn would wait for the interval).
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.ces = compute_elements(ctx)
         director = Director(ctx, self.ces)
         follower = PilotFollower(ctx, self.ces)

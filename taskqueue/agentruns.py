@@ -21,7 +21,8 @@ def start_run(session: Session, name: str, *, holder: str, now: datetime, interv
               lease: int, force: bool = False) -> bool:
     """Take the turn to run loop ``name``; False when another process runs it now (not
     finished, and started or renewed less than ``lease`` seconds ago), or (unless ``force``)
-    when it ran less than ``interval`` seconds ago."""
+    when it ran less than ``interval`` seconds ago and finished (a turn cut short is due
+    again once its lease passed)."""
     run = session.get(AgentRun, name, with_for_update=True)
     if run is None:
         try:
@@ -36,7 +37,10 @@ def start_run(session: Session, name: str, *, holder: str, now: datetime, interv
     running = run.finished_at is None and now - alive_at < timedelta(seconds=lease)
     if running and run.holder != holder:
         return False
-    if not force and now - run.started_at < timedelta(seconds=interval):
+    # A turn that never finished and is no longer renewed was cut short (its process was
+    # killed): the loop did not do its work, so it is due again as soon as its lease passed.
+    abandoned = run.finished_at is None and not running
+    if not force and not abandoned and now - run.started_at < timedelta(seconds=interval):
         return False
     run.started_at, run.renewed_at, run.finished_at, run.holder = now, now, None, holder
     session.flush()

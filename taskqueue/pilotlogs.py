@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from taskqueue.errors import InvalidInputError, NotFoundError
 from taskqueue.models import Pilot
-from taskqueue.pilots import FINAL_PILOT_STATES, PILOT_STATES, may_move
+from taskqueue.pilots import FINAL_PILOT_STATES, PILOT_STATES, may_move, storable
 from taskqueue.sandboxes import Uploader, register_sandbox
 
 STORED, UNAVAILABLE = "stored", "unavailable"
@@ -73,7 +73,7 @@ def record_ce_state(session: Session, vo: str, reference: str, *, status: str, r
         return False
     pilot.status, pilot.updated_at = status, now
     if reason:
-        pilot.reason = reason[:255]
+        pilot.reason = storable(reason)
     session.flush()
     return True
 
@@ -111,7 +111,7 @@ def record_log(session: Session, vo: str, reference: str, *, log_id: str | None,
     pilot's own word on why it stopped) replaces the one its status had."""
     pilot = _pilot(session, vo, reference)
     if reason:
-        pilot.reason = reason[:255]
+        pilot.reason = storable(reason)
     if log_id is not None:
         register_sandbox(session, log_id, size,
                          Uploader(vo, OWNER_PREFIX + reference, f"{vo}_pilot"), now=now,
@@ -119,7 +119,7 @@ def record_log(session: Session, vo: str, reference: str, *, log_id: str | None,
         pilot.log_state, pilot.log_id = STORED, log_id
     else:
         pilot.log_state = UNAVAILABLE
-    pilot.log_note = note[:255]
+    pilot.log_note = storable(note)
     session.flush()
 
 

@@ -147,11 +147,23 @@ def record_submission_failure(session: Session, site: str, ce: str, queue: str,
     for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references),
                                                      Pilot.executor.is_not(None))
                                  .with_for_update()):
-        pilot.status, pilot.reason, pilot.updated_at = "Failed", reason[:255], now
+        pilot.status, pilot.reason, pilot.updated_at = "Failed", storable(reason), now
         pilot.log_state, pilot.log_note = "unavailable", "never submitted"
     state = _back_off(session, site, ce, queue, reason=reason, now=now,
                       base_backoff=base_backoff)
     return state.failures
+
+
+_UNSTORABLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
+
+
+def storable(text: str, limit: int = 255) -> str:
+    """``text`` as a reason or note column takes it on every backend: no NUL or other
+    control character (PostgreSQL refuses a NUL), no lone surrogate, at most ``limit``
+    characters. What a CE or a pilot says is made storable before it is stored."""
+    text = text.translate(_UNSTORABLE)
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:limit]
 
 
 def record_ce_failure(session: Session, queues: list[tuple[str, str, str]], *, reason: str,
@@ -166,7 +178,7 @@ def _back_off(session: Session, site: str, ce: str, queue: str, *, reason: str,
               now: datetime, base_backoff: int) -> DirectorQueue:
     state = lock_director_queue(session, site, ce, queue, now=now)
     state.failures += 1
-    state.last_error = reason[:255]
+    state.last_error = storable(reason)
     state.skip_until = now + timedelta(seconds=base_backoff * min(16, 2 ** (state.failures - 1)))
     session.flush()
     return state

@@ -13,6 +13,7 @@ pilots the CE does not know (Lost).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -46,6 +47,8 @@ from agents.ce.base import (
     PilotUnknown,
 )
 from agents.ce.config import CEConfig
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _EXIT_CODE = re.compile(r"^exitcode=(-?\d+)\s*$", re.MULTILINE)
@@ -93,9 +96,18 @@ class ArcCE:
                 raise CERefused(f"{self.name}: pilot {spec.reference} cannot be described: "
                                 f"{exc}") from exc
         results = self._call(lambda: self.client.submit(descriptions))
+        # Jobs without their token would wait for it until the CE gives up: removed at the end,
+        # in one request.
+        orphans: list[str] = []
+        silent: ArcError | None = None
         for spec, result in zip(specs, results, strict=True):
             if isinstance(result, ArcError):
                 out.append(ce_error(result))
+                continue
+            if silent is not None:
+                # The CE stopped answering: the other pilots do not each wait for its deadline.
+                orphans.append(result)
+                out.append(ce_error(silent))
                 continue
             try:
                 for name, data in spec.files.items():
@@ -103,11 +115,18 @@ class ArcCE:
                 # The token last: the CE starts the job once its last input is there.
                 self.client.upload(result, TOKEN_FILE, (spec.token + "\n").encode())
             except ArcError as exc:
-                # A job without its token would wait for it until the CE gives up: gone now.
-                self._forget([result])
+                orphans.append(result)
                 out.append(ce_error(exc))
+                if isinstance(exc, ArcUnreachable):
+                    silent = exc
                 continue
             out.append(result)
+        if orphans:
+            try:
+                self._forget(orphans)
+            except CEError as exc:  # what was submitted stays submitted; the CE cleans up later
+                log.warning("%s: %d job(s) without their token not removed: %s", self.name,
+                            len(orphans), exc)
         return out
 
     def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:

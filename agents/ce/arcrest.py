@@ -49,7 +49,7 @@ from urllib.parse import quote, urlsplit
 
 import requests
 
-from agents.ce import adl
+from agents.ce import adl, exchange
 from agents.ce.x509proxy import CredentialError, load_credential, sign_proxy_request
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,8 @@ RENEW_BEFORE = timedelta(hours=1)
 DELEGATION_LIFETIME = timedelta(hours=24)
 #: How much of a file download() reads by default.
 DOWNLOAD_LIMIT = 1024 * 1024
+#: Most bytes of any other answer read (a listing of a few thousand jobs is well under).
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 def pilot_status(arc_state: str) -> str | None:
@@ -175,6 +177,11 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
+def _is_count(text: str) -> bool:
+    """Whether ``text`` is a whole number int() takes (ASCII digits only: "²" is a digit)."""
+    return text.isascii() and text.isdigit()
+
+
 def _token_expiry(token: str) -> int | None:
     """The ``exp`` claim of a JWT, read without verifying it (the CE verifies)."""
     try:
@@ -199,7 +206,8 @@ class ArcRestClient:
     """One ARC-CE, reached at ``endpoint`` (``https://host:port/arex``; a URL with no path gets
     ``/arex``), with a token file or a proxy file (exactly one of them), checking the CE's
     certificate against ``ca_bundle`` (a PEM file; None: the system's CAs). ``timeout`` bounds
-    each request, in seconds. Threads may share a client; when the credential file changes,
+    each exchange as a whole (connecting, redirects within the CE, the whole answer), in
+    seconds. Threads may share a client; when the credential file changes,
     the connections are closed, and a request of another thread still on one of them fails as
     ArcUnreachable (retryable)."""
 
@@ -294,8 +302,12 @@ class ArcRestClient:
 
     def _request(self, method: str, path: str, *, versioned: bool = True,
                  job_id: str | None = None, expect: Sequence[int] = (200, 201, 202, 204),
+                 max_bytes: int = MAX_ANSWER_BYTES, truncate: bool = False,
                  **kwargs: Any) -> requests.Response:
-        """One request; an answer outside ``expect`` becomes the matching ArcError."""
+        """One exchange, within ``timeout`` seconds in all and reading at most ``max_bytes``
+        of answer (with ``truncate``, its first ``max_bytes`` are the answer), following
+        redirects only within the CE's origin; an answer outside ``expect`` becomes the
+        matching ArcError."""
         if versioned:
             path = f"{self.rest_version()}/{path}"
         with self._lock:
@@ -304,9 +316,16 @@ class ArcRestClient:
         headers = {"Accept": "application/json", **auth.pop("headers", {}),
                    **kwargs.pop("headers", {})}
         try:
-            response = session.request(method, self._url(path), headers=headers,
-                                       verify=self._verify, timeout=self.timeout, **auth,
-                                       **kwargs)
+            response = exchange.request(session, method, self._url(path), headers=headers,
+                                        verify=self._verify, deadline=self.timeout,
+                                        max_bytes=max_bytes, truncate=truncate, **auth,
+                                        **kwargs)
+        except exchange.DeadlineError as exc:
+            raise ArcUnreachable(f"{self.ce}: {exc}", ce=self.ce) from exc
+        except exchange.AnswerTooLargeError as exc:
+            raise ArcUnavailable(f"{self.ce}: {exc}", ce=self.ce) from exc
+        except exchange.RedirectRefusedError as exc:
+            raise ArcRefused(f"{self.ce}: {exc}", ce=self.ce) from exc
         except requests.exceptions.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
@@ -523,7 +542,7 @@ class ArcRestClient:
                 results.append(str(answer["id"]))
             else:
                 results.append(ArcRefused(f"{self.ce} refused a job: {code} {reason}",
-                                          ce=self.ce, status=int(code) if code.isdigit()
+                                          ce=self.ce, status=int(code) if _is_count(code)
                                           else None, reason=reason))
         return results
 
@@ -577,7 +596,7 @@ class ArcRestClient:
             else:
                 outcome[job_id] = ArcRefused(f"{self.ce} would not {action} job {job_id}: "
                                              f"{code} {reason}", ce=self.ce, reason=reason,
-                                             status=int(code) if code.isdigit() else None)
+                                             status=int(code) if _is_count(code) else None)
         return outcome
 
     def kill(self, ids: Iterable[str]) -> dict[str, ArcError | None]:
@@ -613,7 +632,17 @@ class ArcRestClient:
         except ET.ParseError as exc:
             raise ArcRefused(f"{self.ce}: the listing of job {job_id}'s session directory "
                              f"is not XML ({exc})", ce=self.ce) from exc
-        return {str(f.text): int(f.get("size", "0")) for f in root.iter("file") if f.text}
+        files: dict[str, int] = {}
+        for f in root.iter("file"):
+            if not f.text:
+                continue
+            size = (f.get("size") or "0").strip()
+            if not _is_count(size):
+                raise ArcUnavailable(f"{self.ce}: the listing of job {job_id}'s session "
+                                     f"directory gives file {f.text[:80]!r} the size "
+                                     f"{size[:40]!r}, not a number", ce=self.ce)
+            files[str(f.text)] = int(size)
+        return files
 
     def download(self, job_id: str, name: str, limit: int = DOWNLOAD_LIMIT) -> bytes:
         """A file of the job's session directory (its stdout, stderr), at most its last
@@ -622,20 +651,17 @@ class ArcRestClient:
             raise ValueError(f"a download limit is at least one byte, not {limit}")
         path = self._session_path(job_id, name)
         head = self._request("HEAD", path, job_id=job_id)
-        size = int(head.headers.get("Content-Length", "0") or 0)
+        declared = head.headers.get("Content-Length", "0").strip() or "0"
+        if not _is_count(declared):
+            raise ArcUnavailable(f"{self.ce}: HEAD of file {name!r} of job {job_id} answered "
+                                 f"Content-Length {declared[:40]!r}, not a size", ce=self.ce)
+        size = int(declared)
         headers = {"Accept": "*/*"}
         if size > limit:
             headers["Range"] = f"bytes={size - limit}-{size - 1}"
-        response = self._request("GET", path, job_id=job_id, headers=headers, stream=True,
-                                 expect=(200, 206))
-        chunks, got = [], 0
-        for chunk in response.iter_content(65536):
-            chunks.append(chunk)
-            got += len(chunk)
-            if got >= limit:
-                break
-        response.close()
-        return b"".join(chunks)[:limit]
+        response = self._request("GET", path, job_id=job_id, headers=headers,
+                                 expect=(200, 206), max_bytes=limit, truncate=True)
+        return response.content[:limit]
 
     def diagnose(self, job_id: str, name: str = "failed", limit: int = 65536) -> str:
         """One of A-REX's own files about the job (``failed``: why it failed; ``errors``: the
@@ -645,6 +671,7 @@ class ArcRestClient:
             raise ValueError(f"A-REX keeps no {name!r} file about a job; it keeps "
                              f"{', '.join(DIAGNOSE_FILES)}")
         response = self._request("GET", f"jobs/{quote(job_id, safe='')}/diagnose/{name}",
-                                 job_id=job_id, headers={"Accept": "text/plain"})
+                                 job_id=job_id, headers={"Accept": "text/plain"},
+                                 max_bytes=limit, truncate=True)
         return response.content[:limit].decode("utf-8", "replace")
 

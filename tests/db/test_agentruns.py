@@ -51,3 +51,20 @@ def test_a_finished_turn_waits_for_its_interval(db: Database, now: datetime) -> 
     assert not renew(db, "a:1", now + 2 * S)
     assert not take(db, "b:2", now + 30 * S, force=False)
     assert take(db, "b:2", now + 60 * S, force=False)
+
+
+def test_a_turn_cut_short_is_due_once_its_lease_passed(db: Database, now: datetime) -> None:
+    """An agent killed mid-turn: the next process takes the loop after the lease, not after
+    the loop's interval (an hour here)."""
+    def due(holder: str, at: datetime) -> bool:
+        return run_in_transaction(db.factory, partial(
+            start_run, name="purge", holder=holder, now=at, interval=3600, lease=LEASE,
+            force=False))
+
+    assert due("a:1", now)
+    assert not due("b:2", now + (LEASE - 1) * S)
+    assert due("b:2", now + LEASE * S)
+    # Finished, it waits for its interval again.
+    run_in_transaction(db.factory, partial(finish_run, name="purge", holder="b:2",
+                                           now=now + (LEASE + 1) * S, summary="ok"))
+    assert not due("c:3", now + (2 * LEASE + 5) * S)

@@ -45,6 +45,7 @@ from agents.ce.base import (
     CEPilot,
     CERefused,
     CEState,
+    CEUnavailable,
     PilotOutput,
     PilotSpec,
 )
@@ -585,6 +586,44 @@ def test_a_failure_mid_cycle_keeps_the_pilots_already_submitted(
     submitted = next(p for p in rows if p.status == "Submitted")
     assert submitted.native_id == f"native-{submitted.reference}"
 
+
+
+class _SilentCEs(FakeCEs):
+    """Fake CEs, but executor "silent" answers nothing (CEUnavailable, as an ARC-CE past its
+    deadline); ``silent_asked`` counts the submissions it was sent."""
+
+    silent_asked = 0
+
+    def get(self, config: CEConfig) -> Any:
+        if config.executor != "silent":
+            return super().get(config)
+        owner = self
+
+        class Silent(FakeCE):
+            def submit(self, specs: Sequence[PilotSpec]) -> list[str | CEError]:
+                owner.silent_asked += 1
+                raise CEUnavailable("silent.batch.org: no complete answer within 30 s")
+
+        return Silent(self, config.executor)
+
+
+def test_a_ce_that_does_not_answer_is_waited_for_once_a_cycle(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    resources = batch_resources(
+        tmp_path, batch_ce(executor="silent", ce="a.batch.org", queue="q"),
+        batch_ce(executor="silent", ce="b.batch.org", queue="q"),
+        batch_ce(executor="fake", ce="c.batch.org", queue="q"))
+    ctx = AgentContext(agent_settings(settings, tmp_path, resources, failure_backoff=60),
+                       db.factory, secret=SECRET)
+    submit_jobs(ctx, echo_jobs("Test.Batch.org", 2))
+    pool = _SilentCEs(ctx)
+    report = Director(ctx, pool).cycle()
+    # One of the silent CE's queues waited for it; the other was left alone this cycle, and
+    # the healthy CE beside it got its pilots.
+    assert pool.silent_asked == 1, report.line()
+    assert len(report.failed) == 1 and len(report.skipped) == 1, report.line()
+    assert "did not answer lately" in next(iter(report.skipped.values()))
+    assert report.submitted.get("Test.Batch.org/c.batch.org/q", 0) > 0, report.line()
 
 def test_every_pilot_gets_the_matchers_ca_as_a_file_and_its_argument(
         db: Database, settings: Settings, tmp_path: Path) -> None:

@@ -291,3 +291,39 @@ def test_pilot_logs_leave_with_the_sandboxes_after_the_retention_period(
         logs = dict(session.execute(select(Pilot.reference, Pilot.log_id)).all())
     assert store.size(logs["old"] or "") is None
     assert store.size(logs["new"] or "") is not None
+
+
+class _Odd(SilentCE):
+    """A CE whose answer the client did not foresee (a ValueError out of it), then one whose
+    failure reason holds a NUL, which PostgreSQL refuses in text."""
+
+    def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
+        self.asked += 1
+        if self.down:
+            raise ValueError("invalid literal for int() with base 10: 'abc'")
+        return {p.reference: CEState("Failed", "LRMS error\x00: exit 1") for p in pilots}
+
+
+def test_a_ces_malformed_answer_is_that_ces_failure_only(
+        db: Database, settings: Settings, tmp_path: Path) -> None:
+    ctx = local_context(db, settings, tmp_path, failure_backoff=60)
+    now = [1000.0]
+    ce = _Odd()
+
+    class Odd(ComputeElements):
+        def get(self, config: CEConfig) -> Any:
+            return ce
+
+    follower = PilotFollower(ctx, Odd(tmp_path / "pilots", ctx.settings.agents,
+                                      clock=lambda: now[0]))
+    when = datetime.now(UTC)
+    ctx.transaction(partial(record_new_pilots, vo="lhcb", site=SITE, ce=CE, queue=QUEUE,
+                            executor="local", references=["p1"], now=when))
+    ctx.transaction(partial(record_submission, reference="p1", native_id="n-p1", now=when))
+    report = follower.turn()
+    assert list(report.failed.values()) == [
+        "invalid literal for int() with base 10: 'abc' (failure 1 in a row)"]
+    now[0] += 61
+    ce.down = False
+    assert not follower.turn().failed
+    assert [(p.status, p.reason) for p in pilots(db)] == [("Failed", "LRMS error: exit 1")]
