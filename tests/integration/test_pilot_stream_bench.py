@@ -99,7 +99,12 @@ def test_tiny_run_is_correct(bench_url: str) -> None:
         assert r["errors"] == 0, r
         assert r["database_agrees"], r
         assert r["background_jobs"] == 500
-        assert r["statements_per_claim"] >= 1 and r["commits_per_claim"] == 1.0
+        # One commit claims each job; before it, every match request looks up its pilot's
+        # record (a killed pilot gets nothing, taskqueue.pilotmatch._pilot_stop), a read-only
+        # transaction of its own until the claim function does it (one per empty answer too).
+        lookups = r["claims"] + r["empty_answers"]
+        assert r["statements_per_claim"] >= 2
+        assert abs(r["commits_per_claim"] - (r["claims"] + lookups) / r["claims"]) <= 0.011, r
         assert r["client_cpu_ms_per_claim"] > 0
         assert {"busy_cores", "other_cores", "loadavg_1m_before"} <= set(r["load"])
         # Every job the stream draws from is handed out: one claimer never answers "no match"
