@@ -338,12 +338,14 @@ class Scenario:
         self._watch_killed(30)
         fault = self.fault("A-REX stopped for 30 s")
         run_tool("arc-localhost", "down")
-        # Work for the ARC site arrives while its CE is down: it runs once the CE is back.
-        self.submit("during-arex-stop", f'[ JobName = "acceptance-during-arex-stop";'
-                    f' Executable = "/bin/echo"; Arguments = "after the outage";'
-                    f' CPUTime = 600; Site = "{ARC_SITE}"; ]', site=ARC_SITE)
-        time.sleep(30)
-        run_tool("arc-localhost", "up")
+        try:
+            # Work for the ARC site arrives while its CE is down: it runs once the CE is back.
+            self.submit("during-arex-stop", f'[ JobName = "acceptance-during-arex-stop";'
+                        f' Executable = "/bin/echo"; Arguments = "after the outage";'
+                        f' CPUTime = 600; Site = "{ARC_SITE}"; ]', site=ARC_SITE)
+            time.sleep(30)
+        finally:  # interrupted or not, the CE is left running as it was found
+            run_tool("arc-localhost", "up")
         fault.end(self.log.elapsed())
         self.arex_fault = fault
 
