@@ -12,6 +12,7 @@ import requests
 
 import pilot.transfer as transfer
 from pilot.protocol import API_PREFIX
+from pilot.tls import causes
 
 #: Most jobs one bulk request may name (the service's limit): larger lists are split.
 BULK_CHUNK = 1000
@@ -186,34 +187,18 @@ def problem_detail(response: requests.Response) -> str:
                                                                else "")
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
-    """The exception and every one it carries (requests wraps urllib3's, which wraps the
-    socket's: as arguments, a ``reason``, or the cause)."""
-    seen: set[int] = set()
-    stack = [exc]
-    while stack:
-        e = stack.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        yield e
-        stack += [a for a in e.args if isinstance(a, BaseException)]
-        stack += [c for c in (getattr(e, "reason", None), e.__cause__, e.__context__)
-                  if isinstance(c, BaseException)]
-
-
 def _stale_connection(exc: BaseException) -> bool:
     """Whether the connection was dropped by the other end under the request (a kept-alive
     connection the service closed), rather than refused or never made."""
     return any(isinstance(e, ConnectionResetError | BrokenPipeError)
-               or type(e).__name__ == "RemoteDisconnected" for e in _causes(exc))
+               or type(e).__name__ == "RemoteDisconnected" for e in causes(exc))
 
 
 def _reason(exc: requests.RequestException, url: str) -> str:
     if isinstance(exc, requests.Timeout):
         return "no answer in time"
     if any(isinstance(e, socket.gaierror) or type(e).__name__ == "NameResolutionError"
-           for e in _causes(exc)):
+           for e in causes(exc)):
         return f"the name {urlsplit(url).hostname} does not resolve (is the URL right?)"
     if isinstance(exc, requests.ConnectionError):
         return "connection refused or no route (is the URL right and the service up?)"

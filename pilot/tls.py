@@ -81,11 +81,11 @@ def trusting(session: requests.Session, verify: str | bool | None) -> requests.S
 
 def certificate_failure(exc: BaseException) -> str | None:
     """The reason a TLS verification failed, when ``exc`` is (or carries) such a failure."""
-    for e in _causes(exc):
+    for e in causes(exc):
         reason = getattr(e, "verify_message", None)
         if reason:
             return str(reason)
-    for e in _causes(exc):
+    for e in causes(exc):
         if isinstance(e, requests.exceptions.SSLError) or type(e).__name__ in (
                 "SSLCertVerificationError", "SSLError"):
             text = str(e)
@@ -103,7 +103,9 @@ def failure_message(url: str, reason: str) -> str:
             f"{reason}; {HINT}")
 
 
-def _causes(exc: BaseException) -> Iterator[BaseException]:
+def causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exception and every one it carries (requests wraps urllib3's, which wraps the
+    socket's: as arguments, a ``reason``, or the cause)."""
     seen: set[int] = set()
     stack = [exc]
     while stack:
