@@ -363,11 +363,12 @@ class Scenario:
         self.log(f"alert fired: {fired['annotations'].get('summary', '')}")
         self.grid.topology("start", "matcher-2")
         self.matcher_fault.end(self.log.elapsed())
-        self.wait("the GridpilotMatcherDown alert clearing", lambda: not self._alert(None),
-                  120, 2)
+        cleared = self.wait("the GridpilotMatcherDown alert clearing",
+                            lambda: not self._alert(None), 120, 2)
         self.report.figures["alert_cleared_after_restart_s"] = round(
             self.log.elapsed() - self.matcher_fault.ended, 1)
-        self.report.check("the killed matcher's alert fired and cleared", True)
+        self.report.check("the killed matcher's alert fired and cleared",
+                          fired["state"] == "firing" and cleared)
 
     def _peek(self, job_id: int, text: str) -> str | None:
         out = self.user.run("peek", str(job_id), check=False).stdout
