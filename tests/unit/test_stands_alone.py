@@ -3,9 +3,12 @@ cites under docs/ is there."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 #: Spelled in two pieces so that this file does not cite it.
@@ -47,3 +50,36 @@ def test_the_readme_and_the_docstrings_cite_the_architecture_document() -> None:
     bare = sorted(name for name, text in texts.items() if name.endswith(".py")
                   and re.search(r"(?<!docs/)ARCHITECTURE\.md", text))
     assert bare == []
+
+
+CODE_PATH = re.compile(r"`((?:taskqueue|optimizers|matcher|pilot|client|agents|simulator|gridpilot"
+                       r"|migrations)/[\w/]+\.py)`")
+DOTTED = re.compile(r"`((?:taskqueue|optimizers|matcher|pilot|client|agents|simulator|gridpilot)"
+                    r"(?:\.\w+)+)`")
+
+
+def _resolves(dotted: str) -> bool:
+    """Whether a dotted name is a module, or an attribute path inside one."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+@pytest.mark.parametrize("doc", ["docs/GLOSSARY.md", "docs/ARCHITECTURE.md"])
+def test_the_code_a_document_names_is_there(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    paths = set(CODE_PATH.findall(text))
+    names = {n for n in DOTTED.findall(text) if not n.endswith((".toml", ".md", ".py"))}
+    assert len(paths) > 10 and len(names) > 3  # the patterns found what the document names
+    missing = sorted(p for p in paths if not (ROOT / p).is_file())
+    missing += sorted(n for n in names if not _resolves(n))
+    assert missing == []
