@@ -15,28 +15,24 @@ the bytes sent and received; the machine's busy cores and load average say how l
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import requests
+from kit import machine_cpu_seconds, tree_cpu_seconds
+
+from agents.ce.adl import job_description
+from agents.ce.arcrest import ArcRestClient
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any  # noqa: E402
-
-import requests  # noqa: E402
-
-from agents.ce.adl import job_description  # noqa: E402
-from agents.ce.arcrest import ArcRestClient  # noqa: E402
-from bench.matcher import machine_cpu_seconds, tree_cpu_seconds  # noqa: E402
 
 ROOT = _HERE.parent
 ARC_LOCALHOST = ROOT / "tools" / "arc-localhost"

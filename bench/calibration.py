@@ -21,20 +21,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kit import stat_cpu
 from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 TABLE = "gp_bench_calibration"
-
-
-def _proc_cpu(path: str) -> float | None:
-    try:
-        raw = Path(path).read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
 def _mariadb_threads() -> list[str]:
@@ -83,7 +74,7 @@ def _server_stat(backend: str, cursor: Any) -> list[str]:
 
 
 def _cpu_of(paths: list[str]) -> dict[str, float]:
-    return {p: c for p in paths if (c := _proc_cpu(p)) is not None}
+    return {p: c for p in paths if (c := stat_cpu(p)) is not None}
 
 
 def _loop(cursor: Any, statement: str, seconds: float, stat: list[str]) -> dict[str, Any]:

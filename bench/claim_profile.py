@@ -18,30 +18,19 @@ statements are printed too.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import argparse
+import json
+import random
+import re
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import time  # noqa: E402
-from collections import defaultdict  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import Any  # noqa: E402
-
-from bench.matcher import load_file  # noqa: E402
-
-
-def stream_module() -> ModuleType:
-    return load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
-
+import pilot_stream as ps
+import queue_ops as tq
+from kit import backend_of, upgrade_schema
 
 _DURATION = re.compile(r"duration: ([0-9.]+) ms\s+plan:\s*(.*)", re.S)
 _QUERY = re.compile(r"Query Text: (.*?)\n(?:\S|$)", re.S)
@@ -61,19 +50,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=500, help="claims profiled (default 500)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    ps = stream_module()
-    tq = ps.sibling("taskqueue")
-    from gridpilot import schema
-    from taskqueue.database import make_engine
     from taskqueue.pilotmatch import _CALL, _parameters
     from taskqueue.resources import parse_resource
 
-    backend = tq.backend_of(args.url)
+    backend = backend_of(args.url)
     if backend != "postgresql":
         raise SystemExit("bench/claim_profile.py profiles PostgreSQL's claim function only")
-    engine = make_engine(args.url)
-    schema.upgrade(engine)
-    engine.dispose()
+    upgrade_schema(args.url)
     wl = ps.make_workload(args.k, args.jobs, args.seed)
     ps.load_workload(args.url, backend, wl)
     tq.analyze(args.url, backend, vacuum=True)

@@ -16,32 +16,29 @@ installed function is put back (the head migration's text, 0026) at the end.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import random
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import pilot_stream as ps
+import queue_ops
+from kit import backend_of, load_file, proc_cpu
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
 
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from typing import Any  # noqa: E402
-
-from bench.matcher import load_file  # noqa: E402
-
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 WARM_UP = 50
 
 
-def _cpu(pid: int) -> float:
-    raw = Path(f"/proc/{pid}/stat").read_text()
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+def _cpu_of(pid: int) -> float:
+    cpu = proc_cpu(pid)
+    if cpu is None:
+        raise SystemExit(f"the database backend {pid} is gone")
+    return cpu
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,8 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.k, args.rounds) < 1 or args.claims <= WARM_UP:
         parser.error(f"--k and --rounds must be positive, --claims above {WARM_UP}")
     texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
-    ps = load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
-    tq = ps.sibling("taskqueue")
     original = load_file("gp_migration_0026", _HERE.parent / "migrations" / "versions"
                      / "0026_purged_jobs.py").claim_function()
     import psycopg
@@ -64,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from taskqueue.pilotmatch import _CALL, _parameters
     from taskqueue.resources import parse_resource
 
-    if tq.backend_of(args.url) != "postgresql":
+    if backend_of(args.url) != "postgresql":
         raise SystemExit("bench/claim_variants.py compares PostgreSQL claim functions only")
     dsn = args.url.replace("postgresql+psycopg://", "postgresql://")
     wl = ps.make_workload(args.k, args.claims + 200, 1)
@@ -75,7 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     with psycopg.connect(dsn, autocommit=True) as conn:
                         conn.execute(text)  # type: ignore[arg-type]
                 ps.load_workload(args.url, "postgresql", wl)
-                tq.analyze(args.url, "postgresql", vacuum=True)
+                queue_ops.analyze(args.url, "postgresql", vacuum=True)
                 rng = random.Random(7)
                 order = list(range(len(wl.job_queue)))
                 rng.shuffle(order)
@@ -92,10 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     pid = int(row[0])
                     for params in calls[:WARM_UP]:
                         cur.execute(_CALL, params).fetchall()
-                    cpu0, t0, jobs = _cpu(pid), time.perf_counter(), 0
+                    cpu0, t0, jobs = _cpu_of(pid), time.perf_counter(), 0
                     for params in calls[WARM_UP:]:
                         jobs += len(cur.execute(_CALL, params).fetchall())
-                    wall, cpu = time.perf_counter() - t0, _cpu(pid) - cpu0
+                    wall, cpu = time.perf_counter() - t0, _cpu_of(pid) - cpu0
                 n = len(calls) - WARM_UP
                 print(json.dumps({"measure": "claim_variant", "round": rnd, "variant": name,
                                   "k": args.k, "claims": n, "jobs": jobs,

@@ -24,37 +24,30 @@ during the run), since page times on a shared machine are noisy.
 
 from __future__ import annotations
 
+import argparse
+import os
+import statistics
 import sys
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+from kit import emit, fresh_database, log, machine_cpu_seconds, postgres_default, url_option
+from sqlalchemy import Engine, event, text
+
+from matcher.app import create_app
+from matcher.auth import issue_token
+from matcher.dashboard import session as cookies
+from matcher.runtime import runtime_of
+from optimizers.resources import load_resources
+from taskqueue.activity import record_activity
+from taskqueue.database import make_engine, make_session_factory
+from taskqueue.settings import Settings
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Iterator, Sequence  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import replace  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import Engine, create_engine, event, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-
-from gridpilot import schema  # noqa: E402
-from matcher.app import create_app  # noqa: E402
-from matcher.auth import issue_token  # noqa: E402
-from matcher.dashboard import session as cookies  # noqa: E402
-from matcher.runtime import runtime_of  # noqa: E402
-from optimizers.resources import load_resources  # noqa: E402
-from taskqueue.activity import record_activity  # noqa: E402
-from taskqueue.database import make_engine, make_session_factory  # noqa: E402
-from taskqueue.settings import Settings  # noqa: E402
 
 ROOT = _HERE.parent
 SECRET = "dashboard-benchmark-secret-0123456789"
@@ -63,36 +56,6 @@ GROUPS = ("lhcb_user", "lhcb_prod", "lhcb_mc", "lhcb_calib", "lhcb_data", "lhcb_
 SEGMENTS = (360, 1800, 3600, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200,
             864000, 1080000)
 WEEK = 7 * 86400
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
-
-
-@contextmanager
-def fresh_database(url: str, keep: bool, prefix: str = "gp_bench") -> Iterator[str]:
-    """A new database ``<prefix>_<random>`` on the server of ``url``; dropped after unless
-    ``keep``."""
-    base = make_url(url)
-    name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        if keep:
-            log(f"kept database {name}")
-        else:
-            with admin.connect() as conn:
-                force = " WITH (FORCE)" if base.get_backend_name() == "postgresql" else ""
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
-        admin.dispose()
-
 
 class Sql:
     """The few expressions that differ between PostgreSQL and MariaDB."""
@@ -258,12 +221,7 @@ def analyse(engine: Engine) -> None:
 
 def other_cpu() -> float:
     """CPU seconds all processes but this one have used (from /proc/stat)."""
-    with open("/proc/stat") as f:
-        fields = [float(v) for v in f.readline().split()[1:8]]
-    total = (fields[0] + fields[1] + fields[2] + fields[5] + fields[6]) / os.sysconf(
-        "SC_CLK_TCK")
-    mine = sum(os.times()[:2])
-    return total - mine
+    return machine_cpu_seconds()[0] - sum(os.times()[:2])
 
 
 def pages(first_tq: int, job_id: int, failed_job: int, pilot: str) -> list[tuple[str, str]]:
@@ -340,9 +298,9 @@ def operator_client(url: str, vo: str) -> tuple[Any, Any]:
 def run(args: argparse.Namespace) -> int:
     load0 = os.getloadavg()
     emit({"measure": "machine", "cpus": os.cpu_count(), "loadavg_before": load0})
-    with fresh_database(args.url, args.keep) as url:
+    with fresh_database(args.url, keep=args.keep) as db:
+        url = db.url
         engine = make_engine(url)
-        schema.upgrade(engine)
         emit({"measure": "populate", "backend": engine.dialect.name,
               **populate(engine, jobs=args.jobs, queues=args.queues, pilots=args.pilots)})
         factory = make_session_factory(engine)
@@ -402,9 +360,7 @@ def run(args: argparse.Namespace) -> int:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--url", default=os.environ.get(
-        "GRIDPILOT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-        help="a server database URL; the benchmark creates and drops its own database there")
+    url_option(parser, postgres_default())
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--queues", type=int, default=10_000)
     parser.add_argument("--pilots", type=int, default=100_000)

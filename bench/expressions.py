@@ -21,52 +21,27 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import secrets
-import sys
-import tempfile
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from kit import fresh_database, url_option
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from gridpilot import schema  # noqa: E402
-from optimizers.classads import expression_check  # noqa: E402
-from taskqueue.database import make_engine, make_session_factory  # noqa: E402
-from taskqueue.definitions import JobRequirements  # noqa: E402
-from taskqueue.jobs import NewJob, add_jobs, apply_transition  # noqa: E402
-from taskqueue.matching import claim_jobs  # noqa: E402
-from taskqueue.queues import QueueEntry, enqueue_jobs  # noqa: E402
-from taskqueue.resources import parse_resource  # noqa: E402
-from taskqueue.settings import Settings  # noqa: E402
-from taskqueue.states import JobStatus  # noqa: E402
+from optimizers.classads import expression_check
+from taskqueue.database import make_engine, make_session_factory
+from taskqueue.definitions import JobRequirements
+from taskqueue.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.matching import claim_jobs
+from taskqueue.queues import QueueEntry, enqueue_jobs
+from taskqueue.resources import parse_resource
+from taskqueue.settings import Settings
+from taskqueue.states import JobStatus
 
 
 def hostile_expression(terms: int) -> str:
     """``terms`` catastrophic-backtracking regexps joined by ||, none of which can hold."""
     call = 'regexp("(a|aa)+$", strcat(other.Site, "' + "a" * 28 + 'b"))'
     return " || ".join([call] * terms)
-
-
-def fresh_url(base: str) -> tuple[str, str | None]:
-    parsed = make_url(base)
-    if parsed.get_backend_name() == "sqlite":
-        path = Path(tempfile.mkdtemp(prefix="gp_bench_expr_")) / "bench.db"
-        return f"sqlite:///{path}", None
-    name = f"gp_bench_expr_{secrets.token_hex(4)}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    force = " WITH (FORCE)" if parsed.get_backend_name() == "postgresql" else ""
-    return parsed.set(database=name).render_as_string(hide_password=False), \
-        f"DROP DATABASE IF EXISTS {name}{force}"
 
 
 def store(factory: Any, reqs: JobRequirements, count: int, priority: int,
@@ -95,41 +70,32 @@ def measure(factory: Any, matches: int) -> tuple[int, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default="sqlite:///:memory:",
-                        help="SQLAlchemy URL of a server (a fresh database is made on it) "
-                             "or any sqlite URL (a fresh file is used)")
+    url_option(parser, "sqlite://")
     parser.add_argument("--terms", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--matches", type=int, default=5)
     args = parser.parse_args()
-    url, drop = fresh_url(args.url)
-    backend = make_url(url).get_backend_name()
-    engine = make_engine(url)
-    try:
-        schema.upgrade(engine)
-        factory = make_session_factory(engine)
-        now = datetime.now(UTC)
-        base = {"vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user", "cpu_time": 3600}
-        store(factory, JobRequirements(**base), args.jobs, 1, now)
-        for hostile in (False, True):
-            expression = hostile_expression(args.terms)
-            if hostile:
-                store(factory, JobRequirements(**base, expression=expression), 1, 10, now)
-            claimed, times = measure(factory, args.matches)
-            print(json.dumps({
-                "measure": "match_with_hostile_queue" if hostile else "match_baseline",
-                "backend": backend, "terms": args.terms if hostile else 0,
-                "expression_bytes": len(expression.encode()) if hostile else 0,
-                "matches": args.matches, "claimed": claimed,
-                "mean_s": round(sum(times) / len(times), 4), "max_s": round(max(times), 4),
-            }), flush=True)
-    finally:
-        engine.dispose()
-        if drop:
-            admin = create_engine(args.url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.execute(text(drop))
-            admin.dispose()
+    with fresh_database(args.url, prefix="gp_bench_expr") as db:
+        engine = make_engine(db.url)
+        try:
+            factory = make_session_factory(engine)
+            now = datetime.now(UTC)
+            base = {"vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user", "cpu_time": 3600}
+            store(factory, JobRequirements(**base), args.jobs, 1, now)
+            for hostile in (False, True):
+                expression = hostile_expression(args.terms)
+                if hostile:
+                    store(factory, JobRequirements(**base, expression=expression), 1, 10, now)
+                claimed, times = measure(factory, args.matches)
+                print(json.dumps({
+                    "measure": "match_with_hostile_queue" if hostile else "match_baseline",
+                    "backend": db.backend, "terms": args.terms if hostile else 0,
+                    "expression_bytes": len(expression.encode()) if hostile else 0,
+                    "matches": args.matches, "claimed": claimed,
+                    "mean_s": round(sum(times) / len(times), 4), "max_s": round(max(times), 4),
+                }), flush=True)
+        finally:
+            engine.dispose()
 
 
 if __name__ == "__main__":

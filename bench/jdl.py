@@ -17,13 +17,8 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-_ROOT = Path(__file__).resolve().parent.parent
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
-
-from optimizers.jdl import parse_jdl  # noqa: E402
+from optimizers.jdl import parse_jdl
 
 FORMS = {
     "dirac_user_job": '''[

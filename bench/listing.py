@@ -11,29 +11,22 @@ plan's first lines (which index it used).
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-# The folder of this script holds bench/taskqueue.py, which would hide the taskqueue package.
+from kit import fresh_database
+from sqlalchemy import event, text
+from sqlalchemy.orm import Session
+
+from taskqueue.database import make_engine
+from taskqueue.jobs import JobFilter, count_jobs_by_status, find_jobs
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Callable  # noqa: E402
-from datetime import UTC, datetime, timedelta  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import create_engine, event, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-
-from gridpilot import schema  # noqa: E402
-from taskqueue.database import make_engine  # noqa: E402
-from taskqueue.jobs import JobFilter, count_jobs_by_status, find_jobs  # noqa: E402
 
 FILL = """
 INSERT INTO jobs (vo, owner, owner_group, status, minor_status, description,
@@ -81,14 +74,8 @@ def main() -> None:
     parser.add_argument("--url", required=True, help="a PostgreSQL server's SQLAlchemy URL")
     parser.add_argument("--jobs", type=int, default=1_000_000)
     args = parser.parse_args()
-    base = make_url(args.url)
-    name = f"gp_bench_listing_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(base, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    try:
-        engine = make_engine(base.set(database=name).render_as_string(hide_password=False))
-        schema.upgrade(engine)
+    with fresh_database(args.url, prefix="gp_bench_listing") as db:
+        engine = make_engine(db.url)
         start = datetime(2026, 1, 1, tzinfo=UTC)
         t0 = time.perf_counter()
         with engine.begin() as conn:
@@ -117,10 +104,6 @@ def main() -> None:
                               "execution": took.removeprefix("Execution Time: "),
                               "plan": [line.strip() for line in plan[:4]]}))
         engine.dispose()
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-        admin.dispose()
 
 
 if __name__ == "__main__":

@@ -11,21 +11,16 @@ idle shares by reason, and the seconds the variant took.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import dataclasses
+import json
+import time
 from pathlib import Path
 
-# The folder of this script holds bench/taskqueue.py, which would hide the taskqueue package.
+from simulator.config import POLICIES, PRESETS, Scenario
+from simulator.report import compare
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-
-from simulator.config import POLICIES, PRESETS, Scenario  # noqa: E402
-from simulator.report import compare  # noqa: E402
 
 #: The segments before finer ones below a day (taskqueue's default until then).
 OLD_SEGMENTS = (360, 1800, 3600, 21600, 43200, 86400, 172800, 259200, 345600, 518400, 691200,

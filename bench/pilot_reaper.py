@@ -17,11 +17,7 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pilot.reaper import Reaper, become_subreaper, process_table
 

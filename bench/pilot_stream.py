@@ -50,7 +50,7 @@ of the calibration UPDATE's. Machines differ; the ratios are what to compare.
 The database. ``--url`` names a database the benchmark may write to (default: an SQLite file in
 a temporary folder); the schema is brought up to date, and only the benchmark's own VOs
 (``benchvo``, ``benchbg*``) are deleted and loaded, by bulk INSERT (COPY on PostgreSQL), the
-way bench/taskqueue.py loads. ``--background-jobs N`` adds N waiting jobs in four other VOs
+way bench/queue_ops.py loads. ``--background-jobs N`` adds N waiting jobs in four other VOs
 over ``--background-queues`` queues (kept between runs when already there). Before each
 measurement the workload is loaded afresh. Run from the repository root::
 
@@ -63,38 +63,48 @@ Small and quick::
 
 from __future__ import annotations
 
-import sys
+import argparse
+import bisect
+import functools
+import http.client
+import itertools
+import json
+import multiprocessing as mp
+import os
+import random
+import re
+import secrets
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and bench/taskqueue.py would
-# hide the taskqueue package: put the repository root there instead.
+import calibration as cal
+import matcher_http
+import queue_ops
+from kit import (
+    backend_of,
+    emit,
+    end_on_signals,
+    int_list,
+    log,
+    machine_cpu_seconds,
+    percentile_ms,
+    proc_cpu,
+    rate,
+    start_together,
+    tree_cpu_seconds,
+    upgrade_schema,
+)
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import bisect  # noqa: E402
-import functools  # noqa: E402
-import http.client  # noqa: E402
-import importlib.util  # noqa: E402
-import itertools  # noqa: E402
-import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import os  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import secrets  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Callable, Sequence  # noqa: E402
-from dataclasses import asdict, dataclass, field, replace  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import Any  # noqa: E402
 
 ROOT = _HERE.parent
 VO = "benchvo"
@@ -109,35 +119,8 @@ TAG_SETS: tuple[frozenset[str], ...] = tuple(frozenset(t) for t in (
     (), ("GPU",), ("SSD",), ("cvmfs",), ("GPU", "SSD"), ("cvmfs", "SSD"), ("HighMem",)))
 OWNER_CYCLE = 3 * 4 * 5 * 7 * 11
 JOB_MEMORY = 2048
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+
 MATCH_PATH = "/api/v1/pilots/match"
-#: Names the sibling benchmarks are loaded under (their own names would shadow packages).
-_SIBLINGS = {"taskqueue": "gp_bench_taskqueue", "matcher": "gp_bench_matcher",
-             "calibration": "gp_bench_calibration"}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
-
-
-def sibling(name: str) -> ModuleType:
-    """bench/<name>.py as a module, under a name that does not shadow the package."""
-    alias = _SIBLINGS[name]
-    loaded = sys.modules.get(alias)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(alias, _HERE / f"{name}.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load bench/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
-
 
 # --------------------------------------------------------------------------- the workload
 
@@ -285,7 +268,6 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
     from taskqueue.queues import INITIAL_PRIORITY
     from taskqueue.settings import Settings
 
-    tq = sibling("taskqueue")
     settings = Settings()
     rng = random.Random(f"keys-{vo}-{k}")
     now = datetime.now(UTC)
@@ -305,7 +287,7 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
                     for s in specs]
             with factory.begin() as session:
                 conn = session.connection()
-                rows = [tq._with_defaults(task_queues_table, {
+                rows = [queue_ops.with_defaults(task_queues_table, {
                     "digest": d.digest(), "vo": vo, "owner_group": group, "owner": d.owner,
                     "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
                     "job_type": d.job_type, "submit_pool": None, "expression": None,
@@ -335,12 +317,12 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
     return tq_ids
 
 
-def _job_row(vo: str, group: str, i: int, spec: QueueSpec, prio: int, now: datetime
+def job_row(vo: str, group: str, i: int, spec: QueueSpec, prio: int, now: datetime
              ) -> dict[str, Any]:
     from taskqueue.models import jobs_table
     from taskqueue.states import JobStatus
 
-    return sibling("taskqueue")._with_defaults(jobs_table, {  # type: ignore[no-any-return]
+    return queue_ops.with_defaults(jobs_table, {
         "vo": vo, "owner": spec.owner, "owner_group": group,
         "status": JobStatus.WAITING.value, "minor_status": "Pilot Agent Submission",
         "description": (f'[Executable = "stream.sh"; Arguments = "{i}"; Owner = "{spec.owner}";'
@@ -358,13 +340,13 @@ def _insert_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: S
     from taskqueue.models import history_table, jobs_table, tq_jobs_table
 
     conn = session.connection()
-    rows = [_job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now) for i in numbers]
+    rows = [job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now) for i in numbers]
     ids = list(conn.execute(
         insert(jobs_table).returning(jobs_table.c.id, sort_by_parameter_order=True),
         rows).scalars())
     conn.execute(insert(history_table), [
         {"job_id": jid, "at": now, "status": status, "minor_status": minor, "source": source}
-        for jid in ids for status, minor, source in sibling("taskqueue")._HISTORY])
+        for jid in ids for status, minor, source in queue_ops.HISTORY])
     conn.execute(insert(tq_jobs_table), [
         {"job_id": jid, "tq_id": tq_ids[job_queue[i]], "rank": -priority[i]}
         for i, jid in zip(numbers, ids, strict=True)])
@@ -383,20 +365,16 @@ def _copy_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: Seq
                         {"n": n}).scalar_one()
     ids = range(last - n + 1, last + 1)
     naive_now = now.astimezone(UTC).replace(tzinfo=None)
-    columns = ["id", *_job_row(vo, group, 0, queue_spec(0), 1, now)]
+    columns = ["id", *job_row(vo, group, 0, queue_spec(0), 1, now)]
     raw: Any = conn.connection.driver_connection
     with raw.cursor() as cur:
         with cur.copy(f"COPY jobs ({', '.join(columns)}) FROM STDIN") as copy:
             for i, jid in zip(numbers, ids, strict=True):
-                row = _job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now)
+                row = job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now)
                 row["id"] = jid
                 row["submitted_at"] = naive_now
                 copy.write_row([row[c] for c in columns])
-        with cur.copy("COPY job_status_history (job_id, at, status, minor_status, source) "
-                      "FROM STDIN") as copy:
-            for jid in ids:
-                for status, minor, source in sibling("taskqueue")._HISTORY:
-                    copy.write_row((jid, naive_now, status, minor, source))
+        queue_ops.copy_history(cur, ids, naive_now)
         with cur.copy("COPY task_queue_jobs (job_id, tq_id, rank) FROM STDIN") as copy:
             for i, jid in zip(numbers, ids, strict=True):
                 copy.write_row((jid, tq_ids[job_queue[i]], -priority[i]))
@@ -510,18 +488,6 @@ def matched_in_database(url: str) -> dict[str, int]:
 
 # --------------------------------------------------------------------------- CPU from /proc
 
-
-def proc_cpu(pid: int, tid: int | None = None) -> float | None:
-    """CPU seconds (user + system) of a process (or one of its threads)."""
-    path = f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat"
-    try:
-        raw = Path(path).read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
 def pids_named(*names: str) -> list[int]:
     out = []
     for entry in os.scandir("/proc"):
@@ -559,12 +525,9 @@ def sample(server_pids: list[int], *, threads: bool = False) -> CpuSample:
             for tid in tids:
                 if (c := proc_cpu(pid, tid)) is not None:
                     per_thread[(pid, tid)] = c
-    first = Path("/proc/stat").read_text().splitlines()[0].split()
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
-    busy = user + nice + system + irq + softirq + steal
+    busy, total = machine_cpu_seconds()
     load1 = float(Path("/proc/loadavg").read_text().split()[0])
-    return CpuSample(time.monotonic(), cpu, busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK,
-                     load1, per_thread)
+    return CpuSample(time.monotonic(), cpu, busy, total, load1, per_thread)
 
 
 def server_processes(backend: str) -> list[int]:
@@ -1077,30 +1040,22 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
              for i in range(processes)]
     procs = [ctx.Process(target=claimer, args=(s, shared, barrier, results), daemon=True)
              for s in specs]
-    for p in procs:
-        p.start()
-    try:
-        barrier.wait(timeout=300)
-    except Exception as exc:
-        for p in procs:
-            p.terminate()
-        raise SystemExit(f"the claimers did not start: {exc!r}") from exc
+    start_together(procs, barrier, timeout=300, what="the claimers")
     per_thread = backend == "mariadb"
     a = sample(server_processes(backend), threads=per_thread)
     if on_start is not None:
         on_start.set()
-    gunicorn_a = _tree_cpu(http["pid"]) if http else None
+    gunicorn_a = tree_cpu_seconds(http["pid"]) if http else None
     outcome: list[ClaimerResult] = [results.get() for _ in procs]
     b = sample(server_processes(backend), threads=per_thread)
     server_pids = list(b.server)
-    gunicorn_b = _tree_cpu(http["pid"]) if http else None
+    gunicorn_b = tree_cpu_seconds(http["pid"]) if http else None
     for p in procs:
         p.join(timeout=30)
     for r in outcome:
         if r.fatal:
             log(f"claimer {r.index} failed:\n{r.fatal}")
     window = b.at - a.at
-    tq = sibling("taskqueue")
     lat = sorted(x for r in outcome for x in r.latencies)
     done = len(lat)
     jobs = sum(r.jobs for r in outcome)
@@ -1137,9 +1092,9 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         "k": wl.k, "jobs_loaded": len(job_ids), "processes": processes,
         "threads_per_process": threads, "count": count,
         "path": "http" if http else path, "claims": done, "jobs": jobs,
-        "seconds": round(window, 3), "claims_per_s": tq._rate(done, window),
-        "jobs_per_s": tq._rate(jobs, window),
-        "p50_ms": tq._percentile_ms(lat, 0.50), "p99_ms": tq._percentile_ms(lat, 0.99),
+        "seconds": round(window, 3), "claims_per_s": rate(done, window),
+        "jobs_per_s": rate(jobs, window),
+        "p50_ms": percentile_ms(lat, 0.50), "p99_ms": percentile_ms(lat, 0.99),
         "empty_answers": sum(r.empty for r in outcome),
         "misses": sum(r.misses for r in outcome),
         "duplicates": sum(r.duplicates for r in outcome),
@@ -1190,24 +1145,7 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         record["cpu_profile"] = cpu_profiles[0]
     return record
 
-
-def _tree_cpu(pid: int) -> float:
-    tree: float = sibling("matcher").tree_cpu_seconds(pid)
-    return tree
-
-
 # --------------------------------------------------------------------------- main
-
-
-def _int_list(value: str) -> list[int]:
-    try:
-        values = [int(v) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {exc}") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("expected positive integers")
-    return values
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -1216,15 +1154,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "into (default: an SQLite file in a temporary folder)")
     parser.add_argument("--jobs", type=int, default=20_000,
                         help="waiting jobs of the workload (at least K; default 20000)")
-    parser.add_argument("--k", type=_int_list, default=[10, 100, 1000, 100_000],
+    parser.add_argument("--k", type=int_list, default=[10, 100, 1000, 100_000],
                         help="comma list of task-queue counts (default 10,100,1000,100000)")
-    parser.add_argument("--processes", type=_int_list, default=[1, 4],
+    parser.add_argument("--processes", type=int_list, default=[1, 4],
                         help="comma list of claimer process counts, in process (default 1,4)")
-    parser.add_argument("--threads", type=_int_list, default=[1],
+    parser.add_argument("--threads", type=int_list, default=[1],
                         help="claimer threads per in-process claimer, sharing its databases "
                              "(their claims are grouped per commit on PostgreSQL), comma-"
                              "separated (default 1)")
-    parser.add_argument("--counts", type=_int_list, default=[1],
+    parser.add_argument("--counts", type=int_list, default=[1],
                         help="comma list of jobs asked for per claim (default 1)")
     parser.add_argument("--path", choices=("matcher", "claim_jobs"), default="matcher",
                         help="in process: what the matcher's match endpoint runs "
@@ -1246,7 +1184,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--http", action="store_true",
                         help="also claim over HTTP against gridpilot serve (gunicorn)")
     parser.add_argument("--http-only", action="store_true", help="only over HTTP")
-    parser.add_argument("--clients", type=_int_list, default=[8],
+    parser.add_argument("--clients", type=int_list, default=[8],
                         help="comma list of HTTP client process counts (default 8)")
     parser.add_argument("--workers", type=int, default=2,
                         help="gunicorn workers over HTTP (default 2)")
@@ -1254,7 +1192,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="threads per matcher worker over HTTP (matcher.threads: "
                              "gunicorn's gthread when more than 1; default 4, the service's; "
                              "1: sync workers)")
-    parser.add_argument("--http-counts", type=_int_list, default=[1, 4],
+    parser.add_argument("--http-counts", type=int_list, default=[1, 4],
                         help="comma list of jobs per HTTP match request (default 1,4)")
     parser.add_argument("--profile", default=None,
                         help="profile the first claimer of each 1-process measurement with "
@@ -1274,31 +1212,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
-    tq = sibling("taskqueue")
-    from gridpilot import schema
-    from taskqueue.database import make_engine
-
+    end_on_signals()
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_pilot_stream_"))
     url = args.url or f"sqlite:///{tmpdir / 'stream.db'}"
-    backend = tq.backend_of(url)
+    backend = backend_of(url)
     started = time.perf_counter()
     try:
-        engine = make_engine(url)
-        try:
-            schema.upgrade(engine)
-        finally:
-            engine.dispose()
-        emit(tq.server_info(url, backend))
+        upgrade_schema(url)
+        emit(queue_ops.server_info(url, backend))
         ensure_background(url, backend, args.background_jobs, args.background_queues,
                           args.seed)
-        cal = sibling("calibration")
         for k in args.k:
             wl = make_workload(k, args.jobs, args.seed)
             # The machine's floor, measured again for each K: the ratios below compare
@@ -1319,7 +1244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 plan += [("http", n, 1, c) for n in args.clients for c in args.http_counts]
             for mode, processes, threads, count in plan:
                 load_workload(url, backend, wl)
-                tq.analyze(url, backend, vacuum=True)
+                queue_ops.analyze(url, backend, vacuum=True)
                 job_ids = job_ids_by_number(url, len(wl.job_queue))
                 profile = (f"{args.profile}-{backend}-k{k}.txt"
                            if args.profile and processes == 1 and mode == "in_process"
@@ -1355,14 +1280,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _measure_http(url: str, backend: str, wl: Workload, job_ids: list[int],
                   args: argparse.Namespace, clients: int, count: int, claims: int,
                   tmpdir: Path) -> dict[str, Any]:
-    """The same stream over HTTP: gunicorn started by bench/matcher.py's helper."""
+    """The same stream over HTTP: gunicorn started by bench/matcher_http.py's helper."""
     from matcher.auth import issue_token
 
-    mb = sibling("matcher")
+
     secret = secrets.token_urlsafe(32)
     token = issue_token(secret, subject="stream-pilots", role="pilot", vo=VO,
                         group="benchvo_pilot", lifetime=86400)
-    with mb.running_server(url, args.workers, config=ROOT / "conf" / "gridpilot.toml",
+    with matcher_http.running_server(url, args.workers, config=ROOT / "conf" / "gridpilot.toml",
                            secret=secret, tmpdir=tmpdir, max_requests=0,
                            threads=args.matcher_threads) as server:
         return measure(url, backend, wl, job_ids, processes=clients, count=count,

@@ -25,40 +25,26 @@ multiple of the p99 without (the target: at most 1.5). At the purge's rate, ``se
 
 from __future__ import annotations
 
-import sys
+import argparse
+import multiprocessing as mp
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import shutil  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from datetime import UTC, datetime, timedelta  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import Any  # noqa: E402
-
-from bench.matcher import load_file  # noqa: E402
+import calibration as cal
+import pilot_stream as ps
+import queue_ops as tq
+from kit import backend_of, emit, log, upgrade_schema
 
 PURGE_VO = "benchpurge"
 PURGE_GROUP = "benchpurge_user"
 HISTORY = (("Received", "Job accepted", "submit"), ("Checking", "Job sanity", "bench"),
            ("Waiting", "Pilot Agent Submission", "optimizer"),
            ("Matched", "Assigned", "matcher"), ("Done", "Execution Complete", "pilot"))
-
-
-def stream_module() -> ModuleType:
-    return load_file("gp_bench_pilot_stream", _HERE / "pilot_stream.py")
-
-
-# The claimers run in spawned processes that unpickle bench/pilot_stream.py's functions by
-# this name: each process that runs this file (the parent, and its children as __mp_main__)
-# loads it under that name first.
-stream_module()
 
 
 def load_ended(url: str, backend: str, n: int, *, chunk: int = 20_000) -> float:
@@ -68,7 +54,6 @@ def load_ended(url: str, backend: str, n: int, *, chunk: int = 20_000) -> float:
     from taskqueue.database import make_engine, make_session_factory
     from taskqueue.models import history_table, jobs_table
 
-    ps = stream_module()
     ps.clear_vos(url, [PURGE_VO])
     now = datetime.now(UTC)
     ended = now - timedelta(days=40)
@@ -77,7 +62,7 @@ def load_ended(url: str, backend: str, n: int, *, chunk: int = 20_000) -> float:
     factory = make_session_factory(engine)
 
     def row(i: int) -> dict[str, Any]:
-        r: dict[str, Any] = ps._job_row(PURGE_VO, PURGE_GROUP, i, ps.queue_spec(i), 1,
+        r: dict[str, Any] = ps.job_row(PURGE_VO, PURGE_GROUP, i, ps.queue_spec(i), 1,
                                         ended - timedelta(hours=1))
         r.update(status="Done", minor_status="Execution Complete", ended_at=ended)
         return r
@@ -121,11 +106,7 @@ def _copy(conn: Any, rows: list[dict[str, Any]], ended: datetime) -> None:
                           if isinstance(v, datetime) else v for k, v in r.items()}
                 values["id"] = jid
                 copy.write_row([values[c] for c in columns])
-        with cur.copy("COPY job_status_history (job_id, at, status, minor_status, source) "
-                      "FROM STDIN") as copy:
-            for jid in ids:
-                for status, minor, source in HISTORY:
-                    copy.write_row((jid, at, status, minor, source))
+        tq.copy_history(cur, ids, at, HISTORY)
 
 
 def vacuum(url: str, backend: str) -> None:
@@ -213,25 +194,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    ps = stream_module()
-    tq = ps.sibling("taskqueue")
-    cal = ps.sibling("calibration")
-    from gridpilot import schema
-    from taskqueue.database import make_engine
-
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_purge_"))
     url = args.url or f"sqlite:///{tmpdir / 'purge.db'}"
-    backend = tq.backend_of(url)
+    backend = backend_of(url)
     try:
-        engine = make_engine(url)
-        try:
-            schema.upgrade(engine)
-        finally:
-            engine.dispose()
-        ps.emit(tq.server_info(url, backend))
+        upgrade_schema(url)
+        emit(tq.server_info(url, backend))
         vacuum(url, backend)
         calibration = cal.calibrate(url, backend)
-        ps.emit(calibration)
+        emit(calibration)
         wl = ps.make_workload(args.k, args.jobs, args.seed)
         records = {}
         purge: dict[str, Any] = {}
@@ -239,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ps.load_workload(url, backend, wl)
             if mode == "with_purge":
                 seconds = load_ended(url, backend, args.ended)
-                ps.log(f"loaded {args.ended:,} ended jobs in {seconds:.1f} s")
+                log(f"loaded {args.ended:,} ended jobs in {seconds:.1f} s")
             tq.analyze(url, backend, vacuum=True)
             job_ids = ps.job_ids_by_number(url, len(wl.job_queue))
             ctx = mp.get_context("spawn")
@@ -262,8 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["measure"] = f"claims_{mode}"
             record["ratios"] = cal.ratios(record, calibration)
             records[mode] = record
-            ps.emit(record)
-            ps.log(f"{mode}: {record['claims_per_s']} claims/s, p50 {record['p50_ms']} ms, "
+            emit(record)
+            log(f"{mode}: {record['claims_per_s']} claims/s, p50 {record['p50_ms']} ms, "
                    f"p99 {record['p99_ms']} ms, misses {record['misses']}, duplicates "
                    f"{record['duplicates']}, violations {record['violations']}")
             if proc is not None:
@@ -285,8 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         purge["claim_p99_ms_without"] = base
         purge["claim_p99_ms_with"] = during
         purge["claim_p99_with_x_without"] = round(during / base, 2) if base else None
-        ps.emit(purge)
-        ps.log(f"purge: {purge}")
+        emit(purge)
+        log(f"purge: {purge}")
         ps.clear_vos(url, [ps.VO, PURGE_VO])
         vacuum(url, backend)
     finally:

@@ -26,20 +26,17 @@ from pathlib import Path
 from typing import Any
 
 import requests
+from kit import proc_cpu, upgrade_schema
+
+from gridpilot.devserver import free_port, matcher_server
+from matcher.auth import issue_token
+from pilot.archive import Member, pack
+from taskqueue.sandboxstore import S3Store
+from taskqueue.settings import SandboxSettings
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from gridpilot import schema  # noqa: E402
-from gridpilot.devserver import free_port, matcher_server  # noqa: E402
-from matcher.auth import issue_token  # noqa: E402
-from pilot.archive import Member, pack  # noqa: E402
-from taskqueue.database import make_engine  # noqa: E402
-from taskqueue.sandboxstore import S3Store  # noqa: E402
-from taskqueue.settings import SandboxSettings  # noqa: E402
 
 SECRET = "bench-sandboxes-secret-0123456789"
-_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def matcher_cpu(port: int) -> float:
@@ -52,10 +49,9 @@ def matcher_cpu(port: int) -> float:
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
             if f"127.0.0.1:{port}" not in cmd or "serve" not in cmd:
                 continue
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / _TICKS
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
+        total += proc_cpu(int(entry.name)) or 0.0
     return total
 
 
@@ -86,9 +82,7 @@ def run_backend(backend: str, count: int, size: int, work: Path,
                 moto: str | None) -> list[dict[str, Any]]:
     url = f"sqlite:///{work / backend / 'bench.db'}"
     (work / backend).mkdir(parents=True)
-    engine = make_engine(url)
-    schema.upgrade(engine)
-    engine.dispose()
+    upgrade_schema(url)
     env = {"GRIDPILOT_SANDBOXES_BACKEND": backend,
            "GRIDPILOT_SANDBOXES_DIRECTORY": str(work / backend / "store"),
            "GRIDPILOT_SANDBOXES_MAX_UPLOAD_BYTES": str(size + 65536)}

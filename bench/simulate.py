@@ -10,21 +10,16 @@ be shared), events handled, jobs started, and events per CPU second.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import dataclasses
+import json
+import time
 from pathlib import Path
 
-# The folder of this script holds bench/taskqueue.py, which would hide the taskqueue package.
+from simulator.config import POLICIES, PRESETS
+from simulator.engine import simulate
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import json  # noqa: E402
-import time  # noqa: E402
-
-from simulator.config import POLICIES, PRESETS  # noqa: E402
-from simulator.engine import simulate  # noqa: E402
 
 
 def main() -> None:

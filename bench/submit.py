@@ -24,67 +24,38 @@ repository root::
 
 from __future__ import annotations
 
-import sys
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import statistics
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from kit import fresh_database, machine_cpu_seconds
+
+from gridpilot.devserver import matcher_server
+from matcher.auth import issue_token
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import http.client  # noqa: E402
-import json  # noqa: E402
-import multiprocessing  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import Any  # noqa: E402
-from urllib.parse import urlsplit  # noqa: E402
-
-import requests  # noqa: E402
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-
-from bench.matcher import machine_cpu_seconds  # noqa: E402
-from gridpilot import schema  # noqa: E402
-from gridpilot.devserver import matcher_server  # noqa: E402
-from matcher.auth import issue_token  # noqa: E402
-from taskqueue.database import make_engine  # noqa: E402
 
 ROOT = _HERE.parent
 SECRET = "bench-submit-secret-0123456789abcdef"
 SINGLE_JDL = 'Executable = "/bin/true"; Arguments = "single";'
 
-
-@contextmanager
-def fresh_database(backend: str, base_url: str | None, tmp: Path,
-                   prefix: str = "gp_bench_submit") -> Iterator[str]:
+def base_url_for(backend: str, urls: dict[str, str | None]) -> str:
+    """The URL a fresh database of ``backend`` is made from (SQLite needs none)."""
     if backend == "sqlite":
-        url = f"sqlite:///{tmp / 'bench.db'}"
-    else:
-        if not base_url:
-            raise SystemExit(f"no server URL for {backend}")
-        base = make_url(base_url)
-        name = f"{prefix}_{uuid.uuid4().hex[:8]}"
-        admin = create_engine(base, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.execute(text(f"CREATE DATABASE {name}"))
-        url = base.set(database=name).render_as_string(hide_password=False)
-    engine = make_engine(url, statement_timeout=0)
-    schema.upgrade(engine)
-    engine.dispose()
-    try:
-        yield url
-    finally:
-        if backend != "sqlite":
-            force = " WITH (FORCE)" if backend == "postgresql" else ""
-            with admin.connect() as conn:
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
-            admin.dispose()
+        return "sqlite://"
+    base = urls.get(backend)
+    if not base:
+        raise SystemExit(f"no server URL for {backend}")
+    return base
 
 
 def post(base: str, token: str, body: str, content_type: str) -> tuple[int, float, int]:
@@ -193,9 +164,9 @@ def main() -> None:
     urls = {"postgresql": args.postgres_url, "mariadb": args.mariadb_url}
     for backend in args.backends.split(","):
         with tempfile.TemporaryDirectory(prefix="gp-bench-submit-") as tmp, \
-                fresh_database(backend, urls.get(backend), Path(tmp),
-                               args.database_prefix) as url, \
-                matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", Path(tmp),
+                fresh_database(base_url_for(backend, urls), prefix=args.database_prefix,
+                               tmpdir=Path(tmp)) as db, \
+                matcher_server(db.url, SECRET, ROOT / "conf" / "resources.toml", Path(tmp),
                                workers=args.workers) as base:
             post(base, token, SINGLE_JDL, "text/plain")  # warm up
             for record in (

@@ -13,29 +13,27 @@ and prints one JSON line: wall time and client CPU per request, jobs/s, and the 
 
 from __future__ import annotations
 
+import argparse
+import cProfile
+import json
+import os
+import pstats
 import sys
+import tempfile
+import time
 from pathlib import Path
+from typing import Any
+
+from kit import fresh_database
+from sqlalchemy import event
+from submit import SECRET, SINGLE_JDL, base_url_for
+
+from gridpilot.server import worker_app
+from matcher.auth import issue_token
+from matcher.runtime import runtime_of
+from taskqueue.settings import load_settings
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import cProfile  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import pstats  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import event  # noqa: E402
-
-from bench.submit import SECRET, SINGLE_JDL, fresh_database  # noqa: E402
-from gridpilot.server import worker_app  # noqa: E402
-from matcher.auth import issue_token  # noqa: E402
-from matcher.runtime import runtime_of  # noqa: E402
-from taskqueue.settings import load_settings  # noqa: E402
 
 ROOT = _HERE.parent
 
@@ -72,10 +70,10 @@ def main() -> None:
     headers = {"Authorization": f"Bearer {token}", "Content-Type": media}
     urls = {"postgresql": args.postgres_url, "mariadb": args.mariadb_url}
     with tempfile.TemporaryDirectory(prefix="gp-bench-submit-") as tmp, \
-            fresh_database(args.backend, urls.get(args.backend), Path(tmp),
-                           args.database_prefix) as url:
+            fresh_database(base_url_for(args.backend, urls), prefix=args.database_prefix,
+                           tmpdir=Path(tmp)) as db:
         settings = load_settings(None, {
-            "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SECRET,
+            "GRIDPILOT_DATABASE_URL": db.url, "GRIDPILOT_AUTH_SECRET": SECRET,
             "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
             "GRIDPILOT_MATCHER_METRICS_DIR": str(Path(tmp) / "metrics")})
         app = worker_app(settings)  # as each worker of gridpilot serve builds it

@@ -38,36 +38,32 @@ Quick: ``--jobs 20000 --base 5000``.
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import calibration as cal
+import pilot_stream as ps
+import queue_ops as tq
+from dashboard import operator_client, pages
+from kit import backend_of, emit, fresh_database, log, postgres_default, url_option
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from collections.abc import Sequence  # noqa: E402
-from dataclasses import replace  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import create_engine, text  # noqa: E402
-from sqlalchemy.engine import make_url  # noqa: E402
-
-from bench.dashboard import fresh_database, operator_client, pages  # noqa: E402
-from bench.purge import stream_module  # noqa: E402
 
 ROOT = _HERE.parent
 BULK_VO = "benchbg0"
 SITES_N = 1000
 TAGS_N = 300
 SUBMIT_SECRET = "ten-million-benchmark-secret-0123456789"
-
-ps = stream_module()
 
 
 def wide_spec(q: int) -> Any:
@@ -78,15 +74,6 @@ def wide_spec(q: int) -> Any:
     tags = frozenset(f"tag{(q * 7 + j * 131) % TAGS_N:03d}" for j in range(q % 4))
     return ps.QueueSpec(owner=owner, cpu_time=ps.CPU_TIMES[q % 4], site=site,
                         platform=ps.PLATFORMS[q % 3], tags=tags)
-
-
-def log(message: str) -> None:
-    ps.log(message)
-
-
-def emit(record: dict[str, Any]) -> None:
-    ps.emit(record)
-
 
 def scalar(url: str, sql: str, **params: Any) -> Any:
     from taskqueue.database import make_engine
@@ -102,7 +89,6 @@ def scalar(url: str, sql: str, **params: Any) -> Any:
 def claims(url: str, backend: str, wl: Any, args: argparse.Namespace, label: str,
            calibration: dict[str, Any]) -> dict[str, Any]:
     """The claimed workload loaded afresh, then one claimer for ``--seconds``."""
-    tq, cal = ps.sibling("taskqueue"), ps.sibling("calibration")
     ps.load_workload(url, backend, wl)
     tq.analyze(url, backend, vacuum=True)
     job_ids = ps.job_ids_by_number(url, len(wl.job_queue))
@@ -332,9 +318,7 @@ def disk_and_memory(url: str) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--url", default=os.environ.get(
-        "GRIDPILOT_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
-        help="a PostgreSQL URL; the benchmark creates and drops its own database there")
+    url_option(parser, postgres_default())
     parser.add_argument("--jobs", type=int, default=10_000_000,
                         help="waiting jobs in all (default 10000000)")
     parser.add_argument("--base", type=int, default=100_000,
@@ -357,7 +341,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     args = parser.parse_args(argv)
-    if ps.sibling("taskqueue").backend_of(args.url) != "postgresql":
+    if backend_of(args.url) != "postgresql":
         parser.error("--url must name a PostgreSQL server (COPY, pg_stat_user_tables)")
     if min(args.jobs, args.base, args.k, args.queues, args.repeat) < 1 or args.seconds <= 0:
         parser.error("--jobs, --base, --k, --queues, --repeat and --seconds must be positive")
@@ -368,20 +352,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tq, cal = ps.sibling("taskqueue"), ps.sibling("calibration")
-    from gridpilot import schema
-    from taskqueue.database import make_engine
 
     started = time.perf_counter()
     emit({"measure": "machine", "cpus": os.cpu_count(), "loadavg_before": os.getloadavg()})
     with tempfile.TemporaryDirectory(prefix="gp_tenm_") as tmpdir, \
-            fresh_database(args.url, args.keep, prefix="gp_tenm") as url:
-        backend = "postgresql"
-        engine = make_engine(url)
-        try:
-            schema.upgrade(engine)
-        finally:
-            engine.dispose()
+            fresh_database(args.url, prefix="gp_tenm", keep=args.keep) as db:
+        url, backend = db.url, "postgresql"
         emit(tq.server_info(url, backend))
         calibration = cal.calibrate(url, backend)
         emit(calibration)

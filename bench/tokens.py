@@ -13,17 +13,13 @@ import argparse
 import json
 import secrets
 import statistics
-import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from matcher.auth import principal_from_header
 from matcher.idp import IdentityProviders

@@ -32,45 +32,36 @@ less so. Run from the repository root, as root (the daemons run as nobody)::
 
 from __future__ import annotations
 
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-# Run as a script, this file's folder would come first on sys.path and hide the packages.
+from kit import log, machine_cpu_seconds, proc_stat, tree_cpu_seconds
+from sqlalchemy import text
+
+from matcher.auth import issue_token
+from taskqueue.database import make_engine
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import http.client  # noqa: E402
-import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import ssl  # noqa: E402
-import statistics  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import text  # noqa: E402
-
-from bench.matcher import _proc_stat, machine_cpu_seconds, tree_cpu_seconds  # noqa: E402
-from matcher.auth import issue_token  # noqa: E402
-from taskqueue.database import make_engine  # noqa: E402
 
 ROOT = _HERE.parent
 TOOL = ROOT / "tools" / "topology"
 SITE = "LCG.CERN.cern"
 MATCH_PATH = "/api/v1/pilots/match"
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
 
 # -- clients ---------------------------------------------------------------------------------
 
@@ -145,7 +136,7 @@ def backends(engine: Any, database: str) -> dict[int, float]:
             {"d": database}).scalars())
     out = {}
     for pid in pids:
-        stat = _proc_stat(pid)
+        stat = proc_stat(pid)
         if stat is not None:
             out[pid] = stat[1]
     return out

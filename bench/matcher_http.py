@@ -1,7 +1,7 @@
 """Matcher benchmark: end-to-end HTTP matching, real gunicorn server, concurrent pilot clients.
 
 A fresh database (``gp_bench_*`` on a server, dropped at the end unless ``--keep``) is loaded
-with ``--jobs`` waiting jobs over ``--queues`` task queues by bench/taskqueue.py's own code: the
+with ``--jobs`` waiting jobs over ``--queues`` task queues by bench/queue_ops.py's own code: the
 first ``--insert-jobs`` through the library's insert path (which creates the queues), the rest
 by bulk load (COPY on PostgreSQL); the fair share is recomputed once and the planner statistics
 refreshed. Then, for each gunicorn worker count (``--workers``), the matcher is started as a
@@ -28,53 +28,65 @@ CPU went (gunicorn processes, the PostgreSQL backends of the benchmark database,
 and everything else on the machine, in cores and in ms per request), the server's own view
 from GET /metrics (requests, mean handling time, share within 50 ms) and whether the target
 (``--target-rps`` requests/s with p99 <= ``--target-p99-ms``) is met. Lines from
-bench/taskqueue.py's functions (server description, insert, bulk_fill, recompute_priorities)
+bench/queue_ops.py's functions (server description, insert, bulk_fill, recompute_priorities)
 come first. Progress and a final human-readable table go to stderr. Run from the repository
 root::
 
-    .venv/bin/python bench/matcher.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/matcher_http.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 Small and quick (a development check)::
 
-    .venv/bin/python bench/matcher.py --jobs 20000 --duration 5 --workers 1,2
+    .venv/bin/python bench/matcher_http.py --jobs 20000 --duration 5 --workers 1,2
 """
 
 from __future__ import annotations
 
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import platform
+import queue
+import random
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
 import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
-# Run as a script, this file's folder comes first on sys.path and this file (matcher.py) would
-# hide the matcher package (and taskqueue.py the taskqueue package): put the repository root
-# there instead. Spawned client processes inherit the corrected path.
+import queue_ops
+from kit import (
+    backend_of,
+    children_of,
+    emit,
+    end_on_signals,
+    fresh_database,
+    int_list,
+    log,
+    machine_cpu_seconds,
+    percentile_ms,
+    postgres_default,
+    proc_stat,
+    process_comm,
+    rate,
+    tree_cpu_seconds,
+    url_option,
+)
+
 _HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import http.client  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import os  # noqa: E402
-import platform  # noqa: E402
-import queue  # noqa: E402
-import random  # noqa: E402
-import re  # noqa: E402
-import secrets  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import socket  # noqa: E402
-import subprocess  # noqa: E402
-import tempfile  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Iterator, Sequence  # noqa: E402
-from contextlib import contextmanager, suppress  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import TYPE_CHECKING, Any  # noqa: E402
 
 if TYPE_CHECKING:
     from multiprocessing.synchronize import Barrier, Event
@@ -87,9 +99,6 @@ if TYPE_CHECKING:
 # module, and they must stay small. The database and server code is imported where it is used.
 
 ROOT = _HERE.parent
-TASKQUEUE_BENCH = _HERE / "taskqueue.py"
-#: The name bench/taskqueue.py is loaded under (its own name would shadow the package).
-TASKQUEUE_BENCH_MODULE = "gp_bench_taskqueue"
 MATCH_PATH = "/api/v1/pilots/match"
 HOST = "127.0.0.1"
 VO = "lhcb"
@@ -101,33 +110,6 @@ CPU_TIME = 200_000
 TOKEN_LIFETIME = 7 * 86400
 #: At most this many error texts are kept per client (the count is always exact).
 ERROR_SAMPLES = 3
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def load_file(alias: str, path: Path) -> ModuleType:
-    """The bench file at ``path`` as a module named ``alias`` (its own name could shadow a
-    package: bench/taskqueue.py), once per process. Registered before it runs: dataclasses,
-    and spawned processes unpickling its functions, look it up by that name."""
-    loaded = sys.modules.get(alias)
-    if loaded is not None:
-        return loaded
-    spec = importlib.util.spec_from_file_location(alias, path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[alias] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def load_taskqueue_bench() -> ModuleType:
-    """bench/taskqueue.py as a module (under another name: its own would shadow the
-    ``taskqueue`` package)."""
-    return load_file(TASKQUEUE_BENCH_MODULE, TASKQUEUE_BENCH)
 
 
 # --------------------------------------------------------------------------- clients
@@ -258,58 +240,6 @@ def _sleep_until(deadline: float) -> None:
 
 # --------------------------------------------------------------------------- CPU accounting
 
-
-def _proc_stat(pid: int) -> tuple[int, float, float] | None:
-    """(parent pid, own CPU seconds, reaped children's CPU seconds) of a process."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(")") + 2:].split()
-    utime, stime, cutime, cstime = (int(v) for v in fields[11:15])
-    return int(fields[1]), (utime + stime) / CLK_TCK, (cutime + cstime) / CLK_TCK
-
-
-def _process_comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()
-    except OSError:
-        return ""
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """CPU seconds of ``root``, its live children, and the children it has reaped (gunicorn's
-    arbiter and its workers, recycled ones included)."""
-    own = _proc_stat(root)
-    if own is None:
-        return 0.0
-    total = own[1] + own[2]
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit() and int(entry.name) != root:
-            stat = _proc_stat(int(entry.name))
-            if stat is not None and stat[0] == root:
-                total += stat[1]
-    return total
-
-
-def children_of(root: int) -> list[int]:
-    pids = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            stat = _proc_stat(int(entry.name))
-            if stat is not None and stat[0] == root:
-                pids.append(int(entry.name))
-    return sorted(pids)
-
-
-def machine_cpu_seconds() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine since boot, all cores."""
-    first = Path("/proc/stat").read_text().splitlines()[0].split()
-    user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
-    busy = user + nice + system + irq + softirq + steal
-    return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
-
-
 @dataclass
 class CpuSample:
     at: float
@@ -331,7 +261,7 @@ def backend_pids(engine: Engine | None) -> list[int] | None:
         pids = list(conn.execute(text(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
             "AND pid <> pg_backend_pid()")).scalars())
-    local = [p for p in pids if _process_comm(p) == "postgres"]
+    local = [p for p in pids if process_comm(p) == "postgres"]
     return local if local or not pids else None
 
 
@@ -341,7 +271,7 @@ def sample_cpu(server_pid: int, engine: Engine | None) -> CpuSample:
     if pids is not None:
         backends = {}
         for pid in pids:
-            stat = _proc_stat(pid)
+            stat = proc_stat(pid)
             if stat is not None:
                 backends[pid] = stat[1]
     busy, total = machine_cpu_seconds()
@@ -602,7 +532,7 @@ def waiting_jobs(url: str) -> int:
 
 def initial_load(tq: ModuleType, fill: Fill, settings: Settings, insert_jobs: int) -> None:
     """``fill.target`` waiting jobs: the first ``insert_jobs`` through the library (they create
-    the queues), the rest by bench/taskqueue.py's bulk load."""
+    the queues), the rest by bench/queue_ops.py's bulk load."""
     library = min(insert_jobs, fill.target)
     done = 0
     if library > 0:
@@ -767,16 +697,16 @@ def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot
     errors = sum(c.errors for c in clients)
     samples = [s for c in clients for s in c.error_samples][:ERROR_SAMPLES]
     rps = requests / seconds if seconds > 0 else 0.0
-    p99 = tq._percentile_ms(latencies, 0.99)
+    p99 = percentile_ms(latencies, 0.99)
     waiting_after = waiting_jobs(url)
     record: dict[str, Any] = {
         "measure": "match_http", "backend": backend, "queues": queues,
         "workers": server.workers, "clients": cfg.clients, "client_processes": n_procs,
         "count": count, "seconds": round(seconds, 3), "warmup_s": cfg.warmup,
         "requests": requests, "requests_per_s": round(rps, 1),
-        "matched_requests": matched, "jobs": jobs, "jobs_per_s": tq._rate(jobs, seconds),
-        "p50_ms": tq._percentile_ms(latencies, 0.50),
-        "p90_ms": tq._percentile_ms(latencies, 0.90), "p99_ms": p99,
+        "matched_requests": matched, "jobs": jobs, "jobs_per_s": rate(jobs, seconds),
+        "p50_ms": percentile_ms(latencies, 0.50),
+        "p90_ms": percentile_ms(latencies, 0.90), "p99_ms": p99,
         "max_ms": round(latencies[-1] * 1000, 2) if latencies else None,
         "mean_ms": round(sum(latencies) / requests * 1000, 3) if requests else None,
         "no_match": sum(no_match.values()), "no_match_reasons": no_match,
@@ -836,29 +766,16 @@ def table(records: Sequence[dict[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------- main
 
-
-def _int_list(text_value: str) -> list[int]:
-    try:
-        values = [int(v) for v in text_value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {exc}") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("expected positive integers")
-    return values
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--url", default="postgresql+psycopg://postgres@127.0.0.1:5432/test",
-                        help="SQLAlchemy URL; a server URL only serves to create and drop a "
-                             "fresh gp_bench_* database (default: %(default)s)")
+    url_option(parser, postgres_default())
     parser.add_argument("--jobs", type=int, default=100_000,
                         help="waiting jobs at the start of every measurement (default 100000)")
     parser.add_argument("--queues", type=int, default=1000,
                         help="task queues the jobs are spread over (default 1000)")
-    parser.add_argument("--workers", type=_int_list, default=[1, 2, 4],
+    parser.add_argument("--workers", type=int_list, default=[1, 2, 4],
                         help="comma list of gunicorn worker counts (default 1,2,4)")
-    parser.add_argument("--counts", type=_int_list, default=[1, 4],
+    parser.add_argument("--counts", type=int_list, default=[1, 4],
                         help="comma list of jobs asked for per match request (default 1,4)")
     parser.add_argument("--clients", type=int, default=8,
                         help="concurrent pilot clients (default 8)")
@@ -910,16 +827,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    # So that the finally blocks stop the server and the clients and drop the database.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _terminate)
-    tq = load_taskqueue_bench()
+    end_on_signals(signal.SIGTERM, signal.SIGHUP)
+    tq = queue_ops
     import gunicorn
 
     from matcher.auth import issue_token
@@ -937,7 +848,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  group="lhcb_admin", lifetime=TOKEN_LIFETIME)
     cfg = RunConfig(args.clients, args.client_processes or args.clients, args.duration,
                     args.warmup, args.timeout, args.target_rps, args.target_p99_ms)
-    backend = tq.backend_of(args.url)
+    backend = backend_of(args.url)
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_bench_matcher_"))
     started = time.perf_counter()
     records: list[dict[str, Any]] = []
@@ -945,10 +856,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{args.workers}, counts {args.counts}, {args.clients} clients in {cfg.client_processes} "
         f"process(es), {args.warmup:g} s warm-up + {args.duration:g} s per measurement")
     try:
-        with tq.fresh_database(args.url, f"m{args.queues}", keep=args.keep,
-                               tmpdir=tmpdir) as db:
-            tq.emit(tq.server_info(db.url, backend))
-            tq.emit({"measure": "setup", "python": platform.python_version(),
+        with fresh_database(args.url, prefix=f"gp_bench_m{args.queues}", keep=args.keep,
+                            tmpdir=tmpdir) as db:
+            emit(tq.server_info(db.url, backend))
+            emit({"measure": "setup", "python": platform.python_version(),
                      "gunicorn": gunicorn.__version__, "worker_class": "sync",
                      "max_requests": args.max_requests, "clients": args.clients,
                      "client_processes": cfg.client_processes, "jobs": args.jobs,
@@ -974,7 +885,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             tq, server, count, cfg, pilot_token=pilot_token,
                             operator_token=operator_token, url=db.url, backend=backend,
                             queues=args.queues, metrics_before=metrics)
-                        tq.emit(record)
+                        emit(record)
                         records.append(record)
                         log(f"  {record['requests_per_s']:,.1f} requests/s, "
                             f"{record['jobs_per_s'] or 0:,.1f} jobs/s, p50 {record['p50_ms']} "

@@ -16,7 +16,7 @@ on a test server; ``--no-vacuum`` skips this). Then 1 and 4 worker processes (sp
 One JSON line per measurement goes to stdout; progress goes to stderr. Commits stay durable:
 the benchmark changes no synchronous_commit/fsync setting. Run from the repository root::
 
-    .venv/bin/python bench/taskqueue.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
+    .venv/bin/python bench/queue_ops.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
 Queue layout: queue ``q`` belongs to owner ``user<q>`` of group ``lhcb_user`` (VO ``lhcb``), so
 every queue is a distinct definition; one queue in a hundred (``q % 100 == 0``) also carries the
@@ -27,55 +27,50 @@ queues (the "create_phase" of the insert line).
 
 from __future__ import annotations
 
-import sys
+import argparse
+import multiprocessing as mp
+import os
+import queue
+import random
+import shutil
+import tempfile
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-# Run as a script, this file's folder comes first on sys.path and this file (taskqueue.py) would
-# hide the taskqueue package: put the repository root there instead.
-_HERE = Path(__file__).resolve().parent
-if sys.path and Path(sys.path[0] or ".").resolve() == _HERE:
-    sys.path[0] = str(_HERE.parent)
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import multiprocessing as mp  # noqa: E402
-import os  # noqa: E402
-import queue  # noqa: E402
-import random  # noqa: E402
-import secrets  # noqa: E402
-import shutil  # noqa: E402
-import signal  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-import traceback  # noqa: E402
-from collections.abc import Iterator, Sequence  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
-from datetime import UTC, datetime  # noqa: E402
-from typing import Any  # noqa: E402
-
-from sqlalchemy import (  # noqa: E402
-    Engine,
+from kit import (
+    backend_of,
+    emit,
+    end_on_signals,
+    fresh_database,
+    int_list,
+    log,
+    percentile_ms,
+    rate,
+    start_together,
+    url_option,
+)
+from sqlalchemy import (
     Table,
-    create_engine,
     func,
     insert,
     select,
     text,
     update,
 )
-from sqlalchemy.engine import URL, make_url  # noqa: E402
-from sqlalchemy.exc import DBAPIError  # noqa: E402
-from sqlalchemy.orm import Session  # noqa: E402
-from sqlalchemy.schema import ColumnDefault  # noqa: E402
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
+from sqlalchemy.schema import ColumnDefault
 
-from gridpilot import schema  # noqa: E402
-from taskqueue.database import is_retryable, make_engine, make_session_factory  # noqa: E402
-from taskqueue.definitions import JobRequirements, TaskQueueDefinition  # noqa: E402
-from taskqueue.jobs import NewJob, add_jobs, apply_transition  # noqa: E402
-from taskqueue.matching import claim_jobs, matching_queues  # noqa: E402
-from taskqueue.models import (  # noqa: E402
+from taskqueue.database import is_retryable, make_engine, make_session_factory
+from taskqueue.definitions import JobRequirements, TaskQueueDefinition
+from taskqueue.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.matching import claim_jobs, matching_queues
+from taskqueue.models import (
     TaskQueue,
     TaskQueueJob,
     history_table,
@@ -84,11 +79,13 @@ from taskqueue.models import (  # noqa: E402
     tq_jobs_table,
     tq_tags_table,
 )
-from taskqueue.queues import INITIAL_PRIORITY, QueueEntry, enqueue_jobs  # noqa: E402
-from taskqueue.resources import Resource, parse_resource  # noqa: E402
-from taskqueue.settings import Settings  # noqa: E402
-from taskqueue.shares import recompute_priorities, virtual_time  # noqa: E402
-from taskqueue.states import JobStatus  # noqa: E402
+from taskqueue.queues import INITIAL_PRIORITY, QueueEntry, enqueue_jobs
+from taskqueue.resources import Resource, parse_resource
+from taskqueue.settings import Settings
+from taskqueue.shares import recompute_priorities, virtual_time
+from taskqueue.states import JobStatus
+
+_HERE = Path(__file__).resolve().parent
 
 VO = "lhcb"
 GROUP = "lhcb_user"
@@ -102,99 +99,7 @@ GENERIC: dict[str, Any] = {"vo": VO, "tags": "ANY"}
 SELECTIVE: dict[str, Any] = {"vo": VO, "required_tags": [SPECIAL_TAG], "tags": [SPECIAL_TAG]}
 RESOURCES = {"generic": GENERIC, "selective": SELECTIVE}
 
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def emit(record: dict[str, Any]) -> None:
-    print(json.dumps(record), flush=True)
-
-
 # --------------------------------------------------------------------------- databases
-
-
-@dataclass
-class BenchDatabase:
-    """A database made for one measurement round, and how to get rid of it."""
-
-    url: str
-    backend: str
-    label: str
-    drop_sql: str | None = None
-    files: list[Path] = field(default_factory=list)
-
-
-def backend_of(url: str) -> str:
-    name = make_url(url).get_backend_name()
-    return "mariadb" if name == "mysql" else name
-
-
-def _admin_engine(url: str) -> Engine:
-    return create_engine(url, isolation_level="AUTOCOMMIT")
-
-
-@contextmanager
-def fresh_database(base_url: str, tag: str, *, keep: bool, tmpdir: Path) -> Iterator[BenchDatabase]:
-    """A new, empty database (server) or file (SQLite) with the schema built; dropped after."""
-    parsed = make_url(base_url)
-    backend = backend_of(base_url)
-    if backend == "sqlite":
-        db = _fresh_sqlite(parsed, tag, tmpdir)
-    elif backend in ("postgresql", "mariadb"):
-        name = f"gp_bench_{secrets.token_hex(4)}_{tag}"
-        admin = _admin_engine(base_url)
-        try:
-            with admin.connect() as conn:
-                conn.execute(text(f"CREATE DATABASE {name}"))
-        finally:
-            admin.dispose()
-        force = " WITH (FORCE)" if backend == "postgresql" else ""
-        url = parsed.set(database=name).render_as_string(hide_password=False)
-        db = BenchDatabase(url, backend, name, drop_sql=f"DROP DATABASE IF EXISTS {name}{force}")
-        log(f"created database {name}")
-    else:
-        raise SystemExit(f"unsupported backend {backend!r}")
-    try:
-        engine = make_engine(db.url)
-        try:
-            schema.upgrade(engine)
-        finally:
-            engine.dispose()
-        yield db
-    finally:
-        if keep:
-            log(f"--keep: leaving {db.label} in place ({_safe(db.url)})")
-        elif db.drop_sql is not None:
-            admin = _admin_engine(base_url)
-            try:
-                with admin.connect() as conn:
-                    conn.execute(text(db.drop_sql))
-                log(f"dropped database {db.label}")
-            finally:
-                admin.dispose()
-        else:
-            for f in db.files:
-                for path in (f, Path(f"{f}-wal"), Path(f"{f}-shm"), Path(f"{f}-journal")):
-                    path.unlink(missing_ok=True)
-            log(f"removed {db.label}")
-
-
-def _fresh_sqlite(parsed: URL, tag: str, tmpdir: Path) -> BenchDatabase:
-    if parsed.database and parsed.database != ":memory:":
-        given = Path(parsed.database)
-        path = given.with_name(f"{given.stem}_{tag}{given.suffix or '.db'}")
-    else:
-        path = tmpdir / f"bench_{tag}.db"
-    if path.exists():
-        raise SystemExit(f"{path} already exists; the benchmark wants a fresh SQLite file")
-    url = parsed.set(database=str(path)).render_as_string(hide_password=False)
-    return BenchDatabase(url, "sqlite", str(path), files=[path])
-
-
-def _safe(url: str) -> str:
-    return make_url(url).render_as_string(hide_password=True)
-
 
 # --------------------------------------------------------------------------- insertion
 
@@ -272,21 +177,21 @@ def insert_jobs(url: str, backend: str, queues: int, n_jobs: int, batch: int,
     emit({
         "measure": "insert", "backend": backend, "queues": queues, "jobs": done,
         "total_jobs": total_jobs, "batch": batch, "seconds": round(total, 2),
-        "jobs_per_s": _rate(done, total), "enqueue_seconds": round(enqueue_s, 2),
-        "enqueue_jobs_per_s": _rate(done, enqueue_s),
+        "jobs_per_s": rate(done, total), "enqueue_seconds": round(enqueue_s, 2),
+        "enqueue_jobs_per_s": rate(done, enqueue_s),
         "add_and_check_seconds": round(add_s, 2), "commit_seconds": round(commit_s, 2),
         # The batches that created queues (the first Q jobs) versus the others.
         "create_phase": {"jobs": create_jobs, "queues_created": created,
                          "seconds": round(create_total, 2),
                          "enqueue_seconds": round(create_enqueue, 2),
-                         "enqueue_jobs_per_s": _rate(create_jobs, create_enqueue),
-                         "queues_per_s": _rate(created, create_total),
+                         "enqueue_jobs_per_s": rate(create_jobs, create_enqueue),
+                         "queues_per_s": rate(created, create_total),
                          "first_batch_s": _round(create_batches[0] if create_batches else None),
                          "last_batch_s": _round(create_batches[-1] if create_batches else None)},
         "fill_phase": {"jobs": rest_jobs, "seconds": round(rest_total, 2),
                        "enqueue_seconds": round(rest_enqueue, 2),
-                       "jobs_per_s": _rate(rest_jobs, rest_total),
-                       "enqueue_jobs_per_s": _rate(rest_jobs, rest_enqueue)},
+                       "jobs_per_s": rate(rest_jobs, rest_total),
+                       "enqueue_jobs_per_s": rate(rest_jobs, rest_enqueue)},
     })
     return done
 
@@ -360,7 +265,7 @@ def bulk_fill(url: str, backend: str, queues: int, first: int, n_jobs: int,
     log(f"  Q={queues}: bulk fill done in {seconds:.0f} s")
     emit({"measure": "bulk_fill", "backend": backend, "queues": queues,
           "jobs": n_jobs - first, "queues_created": queues_created,
-          "seconds": round(seconds, 2), "jobs_per_s": _rate(n_jobs - first, seconds),
+          "seconds": round(seconds, 2), "jobs_per_s": rate(n_jobs - first, seconds),
           "method": "COPY" if backend == "postgresql" else "INSERT",
           "note": "benchmark's own bulk load, not the library's insert path"})
 
@@ -375,7 +280,7 @@ def _fill_jobs_insert(session: Session, numbers: range, queues: int, tq_of: list
         rows).scalars())
     conn.execute(insert(history_table), [
         {"job_id": jid, "at": now, "status": status, "minor_status": minor, "source": source}
-        for jid in ids for status, minor, source in _HISTORY])
+        for jid in ids for status, minor, source in HISTORY])
     conn.execute(insert(tq_jobs_table), [
         {"job_id": jid, "tq_id": tq_of[i % queues], "rank": -priority_of(i)}
         for i, jid in zip(numbers, ids, strict=True)])
@@ -403,18 +308,14 @@ def _fill_jobs_copy(session: Session, numbers: range, queues: int, tq_of: list[i
                 row["id"] = jid
                 row["submitted_at"] = naive_now
                 copy.write_row([row[c] for c in columns])
-        with cur.copy("COPY job_status_history (job_id, at, status, minor_status, source) "
-                      "FROM STDIN") as copy:
-            for jid in ids:
-                for status, minor, source in _HISTORY:
-                    copy.write_row((jid, naive_now, status, minor, source))
+        copy_history(cur, ids, naive_now)
         with cur.copy("COPY task_queue_jobs (job_id, tq_id, rank) FROM STDIN") as copy:
             for i, jid in zip(numbers, ids, strict=True):
                 copy.write_row((jid, tq_of[i % queues], -priority_of(i)))
 
 
 #: The history a job has once the library put it in a task queue.
-_HISTORY = (
+HISTORY = (
     (JobStatus.RECEIVED.value, "Job accepted", "submit"),
     (JobStatus.CHECKING.value, "Job sanity", "bench"),
     (JobStatus.WAITING.value, "Pilot Agent Submission", "optimizer"),
@@ -425,7 +326,7 @@ def _queue_row(d: TaskQueueDefinition, now: datetime, draw_key: float, queues: i
                n_jobs: int, q: int) -> dict[str, Any]:
     # Queue q holds jobs q, q + Q, q + 2Q, ... (fixed up by _refresh_queue_statistics).
     numbers = range(q, n_jobs, queues)
-    return _with_defaults(task_queues_table, {
+    return with_defaults(task_queues_table, {
         "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
         "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
         "job_type": d.job_type, "submit_pool": d.submit_pool, "priority": INITIAL_PRIORITY,
@@ -447,7 +348,7 @@ def _refresh_queue_statistics(session: Session) -> None:
 
 def _job_row(i: int, q: int, now: datetime) -> dict[str, Any]:
     req = requirements_for(q)
-    return _with_defaults(jobs_table, {
+    return with_defaults(jobs_table, {
         "vo": req.vo, "owner": req.owner, "owner_group": req.owner_group,
         "status": JobStatus.WAITING.value, "minor_status": "Pilot Agent Submission",
         "description": description_for(i, q), "job_type": req.job_type,
@@ -456,7 +357,18 @@ def _job_row(i: int, q: int, now: datetime) -> dict[str, Any]:
         "submit_pool": req.submit_pool, "submitted_at": now, "reschedule_count": 0})
 
 
-def _with_defaults(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+def copy_history(cursor: Any, ids: Sequence[int], at: datetime,
+                 history: Sequence[tuple[str, str, str]] = HISTORY) -> None:
+    """The status history of bulk-loaded jobs, each ``history`` row at ``at``, by COPY
+    (PostgreSQL: ``cursor`` is psycopg's)."""
+    with cursor.copy("COPY job_status_history (job_id, at, status, minor_status, source) "
+                     "FROM STDIN") as copy:
+        for jid in ids:
+            for status, minor, source in history:
+                copy.write_row((jid, at, status, minor, source))
+
+
+def with_defaults(table: Table, row: dict[str, Any]) -> dict[str, Any]:
     """``row`` plus the model's scalar Python-side defaults for the columns it leaves out (the
     schema grows; a bulk row must hold every NOT NULL column, for COPY too)."""
     for column in table.columns:
@@ -635,14 +547,7 @@ def measure_claims(url: str, backend: str, queues: int, resource_name: str, proc
                            args=(w, url, resource_data, count, remaining, stop, barrier,
                                  results))
                for w in range(processes)]
-    for p in workers:
-        p.start()
-    try:
-        barrier.wait(timeout=120)
-    except Exception as exc:
-        for p in workers:
-            p.terminate()
-        raise SystemExit(f"claim workers did not start: {exc!r}") from exc
+    start_together(workers, barrier, timeout=120, what="claim workers")
     t0 = time.perf_counter()
     outcome: list[WorkerResult] = []
     time_limited = False
@@ -670,9 +575,9 @@ def measure_claims(url: str, backend: str, queues: int, resource_name: str, proc
         "measure": "claim", "backend": backend, "queues": queues, "resource": resource_name,
         "matching_queues": matching, "active_queues": active, "waiting_jobs": waiting,
         "processes": processes, "count": count, "claims": done, "jobs": jobs,
-        "seconds": round(seconds, 3), "claims_per_s": _rate(done, seconds),
-        "jobs_per_s": _rate(jobs, seconds),
-        "p50_ms": _percentile_ms(latencies, 0.50), "p99_ms": _percentile_ms(latencies, 0.99),
+        "seconds": round(seconds, 3), "claims_per_s": rate(done, seconds),
+        "jobs_per_s": rate(jobs, seconds),
+        "p50_ms": percentile_ms(latencies, 0.50), "p99_ms": percentile_ms(latencies, 0.99),
         "max_ms": round(latencies[-1] * 1000, 2) if latencies else None,
         "retries": sum(r.retries for r in outcome),
     }
@@ -687,48 +592,20 @@ def measure_claims(url: str, backend: str, queues: int, resource_name: str, proc
         record["worker_errors"] = len(errors)
     return record
 
-
-def _percentile_ms(sorted_values: Sequence[float], p: float) -> float | None:
-    if not sorted_values:
-        return None
-    if len(sorted_values) == 1:
-        return round(sorted_values[0] * 1000, 3)
-    cuts = statistics.quantiles(sorted_values, n=1000, method="inclusive")
-    return round(cuts[round(p * 1000) - 1] * 1000, 3)
-
-
 def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
-
-def _rate(n: float, seconds: float) -> float | None:
-    return round(n / seconds, 1) if seconds > 0 else None
-
-
 # --------------------------------------------------------------------------- main
-
-
-def _int_list(text_value: str) -> list[int]:
-    try:
-        values = [int(v) for v in text_value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected a comma list of integers: {exc}") from exc
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError("expected positive integers")
-    return values
-
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    parser.add_argument("--url", default=None,
-                        help="SQLAlchemy URL; a server URL only serves to create and drop a "
-                             "fresh gp_bench_* database (default: an SQLite file in a temp dir)")
+    url_option(parser, None)
     parser.add_argument("--jobs", type=int, default=None,
                         help="waiting jobs per queue count (default 1,000,000 on PostgreSQL, "
                              "100,000 otherwise)")
-    parser.add_argument("--queues", type=_int_list, default=[10, 1000, 100000],
+    parser.add_argument("--queues", type=int_list, default=[10, 1000, 100000],
                         help="comma list of task-queue counts (default 10,1000,100000)")
-    parser.add_argument("--processes", type=_int_list, default=[1, 4],
+    parser.add_argument("--processes", type=int_list, default=[1, 4],
                         help="comma list of claiming process counts (default 1,4)")
     parser.add_argument("--claims", type=int, default=5000,
                         help="claim transactions per measurement (default 5000)")
@@ -760,13 +637,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _terminate(signum: int, _frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")  # so that the finally blocks drop the databases
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    signal.signal(signal.SIGTERM, _terminate)
+    end_on_signals()
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_bench_"))
     base_url = args.url or f"sqlite:///{tmpdir / 'bench.db'}"
     backend = backend_of(base_url)
@@ -784,11 +657,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if queues > n_jobs:
                 log(f"skipping Q={queues}: more queues than jobs ({n_jobs})")
                 continue
-            with fresh_database(base_url, f"q{queues}", keep=args.keep, tmpdir=tmpdir) as db:
+            with fresh_database(base_url, prefix=f"gp_bench_q{queues}", keep=args.keep,
+                                tmpdir=tmpdir) as db:
                 if not server_printed:
                     emit(server_info(db.url, backend))
                     server_printed = True
-                log(f"Q={queues}: inserting {n_jobs:,} jobs into {_safe(db.url)}")
+                log(f"Q={queues}: inserting {n_jobs:,} jobs into {db.label}")
                 limit = min(args.insert_jobs or n_jobs, n_jobs)
                 inserted = insert_jobs(db.url, backend, queues, limit, args.batch, settings,
                                        max_seconds=args.insert_seconds or float("inf"),
