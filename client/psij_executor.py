@@ -1,11 +1,13 @@
 """A PSI/J executor that submits into gridpilot: ``JobExecutor.get_instance("gridpilot",
 url="https://gridpilot.example.org")``.
 
-PSI/J finds it through ``psij-descriptors/gridpilot_descriptor.py`` (shipped beside this
-package). A :class:`psij.JobSpec` becomes a job in gridpilot's JSON form, which already uses
-PSI/J's names: executable, arguments, environment, name; resources (processes, cores per
-process, memory in bytes); ``attributes.duration`` (the CPU time) and ``queue_name``; the
-custom attributes ``gridpilot.site``, ``gridpilot.banned_sites``, ``gridpilot.platform``,
+PSI/J finds it through ``psij-descriptors/gridpilot_descriptor.py`` (beside this package: in
+site-packages from a wheel, at the checkout's root, which an editable install puts on
+sys.path), by itself: nothing of gridpilot needs to be imported first. A
+:class:`psij.JobSpec` becomes a job in gridpilot's JSON form, which already uses PSI/J's
+names: executable, arguments, environment, name; resources (processes, cores per process,
+memory in bytes); ``attributes.duration`` (the CPU time) and ``queue_name``; the custom
+attributes ``gridpilot.site``, ``gridpilot.banned_sites``, ``gridpilot.platform``,
 ``gridpilot.tags``, ``gridpilot.job_type``, ``gridpilot.priority``, ``gridpilot.job_group``
 (or any JDL field by its own name, with or without the ``gridpilot.`` prefix; keys meant for
 other executors, ``slurm.x`` and the like, are left out). The job runs on a worker node, so
@@ -37,7 +39,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
 from psij import (
     InvalidJobException,
     Job,
@@ -48,7 +49,6 @@ from psij import (
     JobStatus,
     SubmitException,
 )
-from psij.descriptor import Descriptor
 
 from client.config import ConfigError, resolve
 from client.service import Service, ServiceError
@@ -70,24 +70,6 @@ CUSTOM: Mapping[str, str] = {
     "priority": "Priority", "job_group": "JobGroup", "requirements": "Requirements",
 }
 PREFIX = "gridpilot."
-
-
-#: The executor's entry for PSI/J, as psij-descriptors/gridpilot_descriptor.py declares it.
-DESCRIPTOR = Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
-                        cls="client.psij_executor.GridpilotJobExecutor")
-
-
-def register() -> None:
-    """Make the executor known to PSI/J in every install; importing this module does it.
-    PSI/J finds executors through the ``psij-descriptors`` folders on ``sys.path``: a wheel
-    puts that folder in site-packages and a checkout has it at its root, but an editable
-    install used from elsewhere has it nowhere on the path. PSI/J loads the class again from
-    this file, and that copy must not register once more."""
-    if "gridpilot" in JobExecutor.get_executor_names() or getattr(
-            JobExecutor, "_gridpilot_registering", False):
-        return
-    JobExecutor._gridpilot_registering = True  # type: ignore[attr-defined]
-    JobExecutor.register_executor(DESCRIPTOR, str(Path(__file__).resolve().parents[1]))
 
 
 class GridpilotExecutorConfig(JobExecutorConfig):
@@ -319,6 +301,3 @@ class GridpilotJobExecutor(JobExecutor):
             Path(path).write_text(tail, encoding="utf-8")
         except (ServiceError, OSError) as exc:
             log.warning("cannot write the output of job %s to %s: %s", job.native_id, path, exc)
-
-
-register()
