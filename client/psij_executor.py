@@ -1,17 +1,22 @@
 """A PSI/J executor that submits into gridpilot: ``JobExecutor.get_instance("gridpilot",
 url="https://gridpilot.example.org")``.
 
-PSI/J finds it through ``psij-descriptors/gridpilot_descriptor.py`` (shipped beside this
-package). A :class:`psij.JobSpec` becomes a job in gridpilot's JSON form, which already uses
-PSI/J's names: executable, arguments, environment, name; resources (processes, cores per
-process, memory in bytes); ``attributes.duration`` (the CPU time) and ``queue_name``; the
-custom attributes ``gridpilot.site``, ``gridpilot.banned_sites``, ``gridpilot.platform``,
+PSI/J finds it through ``psij-descriptors/gridpilot_descriptor.py`` (beside this package: in
+site-packages from a wheel, at the checkout's root, which an editable install puts on
+sys.path), by itself: nothing of gridpilot needs to be imported first. A
+:class:`psij.JobSpec` becomes a job in gridpilot's JSON form, which already uses PSI/J's
+names: executable, arguments, environment, name; resources (processes, cores per process,
+memory in bytes); ``attributes.duration`` (the CPU time) and ``queue_name``; the custom
+attributes ``gridpilot.site``, ``gridpilot.banned_sites``, ``gridpilot.platform``,
 ``gridpilot.tags``, ``gridpilot.job_type``, ``gridpilot.priority``, ``gridpilot.job_group``
 (or any JDL field by its own name, with or without the ``gridpilot.`` prefix; keys meant for
-other executors, ``slurm.x`` and the like, are left out). The job runs on a worker node, so
-``directory``, ``stdin_path``, ``pre_launch`` and ``post_launch`` (paths on this host) are not
-sent; when the job ends, the tail of its output the pilot reported is written to the spec's
-``stdout_path``, if it names one.
+other executors, ``slurm.x`` and the like, are left out). The file of ``stdin_path`` is read at
+submission and shipped with the job (its input sandbox), the payload's standard input; the
+pilot keeps standard output and error apart and returns both whole (up to its output limit) in
+the job's output sandbox, written to ``stdout_path`` and ``stderr_path`` when the job ends. The
+job runs on a worker node, so ``directory``, ``pre_launch`` and ``post_launch`` (paths on this
+host) are not sent; multi-node jobs (``node_count`` above 1) are refused by the service, which
+says so.
 
 gridpilot's states map onto PSI/J's: Received, Checking, Waiting, Matched and Rescheduled are
 QUEUED; Running, Stalled and Completing are ACTIVE; Done is COMPLETED; Failed is FAILED (with
@@ -31,13 +36,14 @@ import json
 import logging
 import math
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packaging.version import Version
 from psij import (
     InvalidJobException,
     Job,
@@ -48,10 +54,11 @@ from psij import (
     JobStatus,
     SubmitException,
 )
-from psij.descriptor import Descriptor
 
 from client.config import ConfigError, resolve
+from client.sandboxes import OutputFolderError, fetch_output, upload
 from client.service import Service, ServiceError
+from pilot.archive import Member, pack
 
 log = logging.getLogger(__name__)
 
@@ -70,24 +77,11 @@ CUSTOM: Mapping[str, str] = {
     "priority": "Priority", "job_group": "JobGroup", "requirements": "Requirements",
 }
 PREFIX = "gridpilot."
-
-
-#: The executor's entry for PSI/J, as psij-descriptors/gridpilot_descriptor.py declares it.
-DESCRIPTOR = Descriptor(name="gridpilot", nice_name="gridpilot", version=Version("0.1.0"),
-                        cls="client.psij_executor.GridpilotJobExecutor")
-
-
-def register() -> None:
-    """Make the executor known to PSI/J in every install; importing this module does it.
-    PSI/J finds executors through the ``psij-descriptors`` folders on ``sys.path``: a wheel
-    puts that folder in site-packages and a checkout has it at its root, but an editable
-    install used from elsewhere has it nowhere on the path. PSI/J loads the class again from
-    this file, and that copy must not register once more."""
-    if "gridpilot" in JobExecutor.get_executor_names() or getattr(
-            JobExecutor, "_gridpilot_registering", False):
-        return
-    JobExecutor._gridpilot_registering = True  # type: ignore[attr-defined]
-    JobExecutor.register_executor(DESCRIPTOR, str(Path(__file__).resolve().parents[1]))
+#: The names, in the job's folder, of its standard input, output and error: the pilot keeps the
+#: streams apart, and returns both in the job's output sandbox.
+STDIN, STDOUT, STDERR = "psij.stdin", "psij.stdout", "psij.stderr"
+#: JDL fields the executor sets from the spec's paths (lower case).
+_STREAMS = {"stdinput": "stdin_path", "stdoutput": "stdout_path", "stderror": "stderr_path"}
 
 
 class GridpilotExecutorConfig(JobExecutorConfig):
@@ -107,12 +101,16 @@ class GridpilotExecutorConfig(JobExecutorConfig):
         self.timeout = timeout
 
 
-def spec_to_json(spec: JobSpec) -> dict[str, Any]:
-    """The gridpilot JSON description of ``spec``; InvalidJobException for what cannot run."""
+def spec_to_json(spec: JobSpec, stdin_sandbox: str | None = None) -> dict[str, Any]:
+    """The gridpilot JSON description of ``spec``; InvalidJobException for what cannot run.
+    ``stdin_sandbox``: the sandbox holding the file of ``spec.stdin_path`` as STDIN."""
     if not spec.executable:
         raise InvalidJobException("the job spec names no executable")
     body: dict[str, Any] = {"executable": str(spec.executable),
-                            "arguments": [str(a) for a in spec.arguments or []]}
+                            "arguments": [str(a) for a in spec.arguments or []],
+                            "stdout_path": STDOUT, "stderr_path": STDERR}
+    if stdin_sandbox is not None:
+        body.update(stdin_path=STDIN, input_sandbox=[stdin_sandbox])
     if spec.environment:
         body["environment"] = {str(k): str(v) for k, v in spec.environment.items()}
     if spec.name:
@@ -135,6 +133,10 @@ def spec_to_json(spec: JobSpec) -> dict[str, Any]:
         if attributes.queue_name:
             attrs["queue_name"] = attributes.queue_name
         custom = _custom(attributes.custom_attributes or {})
+        for key in [k for k in custom if k.lower() == "inputsandbox" and stdin_sandbox]:
+            given = custom.pop(key)
+            body["input_sandbox"] = [*([given] if isinstance(given, str) else given),
+                                     stdin_sandbox]
         if custom:
             attrs["custom_attributes"] = custom
         if attrs:
@@ -148,6 +150,10 @@ def _custom(given: Mapping[str, object]) -> dict[str, Any]:
         name = key[len(PREFIX):] if key.lower().startswith(PREFIX) else key
         if "." in name:
             continue  # another executor's attribute (slurm.constraint, pbs.x, ...)
+        if name.lower() in _STREAMS:
+            raise InvalidJobException(
+                f"the custom attribute {key!r} is set by the executor: give the spec's "
+                f"{_STREAMS[name.lower()]}")
         field = CUSTOM.get(name.lower(), name)
         if field in ("Site", "BannedSite", "Platform", "Tags") and isinstance(value, str):
             value = [value]
@@ -186,10 +192,13 @@ class GridpilotJobExecutor(JobExecutor):
     def submit(self, job: Job) -> None:
         spec = self._check_job(job)
         try:
-            body = spec_to_json(spec)
+            body = spec_to_json(spec, self._stdin_sandbox(spec))
         except InvalidJobException:
             job.executor = None
             raise
+        except ServiceError as exc:
+            job.executor = None
+            raise SubmitException(exc.detail) from exc
         try:
             answer = self.service.submit(json.dumps(body), "json")
         except ServiceError as exc:
@@ -205,6 +214,18 @@ class GridpilotJobExecutor(JobExecutor):
         job._native_id = job_id
         self._follow(job_id, job)
         self._set_job_status(job, JobStatus(JobState.QUEUED, metadata={"status": "Received"}))
+
+    def _stdin_sandbox(self, spec: JobSpec) -> str | None:
+        """Ship the file of ``spec.stdin_path`` with the job: its sandbox id (None without
+        one)."""
+        if spec.stdin_path is None:
+            return None
+        try:
+            data = Path(spec.stdin_path).read_bytes()
+        except OSError as exc:
+            raise InvalidJobException(f"stdin_path {spec.stdin_path} cannot be read: "
+                                      f"{exc.strerror or exc}") from exc
+        return upload(self.service, pack([Member(STDIN, data)]))
 
     def cancel(self, job: Job) -> None:
         if job.native_id is None:
@@ -311,14 +332,30 @@ class GridpilotJobExecutor(JobExecutor):
             self._jobs.pop(job_id, None)
 
     def _write_output(self, job: Job) -> None:
-        path = job.spec.stdout_path if job.spec is not None else None
-        if path is None or job.native_id is None:
+        """Write the job's standard output and error to the spec's stdout_path and
+        stderr_path, from its output sandbox; a job without one (it never ran, or its pilot
+        could not upload it: its minor status says) gives the output tail its pilot reported
+        (the end of both streams) to stdout_path."""
+        spec = job.spec
+        if spec is None or job.native_id is None:
+            return
+        wanted = {name: Path(path) for name, path in ((STDOUT, spec.stdout_path),
+                                                      (STDERR, spec.stderr_path)) if path}
+        if not wanted:
             return
         try:
-            tail = self.service.output(int(job.native_id)).get("output_tail") or ""
-            Path(path).write_text(tail, encoding="utf-8")
-        except (ServiceError, OSError) as exc:
-            log.warning("cannot write the output of job %s to %s: %s", job.native_id, path, exc)
-
-
-register()
+            answer = self.service.output(int(job.native_id))
+            with tempfile.TemporaryDirectory(prefix="gridpilot-psij-") as tmp:
+                sandbox = answer.get("output_sandbox")
+                if sandbox:
+                    fetch_output(self.service, str(sandbox), Path(tmp))
+                for name, path in wanted.items():
+                    got = Path(tmp, name)
+                    if got.is_file():
+                        shutil.copyfile(got, path)
+                    elif name == STDOUT:
+                        log.warning("job %s has no output sandbox; its output tail goes to %s",
+                                    job.native_id, path)
+                        path.write_text(answer.get("output_tail") or "", encoding="utf-8")
+        except (ServiceError, OutputFolderError, OSError) as exc:
+            log.warning("cannot write the output of job %s: %s", job.native_id, exc)

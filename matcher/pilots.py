@@ -120,7 +120,7 @@ def payload(job: Any) -> JobPayload:
         environment=dict(desc.environment), cpu_time=desc.cpu_time,
         processors=desc.processors, memory=desc.memory,
         input_sandbox=list(desc.input_sandbox), output_sandbox=list(desc.output_sandbox),
-        stdout=desc.stdout, stderr=desc.stderr, job_name=desc.job_name,
+        stdout=desc.stdout, stderr=desc.stderr, stdin=desc.stdin, job_name=desc.job_name,
         description=job.description, description_format=job.description_format,
         extra=dict(desc.extra))
 

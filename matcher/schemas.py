@@ -62,7 +62,8 @@ JOB_PAYLOAD = obj({
     "environment": {"type": "object", "additionalProperties": STRING},
     "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "input_sandbox": STRINGS,
     "output_sandbox": STRINGS, "stdout": nullable(STRING), "stderr": nullable(STRING),
-    "job_name": nullable(STRING), "description": STRING, "description_format": STRING,
+    "stdin": nullable(STRING), "job_name": nullable(STRING), "description": STRING,
+    "description_format": STRING,
     "extra": {"type": "object"},
 }, ("job_id", "vo", "owner", "owner_group", "job_type", "executable"))
 

@@ -61,6 +61,9 @@ class JobDescription:
     arguments: tuple[str, ...] = ()
     environment: Mapping[str, str] = field(default_factory=dict)
     directory: str | None = None
+    #: The file of the job's folder its standard input is read from (shipped in the
+    #: InputSandbox); None: no input.
+    stdin: str | None = None
     stdout: str | None = None
     stderr: str | None = None
     input_sandbox: tuple[str, ...] = ()
@@ -110,7 +113,7 @@ class JobDescription:
         return replace(
             self, executable=text(self.executable), arguments=text(self.arguments),
             environment=text(dict(self.environment)), directory=text(self.directory),
-            stdout=text(self.stdout), stderr=text(self.stderr),
+            stdin=text(self.stdin), stdout=text(self.stdout), stderr=text(self.stderr),
             input_sandbox=text(self.input_sandbox), output_sandbox=text(self.output_sandbox),
             job_name=text(self.job_name), extra=text(dict(self.extra)))
 
@@ -118,7 +121,7 @@ class JobDescription:
 #: Canonical field names (JDL spelling) → the key the description uses. Lookup is
 #: case-insensitive, like ClassAd attribute names.
 KNOWN_FIELDS = (
-    "Executable", "Arguments", "Environment", "Directory", "StdOutput", "StdError",
+    "Executable", "Arguments", "Environment", "Directory", "StdInput", "StdOutput", "StdError",
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "GridCE", "InputData",
@@ -258,6 +261,7 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         arguments=_arguments(raw),
         environment=_environment(raw),
         directory=_string(raw, "Directory"),
+        stdin=_job_file(raw, "StdInput"),
         stdout=_job_file(raw, "StdOutput"),
         stderr=_job_file(raw, "StdError"),
         input_sandbox=_strings(raw, "InputSandbox"),

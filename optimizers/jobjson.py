@@ -1,7 +1,8 @@
 """Reading job descriptions written as JSON, with PSI/J's JobSpec names where they exist.
 
     {"executable": "/bin/sh", "arguments": ["-c", "echo hi"], "environment": {"A": "1"},
-     "directory": "work", "stdout_path": "out.txt", "stderr_path": "err.txt",
+     "directory": "work", "stdin_path": "in.txt", "stdout_path": "out.txt",
+     "stderr_path": "err.txt",
      "name": "hello", "input_sandbox": ["data.txt"], "output_sandbox": ["out.txt"],
      "resources": {"process_count": 1, "cpu_cores_per_process": 4, "memory": 4294967296},
      "attributes": {"duration": 3600, "queue_name": "long",
@@ -59,10 +60,11 @@ from optimizers.description import (
 #: JSON key → JDL field.
 TOP_LEVEL = {
     "executable": "Executable", "arguments": "Arguments", "environment": "Environment",
-    "directory": "Directory", "stdout_path": "StdOutput", "stderr_path": "StdError",
+    "directory": "Directory", "stdin_path": "StdInput", "stdout_path": "StdOutput",
+    "stderr_path": "StdError",
     "name": "JobName", "input_sandbox": "InputSandbox", "output_sandbox": "OutputSandbox",
 }
-_IGNORED_PSIJ = {"inherit_environment", "stdin_path", "pre_launch", "post_launch", "launcher"}
+_IGNORED_PSIJ = {"inherit_environment", "pre_launch", "post_launch", "launcher"}
 _RESOURCES = ("node_count", "process_count", "processes_per_node", "cpu_cores_per_process",
               "gpu_cores_per_process", "memory", "exclusive_node_use")
 MB = 1024 * 1024

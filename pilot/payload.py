@@ -4,6 +4,7 @@ group, so that stopping it stops everything it started; its CPU time and output 
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import shutil
@@ -13,7 +14,7 @@ import subprocess
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pilot.features import write_features
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
@@ -206,23 +207,53 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
                    if job.stderr and job.stderr != job.stdout else None)
     if stderr_path == stdout_path:
         stderr_path = None
-    out = open_output(stdout_path, directory)
-    err = open_output(stderr_path, directory) if stderr_path else None
+    stdin = open_stdin(directory, job.stdin) if job.stdin else None
+    try:
+        out = open_output(stdout_path, directory)
+        err = open_output(stderr_path, directory) if stderr_path else None
+    except OSError:
+        if stdin is not None:
+            os.close(stdin)
+        raise
     program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath))
     try:
         process = subprocess.Popen(
             [program, *job.arguments], cwd=directory, env=env,
-            stdin=subprocess.DEVNULL, stdout=out,
+            stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=out,
             stderr=err if err is not None else subprocess.STDOUT,
             start_new_session=True)
     finally:
-        os.close(out)
-        if err is not None:
-            os.close(err)
+        for fd in (stdin, out, err):
+            if fd is not None:
+                os.close(fd)
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
     return Payload(job, cores, memory_mb, directory, process, now,
                    expected_end(now, job.cpu_time, factor, cores, max_end),
                    max_end, stdout_path, stderr_path)
+
+
+def open_stdin(directory: Path, name: str) -> int:
+    """Open the file ``name`` of the job folder (shipped in its input sandbox) for the
+    payload's standard input; OSError saying "StdInput NAME: why" when it is not a file
+    inside the folder (a link is not followed) or cannot be read."""
+    pure = PurePosixPath(name)
+    path = directory.joinpath(*pure.parts)
+    try:
+        inside = (not pure.is_absolute() and ".." not in pure.parts and "\x00" not in name
+                  and path.parent.resolve().is_relative_to(directory.resolve()))
+        if not inside:
+            raise OSError(f"StdInput {name}: the name leaves the job folder")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno is None:
+            raise
+        why = ("a link, which is not followed" if exc.errno == errno.ELOOP
+               else exc.strerror or str(exc))
+        raise OSError(f"StdInput {name}: {why}") from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"StdInput {name}: not a file of the job folder")
+    return fd
 
 
 def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:

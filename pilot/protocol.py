@@ -74,6 +74,8 @@ class JobPayload:
     output_sandbox: list[str] = field(default_factory=list)
     stdout: str | None = None
     stderr: str | None = None
+    #: The file of the job's folder (from its input sandbox) its standard input is read from.
+    stdin: str | None = None
     job_name: str | None = None
     #: The description exactly as submitted, and its format ("jdl" or "json").
     description: str = ""

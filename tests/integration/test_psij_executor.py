@@ -143,6 +143,45 @@ def test_a_job_runs_through_a_pilot_with_callbacks_and_output(server: Server,
     assert record["memory"] >= 512
 
 
+def test_stdout_and_stderr_go_to_their_own_paths_and_stdin_comes_from_a_file(
+        server: Server, tmp_path: Path) -> None:
+    """As psij-python's test_stdin_redirect and test_stderr_redirect: the pilot keeps the two
+    streams apart, the files get the whole streams (not a tail), exactly."""
+    executor = server.executor()
+    tag = new_tag()
+    source = tmp_path / "in.txt"
+    source.write_text("line one\nline two\n", encoding="utf-8")
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    both = Job(tagged(tag, "/bin/sh", "-c", "tr a-z A-Z; echo -n oops >&2; exit 0",
+                      stdin_path=source, stdout_path=out, stderr_path=err))
+    err_only = tmp_path / "err-only.txt"
+    quiet = Job(tagged(tag, "/bin/sh", "-c", "echo kept out; echo -n _x_ >&2",
+                       stderr_path=err_only))
+    executor.submit(both)
+    executor.submit(quiet)
+    source.unlink()  # shipped with the job at submission
+    pilot = server.pilot(tag, "--idle-timeout", "2")
+    try:
+        statuses = [both.wait(timeout=WAIT), quiet.wait(timeout=WAIT)]
+    finally:
+        finish(pilot)
+    for status in statuses:
+        assert status is not None and status.state == JobState.COMPLETED, status
+    assert out.read_text(encoding="utf-8") == "LINE ONE\nLINE TWO\n"
+    assert err.read_text(encoding="utf-8") == "oops"
+    assert err_only.read_text(encoding="utf-8") == "_x_"
+
+
+def test_a_stdin_path_that_cannot_be_read_is_refused_at_submission(server: Server,
+                                                                  tmp_path: Path) -> None:
+    executor = server.executor()
+    missing = tmp_path / "no-such-input.txt"
+    job = Job(JobSpec("/bin/cat", stdin_path=missing))
+    with pytest.raises(InvalidJobException, match=f"stdin_path {missing}.*cannot be read"):
+        executor.submit(job)
+    assert job.native_id is None
+
+
 def test_a_failing_job_is_failed_with_its_exit_code(server: Server) -> None:
     executor = server.executor()
     tag = new_tag()
@@ -257,6 +296,15 @@ def test_spec_to_json_maps_psij_names() -> None:
     assert body["attributes"]["custom_attributes"] == {
         "Site": ["LCG.CERN.cern"], "BannedSite": ["LCG.RAL.uk"], "Platform": ["x86_64-el9"],
         "JobType": "User"}
+    assert (body["stdout_path"], body["stderr_path"]) == ("psij.stdout", "psij.stderr")
+    assert "stdin_path" not in body and "input_sandbox" not in body
+    body = spec_to_json(JobSpec(executable="/bin/cat", attributes=JobAttributes(
+        custom_attributes={"InputSandbox": ["LFN:/lhcb/x"]})), "sha256:ab")
+    assert body["stdin_path"] == "psij.stdin"
+    assert body["input_sandbox"] == ["LFN:/lhcb/x", "sha256:ab"]
+    with pytest.raises(InvalidJobException, match=r"set by the executor.*stderr_path"):
+        spec_to_json(JobSpec(executable="/bin/app", attributes=JobAttributes(
+            custom_attributes={"gridpilot.StdError": "e.txt"})))
     with pytest.raises(InvalidJobException, match="second time"):
         spec_to_json(JobSpec(executable="/bin/app", attributes=JobAttributes(
             custom_attributes={"site": "A", "gridpilot.Site": "B"})))

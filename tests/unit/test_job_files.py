@@ -1,5 +1,5 @@
-"""StdOutput, StdError and OutputSandbox name files in the job's folder: absolute paths and
-names that lead out of it with .. are refused at submission (JDL and JSON)."""
+"""StdInput, StdOutput, StdError and OutputSandbox name files in the job's folder: absolute
+paths and names that lead out of it with .. are refused at submission (JDL and JSON)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from optimizers.jobjson import parse_json_text
 from tests.helpers import refusal
 
 
-@pytest.mark.parametrize("field", ["StdOutput", "StdError", "OutputSandbox"])
+@pytest.mark.parametrize("field", ["StdInput", "StdOutput", "StdError", "OutputSandbox"])
 @pytest.mark.parametrize(("name", "fragment"), [
     ("../../x", "leads out of it"), ("/etc/passwd", "absolute path"),
     ("out/../../x", "leads out of it"), ("..", "leads out of it"),
@@ -37,3 +37,19 @@ def test_parametric_names_are_checked_after_substitution() -> None:
 def test_names_inside_the_job_folder_are_accepted(name: str) -> None:
     (job,) = parse_jdl(f'[Executable = "x"; StdOutput = "{name}"; OutputSandbox = {{"{name}"}};]')
     assert job.stdout == name and job.output_sandbox == (name,)
+
+
+def test_standard_input_is_a_file_of_the_job_folder_in_jdl_and_json() -> None:
+    (job,) = parse_jdl('[Executable = "cat"; StdInput = "in.txt"; '
+                       'InputSandbox = {"in.txt"};]')
+    assert job.stdin == "in.txt" and "StdInput" not in job.extra
+    (job,) = parse_json_text(json.dumps({"executable": "cat", "stdin_path": "in.txt",
+                                         "stdout_path": "o", "stderr_path": "e"}))
+    assert (job.stdin, job.stdout, job.stderr) == ("in.txt", "o", "e")
+    error = refusal(parse_json_text, json.dumps({"executable": "cat",
+                                                 "stdin_path": "/home/u/in.txt"}))
+    assert "absolute path" in str(error) and error.field == "stdin_path"
+    error = refusal(parse_json_text, json.dumps({
+        "executable": "cat", "stdin_path": "a",
+        "attributes": {"custom_attributes": {"StdInput": "b"}}}))
+    assert "give it once" in str(error)

@@ -3,11 +3,14 @@ never through a link planted there, and capped while the payload runs."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from pathlib import Path
 
-from pilot.payload import Payload, start_payload
+import pytest
+
+from pilot.payload import Payload, fresh_job_folder, start_payload
 from pilot.protocol import JobPayload
 
 
@@ -68,3 +71,57 @@ def test_output_is_capped_to_its_end_while_the_payload_runs(tmp_path: Path) -> N
     assert b"output cut here" in kept
     assert kept.rstrip().endswith(b"END")
     assert p.tail().rstrip().endswith("END")
+
+
+def _run_in(tmp_path: Path, script: str, files: dict[str, bytes], **fields: str | None
+            ) -> Payload:
+    """Like _run, with ``files`` in the job folder first (as an input sandbox puts them)."""
+    folder = fresh_job_folder(tmp_path / "work", 7)
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    job = JobPayload(job_id=7, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable=sys.executable, arguments=["-c", script],
+                     **fields)  # type: ignore[arg-type]
+    return start_payload(job, cores=1, memory_mb=0, root=tmp_path / "work", now=time.time(),
+                         max_end=time.time() + 600, cpu_factor=None, machine_features=None,
+                         base_env={"PATH": "/usr/bin:/bin"}, fresh=False)
+
+
+ECHO_STDIN = "import sys; sys.stdout.write(sys.stdin.read().upper())"
+
+
+def test_standard_input_comes_from_the_file_stdin_names(tmp_path: Path) -> None:
+    p = _run_in(tmp_path, ECHO_STDIN, {"in.txt": b"from the sandbox"}, stdin="in.txt")
+    assert p.wait() == 0
+    assert p.stdout_path.read_text() == "FROM THE SANDBOX"
+
+
+def test_without_stdin_the_payload_reads_nothing(tmp_path: Path) -> None:
+    p = _run_in(tmp_path, ECHO_STDIN, {})
+    assert p.wait() == 0
+    assert p.stdout_path.read_text() == ""
+
+
+@pytest.mark.parametrize(("name", "why"), [
+    ("absent.txt", "No such file"), ("../../secret.txt", "leaves the job folder"),
+    ("/etc/hostname", "leaves the job folder"), ("link.txt", "a link")])
+def test_a_missing_outside_or_linked_stdin_is_an_error_naming_it(tmp_path: Path, name: str,
+                                                                 why: str) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the payload")
+    folder = fresh_job_folder(tmp_path / "work", 7)
+    (folder / "link.txt").symlink_to(secret)
+    job = JobPayload(job_id=7, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable=sys.executable, arguments=["-c", ECHO_STDIN],
+                     stdin=name)
+    with pytest.raises(OSError, match=f"StdInput {re.escape(name)}.*{why}"):
+        start_payload(job, cores=1, memory_mb=0, root=tmp_path / "work", now=time.time(),
+                      max_end=time.time() + 600, cpu_factor=None, machine_features=None,
+                      base_env={"PATH": "/usr/bin:/bin"}, fresh=False)
+
+
+def test_stdout_and_stderr_stay_apart_when_both_are_named(tmp_path: Path) -> None:
+    p = _run(tmp_path, SAY, stdout="psij.stdout", stderr="psij.stderr")
+    assert p.wait() == 0
+    assert p.stdout_path.read_text() == "to stdout\n"
+    assert p.stderr_path is not None and p.stderr_path.read_text() == "to stderr\n"
