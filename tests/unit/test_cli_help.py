@@ -39,8 +39,9 @@ def test_agents_help_lists_every_loop() -> None:
     assert tuple(listed.split(", ")) == LOOP_NAMES
 
 
-def test_the_readme_lists_every_loop() -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+def test_the_operators_guide_lists_every_loop() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "operator.md").read_text(
+        encoding="utf-8")
     line = readme.index("gridpilot agents    ")
     comment = " ".join(part.split("#", 1)[1].strip() for part in
                        readme[line:].split("\n\n", 1)[0].splitlines()[:3])
