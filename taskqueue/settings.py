@@ -101,6 +101,11 @@ class DatabaseSettings:
     connect_timeout: float = 5.0
     pool_timeout: float = 10.0
     statement_timeout: float = 20.0
+    #: Seconds a request's statement may run before the service checks, on a connection of its
+    #: own, that the database still answers (again every as many seconds): a database that
+    #: does not answer fails the request with 503 "try again" then, instead of at the
+    #: statement timeout; a statement the database is still running goes on (0: no check).
+    liveness_after: float = 2.0
     #: The URL names a pooler in transaction mode (PgBouncer's pool_mode = transaction), not
     #: PostgreSQL itself: consecutive transactions of one connection may run on different
     #: server connections, so no statement is prepared on the server and no startup option is
@@ -109,7 +114,7 @@ class DatabaseSettings:
     transaction_pooler: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout", "pool_timeout", "statement_timeout"):
+        for name in ("connect_timeout", "pool_timeout", "statement_timeout", "liveness_after"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"database.{name} must not be negative, got {getattr(self, name)}")
