@@ -223,6 +223,10 @@ class MatcherSettings:
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
+    #: Seconds after which /healthz answers 503 while a worker's request threads have had no
+    #: room for another request (all busy with none coming free, or a request waiting for
+    #: one), so that a balancer sends work elsewhere (0: never). Threaded workers only.
+    starved_after: float = 10.0
     #: Where each request is logged (gunicorn's access log): a file, "-" for the standard
     #: output, empty for no access log.
     access_log: str = ""
@@ -266,6 +270,9 @@ class MatcherSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"matcher.{name} must be at least 1, got {getattr(self, name)}")
+        if self.starved_after < 0:
+            raise ConfigurationError(
+                f"matcher.starved_after must not be negative, got {self.starved_after}")
         if self.page_size > self.max_page_size:
             raise ConfigurationError("matcher.page_size must not exceed matcher.max_page_size")
 
