@@ -69,8 +69,8 @@ class _Deadlines:
         self._thread: threading.Thread | None = None
         self._checks: queue.SimpleQueue[int] = queue.SimpleQueue()
         self._checker: threading.Thread | None = None
-        #: A liveness check said the server does not answer, and none has said it does since.
-        self._down = False
+        #: Checks that said their server does not answer, and have not said it does since.
+        self._down: set[Callable[[], bool]] = set()
         #: Threads whose last statement was given up here (not failed by the server).
         self._given_up: set[int] = set()
 
@@ -98,11 +98,12 @@ class _Deadlines:
     def known_down(self, alive: Callable[[], bool]) -> bool:
         """Whether the server does not answer, asked only while a check found it silent."""
         with self._cond:
-            if not self._down:
+            if alive not in self._down:
                 return False
         answer = _answers(alive)
         with self._cond:
-            self._down = not answer
+            if answer:
+                self._down.discard(alive)
         return not answer
 
     def given_up(self) -> bool:
@@ -115,7 +116,8 @@ class _Deadlines:
         statement while the server is known not to answer) or its deadline."""
         due = watched.deadline
         if watched.limits.alive is not None and watched.limits.liveness_after > 0:
-            due = min(due, now if first and self._down else now + watched.limits.liveness_after)
+            down = first and watched.limits.alive in self._down
+            due = min(due, now if down else now + watched.limits.liveness_after)
         heapq.heappush(self._heap, (due, key))
 
     def _give_up(self, key: int) -> None:
@@ -158,19 +160,22 @@ class _Deadlines:
                 while True:
                     keys.append(self._checks.get_nowait())
             with self._cond:
-                checks = {id(w.limits.alive): w.limits.alive for k in keys
+                checks = {w.limits.alive for k in keys
                           if (w := self._live.get(k)) is not None and w.limits.alive}
-            # One check per probe for all the statements due now, outside the lock.
-            answers = {ident: _answers(alive) for ident, alive in checks.items()}
+            # One call of each check for all the statements due now, outside the lock.
+            answers = {alive: _answers(alive) for alive in checks}
             with self._cond:
-                if answers:
-                    self._down = not all(answers.values())
+                for alive, answer in answers.items():
+                    if answer:
+                        self._down.discard(alive)
+                    else:
+                        self._down.add(alive)
                 now = time.monotonic()
                 for key in keys:
                     watched = self._live.get(key)
                     if watched is None or watched.limits.alive is None:
                         continue
-                    if answers.get(id(watched.limits.alive), True):
+                    if answers.get(watched.limits.alive, True):
                         self._push(key, watched, now)
                     else:
                         self._give_up(key)
