@@ -22,6 +22,8 @@ from taskqueue.errors import (
 )
 
 PROBLEM_TYPE = "application/problem+json"
+#: Seconds a 503 answer asks the client to wait before it tries again.
+RETRY_AFTER = "5"
 log = logging.getLogger(__name__)
 
 _TITLES = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 404: "Not found",
@@ -46,6 +48,8 @@ def problem_response(status: int, detail: str, **extra: Any) -> Response:
     response = Response(json.dumps(body), status=status, mimetype=PROBLEM_TYPE)
     if status == 401:
         response.headers["WWW-Authenticate"] = 'Bearer realm="gridpilot"'
+    if status == 503:  # the database, or this instance, cannot serve now: soon again
+        response.headers["Retry-After"] = RETRY_AFTER
     return response
 
 
@@ -78,10 +82,7 @@ def install(app: Flask) -> None:
         status = status_of(exc)
         if status >= 500:
             log.error("request failed: %s", exc)
-        response = problem_response(status, exc.message)
-        if status == 503:  # the database: unreachable, too slow or out of connections
-            response.headers["Retry-After"] = "5"
-        return response
+        return problem_response(status, exc.message)
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException) -> Response:

@@ -65,7 +65,7 @@ class Runtime:
         if self._factory is None or self._pid != os.getpid():
             with self._lock:
                 if self._factory is None or self._pid != os.getpid():
-                    engine = engine_for(self.settings.database)
+                    engine = engine_for(self.settings.database, liveness=self.database_answers)
                     self._factory = make_session_factory(engine)
                     self._pid = os.getpid()
         return self._factory
@@ -77,7 +77,8 @@ class Runtime:
         if cached is None or cached[0] != os.getpid():
             sessions = self.session_factory()
             with self._lock:
-                cached = (os.getpid(), open_match_database(self.settings.database, sessions))
+                cached = (os.getpid(), open_match_database(
+                    self.settings.database, sessions, liveness=self.database_answers))
                 self._match_db = cached
         return cached[1]
 
@@ -87,6 +88,11 @@ class Runtime:
             if self._health is None or self._health[0] != os.getpid():
                 self._health = (os.getpid(), HealthProbe(self.settings.database))
             return self._health[1]
+
+    def database_answers(self) -> bool:
+        """Whether the database answers the health check: asked about a request's statement
+        that runs long, which is given up when it does not (taskqueue.statementdeadline)."""
+        return self.health().check() is None
 
     def dispose(self) -> None:
         """Close this process's database connections (tests; a server process just exits)."""

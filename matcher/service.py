@@ -20,13 +20,25 @@ bp = Blueprint("service", __name__)
 
 #: Task queues shown one by one in /metrics (the largest); the rest are summed per VO.
 METRICS_QUEUES = 1000
+#: The WSGI environ key in which ``gridpilot serve``'s worker (gridpilot.worker) says for how
+#: many seconds its request threads have had no room for another request (absent elsewhere).
+REQUEST_THREADS_STUCK = "gridpilot.request_threads_stuck"
 
 
 @endpoint(bp, "GET", "/healthz", tag="service", roles=None,
-          summary="Whether the service can reach its database (no token needed)",
-          responses={200: ("Healthy", schemas.HEALTH), 503: ("The database is unreachable",
-                                                            schemas.PROBLEM)})
+          summary="Whether this instance can take work: its database answers, and its "
+                  "request threads have not all been held longer than [matcher] "
+                  "starved_after (no token needed)",
+          responses={200: ("Healthy", schemas.HEALTH),
+                     503: ("The database is unreachable, or no request thread has come free "
+                           "for too long", schemas.PROBLEM)})
 def healthz(call: Call) -> dict[str, str]:
+    starved_after = call.runtime.settings.matcher.starved_after
+    stuck = float(request.environ.get(REQUEST_THREADS_STUCK, 0.0))
+    if starved_after and stuck > starved_after:
+        raise Problem(503, f"this worker's request threads have had no room for another "
+                           f"request for {stuck:.0f} s (more than matcher.starved_after, "
+                           f"{starved_after:g} s): send requests to another instance")
     # Within a second, even when the database hangs (taskqueue.health).
     trouble = call.runtime.health().check()
     if trouble is not None:

@@ -23,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from taskqueue.errors import ConfigurationError, ConflictError, DatabaseUnavailableError
 from taskqueue.settings import DatabaseSettings
+from taskqueue.statementdeadline import given_up
 from taskqueue.statementdeadline import install as install_deadline
 
 __all__ = ["Session", "SessionFactory", "engine_for", "make_engine", "make_session_factory",
@@ -54,12 +55,15 @@ def _redacted(url: str) -> str:
 CONNECT_TIMEOUT = DatabaseSettings.connect_timeout
 POOL_TIMEOUT = DatabaseSettings.pool_timeout
 STATEMENT_TIMEOUT = DatabaseSettings.statement_timeout
+LIVENESS_AFTER = DatabaseSettings.liveness_after
 
 
 def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
                 connect_timeout: float = CONNECT_TIMEOUT, pool_timeout: float = POOL_TIMEOUT,
                 statement_timeout: float = STATEMENT_TIMEOUT, pooled: bool = True,
-                autocommit: bool = False, transaction_pooler: bool = False) -> Engine:
+                autocommit: bool = False, transaction_pooler: bool = False,
+                liveness: Callable[[], bool] | None = None,
+                liveness_after: float = LIVENESS_AFTER) -> Engine:
     """An engine for ``url`` set up the way gridpilot's queries expect.
 
     A hung or unreachable server fails a transaction instead of holding it forever: a new
@@ -71,7 +75,12 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
     own transaction, and a connection goes back to the pool without a reset (the claim
     function's calls, taskqueue.pilotmatch, leave nothing open). ``transaction_pooler``
     (PostgreSQL behind PgBouncer in transaction mode): no statement prepared on the server
-    and no startup option, so no statement timeout from here (the server's own holds)."""
+    and no startup option, so no statement timeout from here (the server's own holds).
+
+    ``liveness`` (PostgreSQL): a check that the server answers (true), made on a connection of
+    its own (the process's health probe) when a statement has run ``liveness_after`` seconds
+    and every ``liveness_after`` seconds after: a statement whose server does not answer is
+    given up then, not at its deadline (taskqueue.statementdeadline)."""
     try:
         parsed = make_url(url)
     except Exception:  # sqlalchemy raises ArgumentError with a terse message
@@ -109,7 +118,8 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
                                hide_parameters=True, connect_args=connect_args, **pooling)
         if backend == "postgresql":
             # Also behind a pooler, whose server-side timeout is the server's own setting.
-            install_deadline(engine, statement_timeout)
+            install_deadline(engine, statement_timeout, alive=liveness,
+                             liveness_after=liveness_after)
         return engine
     raise ConfigurationError(
         f"database URL {shown!r}: backend {backend!r} is not supported; "
@@ -153,13 +163,15 @@ def _set_up_sqlite(engine: Engine) -> None:
 
 
 def engine_for(settings: DatabaseSettings, *, pool_size: int = 5,
-               statement_timeout: float | None = None, autocommit: bool = False) -> Engine:
+               statement_timeout: float | None = None, autocommit: bool = False,
+               liveness: Callable[[], bool] | None = None) -> Engine:
     """The engine the ``[database]`` settings describe (``statement_timeout`` overrides the
-    setting, e.g. 0 for schema migrations)."""
+    setting, e.g. 0 for schema migrations; ``liveness``: see :func:`make_engine`)."""
     return make_engine(
         settings.url, echo=settings.echo, pool_size=pool_size,
         connect_timeout=settings.connect_timeout, pool_timeout=settings.pool_timeout,
         autocommit=autocommit, transaction_pooler=settings.transaction_pooler,
+        liveness=liveness, liveness_after=settings.liveness_after,
         statement_timeout=(settings.statement_timeout if statement_timeout is None
                            else statement_timeout))
 
@@ -203,6 +215,10 @@ def run_in_transaction(factory: sessionmaker[Session], work: Callable[[Session],
         except DBAPIError as exc:
             if exc.connection_invalidated and committing:
                 raise DatabaseUnavailableError(LOST_AT_COMMIT) from exc
+            if exc.connection_invalidated and given_up():
+                # Given up here: the server did not answer, and would not answer a new
+                # connection either (which would wait for connect_timeout first).
+                raise DatabaseUnavailableError(UNAVAILABLE) from exc
             if exc.connection_invalidated and not reconnected:
                 reconnected = True
                 continue

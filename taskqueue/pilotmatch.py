@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -49,7 +49,7 @@ from taskqueue.matching import MATCHED_MINOR, Claim, ExpressionCheck
 from taskqueue.pilots import FINAL_PILOT_STATES, pilot_stop_reason
 from taskqueue.resources import Resource
 from taskqueue.settings import DatabaseSettings
-from taskqueue.statementdeadline import deadline_of, statement_deadline
+from taskqueue.statementdeadline import limits_of, statement_deadline
 
 
 class PilotJob(NamedTuple):
@@ -107,13 +107,14 @@ class MatchDatabase:
 SERVER_CLAIMS = frozenset({"postgresql", "mysql", "mariadb"})
 
 
-def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Session]
-                        ) -> MatchDatabase:
+def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Session], *,
+                        liveness: Callable[[], bool] | None = None) -> MatchDatabase:
     """The MatchDatabase of a process: its sessions, and where the database has a claim
-    function, an engine in autocommit for it (the ``[database]`` timeouts hold there too)."""
+    function, an engine in autocommit for it (the ``[database]`` timeouts and the
+    ``liveness`` check of taskqueue.database.make_engine hold there too)."""
     autocommit = None
     if make_url(settings.url).get_backend_name() in SERVER_CLAIMS:
-        autocommit = engine_for(settings, autocommit=True)
+        autocommit = engine_for(settings, autocommit=True, liveness=liveness)
     return MatchDatabase(sessions, autocommit)
 
 
@@ -329,7 +330,7 @@ def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
             # A new connection's failure comes from the pool unwrapped: the driver's own.
             raise DatabaseUnavailableError(UNAVAILABLE) from exc
         try:
-            with statement_deadline(connection.dbapi_connection, deadline_of(engine)):
+            with statement_deadline(connection.dbapi_connection, limits_of(engine)):
                 cursor = connection.cursor()
                 cursor.execute(statement, params)
                 rows = [tuple(row) for row in cursor.fetchall()]

@@ -101,6 +101,11 @@ class DatabaseSettings:
     connect_timeout: float = 5.0
     pool_timeout: float = 10.0
     statement_timeout: float = 20.0
+    #: Seconds a request's statement may run before the service checks, on a connection of its
+    #: own, that the database still answers (again every as many seconds): a database that
+    #: does not answer fails the request with 503 "try again" then, instead of at the
+    #: statement timeout; a statement the database is still running goes on (0: no check).
+    liveness_after: float = 2.0
     #: The URL names a pooler in transaction mode (PgBouncer's pool_mode = transaction), not
     #: PostgreSQL itself: consecutive transactions of one connection may run on different
     #: server connections, so no statement is prepared on the server and no startup option is
@@ -109,7 +114,7 @@ class DatabaseSettings:
     transaction_pooler: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout", "pool_timeout", "statement_timeout"):
+        for name in ("connect_timeout", "pool_timeout", "statement_timeout", "liveness_after"):
             if getattr(self, name) < 0:
                 raise ConfigurationError(
                     f"database.{name} must not be negative, got {getattr(self, name)}")
@@ -218,6 +223,10 @@ class MatcherSettings:
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
+    #: Seconds after which /healthz answers 503 while a worker's request threads have had no
+    #: room for another request (all busy with none coming free, or a request waiting for
+    #: one), so that a balancer sends work elsewhere (0: never). Threaded workers only.
+    starved_after: float = 10.0
     #: Where each request is logged (gunicorn's access log): a file, "-" for the standard
     #: output, empty for no access log.
     access_log: str = ""
@@ -261,6 +270,9 @@ class MatcherSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"matcher.{name} must be at least 1, got {getattr(self, name)}")
+        if self.starved_after < 0:
+            raise ConfigurationError(
+                f"matcher.starved_after must not be negative, got {self.starved_after}")
         if self.page_size > self.max_page_size:
             raise ConfigurationError("matcher.page_size must not exceed matcher.max_page_size")
 

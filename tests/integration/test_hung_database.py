@@ -221,6 +221,7 @@ def test_healthz_answers_while_every_request_thread_waits_for_the_database(
     # a new connection); /healthz's own check gives up after 1 s.
     monkeypatch.setenv("GRIDPILOT_DATABASE_STATEMENT_TIMEOUT", "20")
     monkeypatch.setenv("GRIDPILOT_DATABASE_CONNECT_TIMEOUT", "20")
+    monkeypatch.setenv("GRIDPILOT_DATABASE_LIVENESS_AFTER", "0")  # no early 503 here
     with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
         assert requests.get(f"{base}/api/v1/jobs/1", headers=headers,
@@ -254,3 +255,60 @@ def test_healthz_answers_while_every_request_thread_waits_for_the_database(
         while requests.get(f"{base}/healthz", timeout=8).status_code != 200:
             assert time.monotonic() < deadline, "healthz did not recover"
             time.sleep(0.5)
+
+
+def test_a_frozen_database_is_answered_503_long_before_the_statement_deadline(
+        private_postgres: tuple[str, Path], tmp_path: Path) -> None:
+    """With the default statement timeout (20 s), a match and a GET on pooled connections to a
+    stopped server are answered 503 with Retry-After within a few seconds: past [database]
+    liveness_after, a check on a connection of its own finds that the server does not answer,
+    and the statement is given up (a statement the server is still running is not)."""
+    url, data = private_postgres
+    work, headers = _migrated(url, tmp_path)
+    pilot = issue_token(SECRET, subject="pilots", role="pilot", vo="lhcb", group="lhcb_pilot",
+                        lifetime=600)
+    match = {"resource": {"vo": "lhcb", "site": "LCG.CERN.cern", "ce": "ce1.cern.ch",
+                          "pilot_reference": "frozen-1", "cpu_time": 10**6}}
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
+                        workers=1) as base:
+        def ask_match() -> requests.Response:
+            return requests.post(f"{base}/api/v1/pilots/match", json=match, timeout=12,
+                                 headers={"Authorization": f"Bearer {pilot}"})
+
+        def ask_job() -> requests.Response:
+            return requests.get(f"{base}/api/v1/jobs/1", headers=headers, timeout=12)
+
+        assert ask_match().status_code == 200  # connections in the pools
+        assert ask_job().status_code == 404
+        _signal_server(data, signal.SIGSTOP)
+        try:
+            for ask in (ask_match, ask_job):
+                # Before the fix each waited for the whole freeze (up to the 22 s deadline).
+                answer = ask()
+                assert answer.status_code == 503, answer.text
+                assert answer.headers["Content-Type"] == PROBLEM
+                assert answer.headers["Retry-After"]
+                assert "try again" in answer.json()["detail"]
+        finally:
+            _signal_server(data, signal.SIGCONT)
+        deadline = time.monotonic() + 30
+        while ask_job().status_code != 404:
+            assert time.monotonic() < deadline, "the service did not recover"
+            time.sleep(0.5)
+        assert ask_match().status_code == 200
+
+
+def test_a_long_statement_on_a_running_server_goes_on_past_the_liveness_check(
+        private_postgres: tuple[str, Path]) -> None:
+    """The liveness check gives up statements on a server that does not answer only: one the
+    server is busy with runs on to the statement deadline."""
+    url, _ = private_postgres
+    probe = HealthProbe(DatabaseSettings(url=url))
+    engine = make_engine(url, statement_timeout=60,
+                         liveness=lambda: probe.check() is None, liveness_after=0.3)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_sleep(2), 7")).one()[1] == 7
+    finally:
+        engine.dispose()
+        probe.dispose()

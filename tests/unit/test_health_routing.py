@@ -93,3 +93,19 @@ def test_a_closed_connection_goes_to_the_request_threads(
     server.close()
     assert not asks_for_health(Connection(server))
     assert not asks_for_health(Connection(None))
+
+
+@pytest.mark.parametrize("data", [
+    b"GET /healthz HTTP/1.1\r\n",  # the head not ended yet: a trickling client
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaa",
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n",  # a body to wait for
+    b"GET /healthz HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n"])
+def test_a_health_check_the_kept_thread_would_wait_for_goes_to_the_request_threads(
+        pair: tuple[socket.socket, socket.socket], data: bytes) -> None:
+    assert not asks_for_health(Connection(_sent(pair, data)))
+
+
+def test_a_health_check_with_an_empty_body_goes_to_the_kept_thread(
+        pair: tuple[socket.socket, socket.socket]) -> None:
+    data = b"GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    assert asks_for_health(Connection(_sent(pair, data)))
