@@ -353,6 +353,22 @@ def test_names_are_escaped(client: Api, token: TokenMaker, operator_http: FlaskC
 
 # -- actions -----------------------------------------------------------------------------------
 
+def test_explain_preselects_a_queue_that_could_run_the_job_or_none(
+        client: Api, user_token: str, operator_http: FlaskClient) -> None:
+    """Not the first configured queue (CERN's) for a job restricted to CNAF: one of CNAF's,
+    and for a job no queue can run, none (a prompt instead)."""
+    (at_cnaf,) = client.submit_jdl(user_token, f'[ Executable = "/bin/true"; '
+                                               f'Site = "{OTHER_SITE}"; ]')
+    html = page(operator_http, f"/ui/jobs/{at_cnaf}")
+    selected = re.findall(r"<option [^>]*selected[^>]*>([^<]*)</option>", html)
+    assert len(selected) == 1 and selected[0].startswith(f"{OTHER_SITE}/"), selected
+    (nowhere,) = client.submit_jdl(user_token, '[ Executable = "/bin/true"; '
+                                               'Requirements = [ SoftwareTag = "nope-v0" ]; ]')
+    html = page(operator_http, f"/ui/jobs/{nowhere}")
+    selected = re.findall(r"<option [^>]*selected[^>]*>([^<]*)</option>", html)
+    assert selected == ["choose a queue (none can run it)"], selected
+
+
 def test_kill_asks_first_and_needs_the_csrf_value(db: Database, client: Api,
                                                   grid: dict[str, Any],
                                                   operator_http: FlaskClient) -> None:
