@@ -274,6 +274,24 @@ def test_the_sites_page_counts_what_runs_and_what_waits(db: Database, client: Ap
     assert "banned" in ral
 
 
+def test_the_sites_page_names_the_ended_pilots_statuses(
+        db: Database, client: Api, pilot_token: str, operator_http: FlaskClient) -> None:
+    """"Done 1", "Aborted 1": not "D 1 / A 1", which says nothing to a newcomer."""
+    for reference, status in (("pilot-d", "Done"), ("pilot-a", "Aborted")):
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                             "status": "Running"})
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                             "status": status})
+    count_activity(db, client.settings)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index('data-queue="LCG.CERN.cern/ce503.cern.ch/condor"'):]
+    row = row[:row.index("</tr>")]
+    ended = re.findall(r'<span class="chip[^"]*"[^>]*>([^<]*)</span>', row)
+    assert "Done 1" in ended and "Aborted 1" in ended, ended
+
+
 def test_a_user_sees_only_their_own_jobs(client: Api, grid: dict[str, Any],
                                          other_user_token: str, user_token: str) -> None:
     mine = client.submit_jdl(other_user_token)[0]
