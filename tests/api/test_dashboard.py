@@ -251,6 +251,35 @@ def test_the_overview_shows_the_database_counts(db: Database, client: Api,
     assert "LCG.RAL.uk" in html and "downtime" in html
 
 
+def test_the_overview_says_why_failures_outnumber_failed_jobs(
+        db: Database, client: Api, grid: dict[str, Any], pilot_token: str,
+        operator_token: str, operator_http: FlaskClient) -> None:
+    """A rescheduled job that fails again is one Failed job and two failures in the last
+    hour: the counter says so, rather than disagreeing silently with the Failed tile."""
+    job_id = grid["failed"]
+    client.ok("POST", "/api/v1/jobs/reschedule", operator_token, json_body={"job_ids": [job_id]})
+    client.ok("PUT", "/api/v1/pilots/pilot-3", pilot_token,
+              json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                         "status": "Running"})
+    while True:  # the rescheduled job waits behind the others of its task queue
+        got = [j["job_id"] for j in client.match(pilot_token, site=SITE, ce="ce503.cern.ch",
+                                                   pilot_reference="pilot-3")["jobs"]]
+        assert got, "the rescheduled job was never matched"
+        for other in got:
+            assert client.report(pilot_token, other, "Failed" if other == job_id else "Done",
+                                 exit_code=3 if other == job_id else 0,
+                                 reference="pilot-3").status_code == 200
+        if job_id in got:
+            break
+    count_activity(db, client.settings)
+    html = page(operator_http, "/ui/")
+    assert re.search(r'data-status="Failed">\s*<span class="label">Failed</span>'
+                     r'<span class="value">1</span>', html)
+    assert re.search(r'id="failed-hour">2<', html)
+    assert "failures in the last hour, of 1 job: a rescheduled job that fails again counts " \
+           "once per failure" in html
+
+
 def test_the_overview_says_when_the_activity_loop_is_not_running(
         client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
     html = page(operator_http, "/ui/")
