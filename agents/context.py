@@ -30,6 +30,10 @@ class AgentContext:
     factory: SessionFactory
     #: The pilots' token signing secret (the site director issues pilot tokens).
     secret: str = ""
+    #: How /metrics judges a bearer token other than the metrics token: the matcher's own
+    #: rules (matcher.service.metrics_token_judge, given by ``gridpilot agents``), None for
+    #: one it admits, else the HTTP status and why not. None: that token is refused.
+    metrics_judge: Callable[[str], tuple[int, str] | None] | None = None
     clock: Callable[[], datetime] = utcnow
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("agents"))
     _resources: tuple[float, ResourcesConfig] | None = None

@@ -1,6 +1,7 @@
 """What ``gridpilot agents`` tells Prometheus, at ``[agents] metrics_bind``: the scrapers the
-matcher admits to its /metrics are admitted here too (the metrics token, or an allowed
-address), and everyone else gets 401.
+matcher admits to its /metrics are admitted here too (the metrics token, an operator's token,
+judged by the matcher's rules that ``gridpilot agents`` passes in, or an allowed address), and
+everyone else gets 401 (403 for a token of another role).
 
 Two kinds of series. This process's own: its loops' runs by outcome, and how long each last
 took. And what the database says, whichever agent process did the work (several may run,
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -125,22 +126,38 @@ def _gauge(name: str, text: str, labels: list[str],
     return family
 
 
+NEEDED = ("the metrics token ([matcher] metrics_token), an operator's token or an address of "
+          "[matcher] metrics_allow is needed")
+
+
+def _refusal(header: str, judge: Callable[[str], tuple[int, str] | None] | None
+             ) -> tuple[int, str] | None:
+    """None for a scrape whose bearer token the matcher's /metrics admits, else the HTTP
+    status and why not (the scraper's own checks, token and address, come first)."""
+    if not header or judge is None:
+        return 401, NEEDED
+    verdict = judge(header)
+    return None if verdict is None else (verdict[0], f"{verdict[1]} ({NEEDED})")
+
+
 class MetricsServer:
     """The agents' /metrics over HTTP, in a thread of its own (one more per scrape)."""
 
     def __init__(self, metrics: AgentMetrics, bind: str) -> None:
         host, port = host_and_port(bind, "agents.metrics_bind")
         settings = metrics.ctx.settings.matcher
+        judge = metrics.ctx.metrics_judge
         log = metrics.ctx.log
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # http.server names it
+                header = self.headers.get("Authorization", "")
+                refused = None if scraper_admitted(settings, header, self.client_address[0]) \
+                    else _refusal(header, judge)
                 if self.path.split("?", 1)[0] != "/metrics":
                     self._answer(404, b"not found: the agents answer /metrics only\n")
-                elif not scraper_admitted(settings, self.headers.get("Authorization", ""),
-                                          self.client_address[0]):
-                    self._answer(401, b"the metrics token ([matcher] metrics_token) or an "
-                                      b"address of [matcher] metrics_allow is needed\n",
+                elif refused is not None:
+                    self._answer(refused[0], refused[1].encode() + b"\n",
                                  {"WWW-Authenticate": 'Bearer realm="gridpilot"'})
                 else:
                     started = time.monotonic()

@@ -109,13 +109,14 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     for select, handle in steps:
         totals += _sweep(ctx, select, handle, batch)
     config = ctx.resources()
-    known, runnable = ctx.transaction(lambda s: (
+    known, (runnable, directed) = ctx.transaction(lambda s: (
         task_queue_ids(s), runnable_task_queues(s, config, vos_at_work(s))))
     unrunnable = UnrunnableOutcome(0, 0, 0)
     stop_at = time.monotonic() + UNRUNNABLE_SECONDS
     while True:  # a batch a transaction, for a few seconds; the rest next turn
         step = ctx.transaction(lambda s: mark_unrunnable(
-            s, runnable, now=now, fail_after=lease.unrunnable_timeout, known=known))
+            s, runnable, now=now, fail_after=lease.unrunnable_timeout, known=known,
+            directed=directed))
         unrunnable += step
         if not step.more or time.monotonic() >= stop_at:
             break

@@ -8,7 +8,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import wraps
 from pathlib import Path
@@ -31,7 +31,7 @@ from client.service import Service, ServiceError
 F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 0, 1, 2, 3
-EXIT_PARTIAL, EXIT_NOT_DONE, EXIT_TIMEOUT = 4, 5, 6
+EXIT_PARTIAL, EXIT_NOT_DONE, EXIT_TIMEOUT, EXIT_NOT_FOUND = 4, 5, 6, 7
 
 EPILOG = f"""\b
 Exit codes:
@@ -42,6 +42,7 @@ Exit codes:
   {EXIT_PARTIAL}  done for some jobs only: the others are listed with the reason
   {EXIT_NOT_DONE}  wait: a job ended other than Done; explain: the job cannot run there
   {EXIT_TIMEOUT}  wait: --timeout passed before every job ended
+  {EXIT_NOT_FOUND}  no such job (or pilot): the ids that do not exist are named
 
 \b
 The service URL and token come from --url/--token/--token-file, else GRIDPILOT_URL,
@@ -72,6 +73,23 @@ def _service(ctx: click.Context) -> Service:
     return Service(config.url, config.token, timeout=config.timeout, verify=config.verify)
 
 
+def _exit_code(status: int) -> int:
+    """The exit code for a request the service answered with HTTP ``status`` (0: no answer)."""
+    return {0: EXIT_UNREACHABLE, 404: EXIT_NOT_FOUND}.get(status, EXIT_REFUSED)
+
+
+def _partial(ctx: click.Context, errors: Sequence[Mapping[str, Any]]) -> None:
+    """Exit for the jobs a many-job command could not act on: the ids that do not exist
+    named on standard error (exit code EXIT_NOT_FOUND), else EXIT_PARTIAL; nothing if none."""
+    if not errors:
+        return
+    missing = [str(e["job_id"]) for e in errors if e.get("code") == 404]
+    if missing:
+        click.echo(f"no such job: {', '.join(missing)}", err=True)
+        ctx.exit(EXIT_NOT_FOUND)
+    ctx.exit(EXIT_PARTIAL)
+
+
 def _handled(fn: F) -> F:
     """The service's refusals as one line and an exit code, never a traceback."""
 
@@ -80,8 +98,7 @@ def _handled(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except ServiceError as exc:
-            raise Exit(show.printable(exc.detail), EXIT_UNREACHABLE if exc.status == 0
-                       else EXIT_REFUSED) from exc
+            raise Exit(show.printable(exc.detail), _exit_code(exc.status)) from exc
         except (KeyError, TypeError, AttributeError) as exc:
             # An answer whose inner parts are not what a gridpilot service sends.
             raise Exit(f"unexpected answer from the service ({type(exc).__name__}: {exc})",
@@ -172,8 +189,7 @@ def submit(ctx: click.Context, files: tuple[Path, ...], fmt: str, as_json: bool)
         except ServiceError as exc:
             if submitted:
                 _emit(as_json, {"jobs": submitted}, _submitted_lines(submitted))
-            raise Exit(f"{path}: {exc.detail}", EXIT_UNREACHABLE if exc.status == 0
-                       else EXIT_REFUSED) from exc
+            raise Exit(f"{path}: {exc.detail}", _exit_code(exc.status)) from exc
         submitted += answer["jobs"]
         for warning in answer.get("warnings") or []:
             click.echo(show.printable(f"{path}: warning: {warning}"), err=True)
@@ -222,8 +238,7 @@ def status(ctx: click.Context, job_ids: tuple[str, ...], as_json: bool) -> None:
             missing.append({"job_id": job_id, "code": exc.status, "detail": exc.detail})
     _emit(as_json, {"jobs": jobs, "errors": missing}, show.jobs_table(jobs) + "".join(
         f"\n{m['job_id']}: {m['detail']}" for m in missing))
-    if missing:
-        ctx.exit(EXIT_PARTIAL)
+    _partial(ctx, missing)
 
 
 def _since(value: str | None) -> str | None:
@@ -277,8 +292,7 @@ def _bulk(ctx: click.Context, action: str, past: str, job_ids: tuple[str, ...],
           reason: str | None, as_json: bool) -> None:
     answer = _service(ctx).bulk(action, _ids(job_ids), reason)
     _emit(as_json, answer, show.bulk_lines(past, answer))
-    if answer["errors"]:
-        ctx.exit(EXIT_PARTIAL)
+    _partial(ctx, answer["errors"])
 
 
 reason_option = click.option("--reason", default=None, help="Why (kept in the job's history).")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -17,7 +18,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from gridpilot import schema
 from gridpilot.examples import EXAMPLES, example_text
 from taskqueue.database import engine_for, make_session_factory, run_in_transaction
-from taskqueue.errors import GridpilotError
+from taskqueue.errors import ConfigurationError, GridpilotError
 from taskqueue.queues import delete_empty_queues
 from taskqueue.settings import Settings, load_settings
 from taskqueue.shares import recompute_priorities
@@ -459,8 +460,17 @@ def agents_command(settings: Settings, names: tuple[str, ...], once: bool) -> No
     logging.getLogger("agents").setLevel(logging.INFO)
     schema.require_schema(settings.database)
     needs_secret = not names or "director" in names
+    secret = settings.auth.signing_secret() if needs_secret else ""
+    judge = None
+    if settings.agents.metrics_bind:  # operators' tokens as the matcher's /metrics takes them
+        from matcher.idp import IdentityProviders
+        from matcher.service import metrics_token_judge
+
+        with contextlib.suppress(ConfigurationError):  # no secret: metrics token, addresses
+            judge = metrics_token_judge(secret or settings.auth.signing_secret(),
+                                        IdentityProviders(settings.auth.issuers))
     ctx = AgentContext(settings, make_session_factory(engine_for(settings.database)),
-                       secret=settings.auth.signing_secret() if needs_secret else "")
+                       secret=secret, metrics_judge=judge)
     try:
         runner = Agents(ctx, names)
     except ValueError as exc:

@@ -366,12 +366,16 @@ def _direct(settings: Settings, factory: Any, work: Path,
     echo(f"\nThe site director's pilots ran every job in {time.perf_counter() - t0:.1f} s.")
 
 
+# Without a terminal (CI, a pipe) the demo does not linger; this is how to make it.
+KEEP_UP = "gridpilot demo --linger 600"
+
+
 def _announce_dashboard(base: str, secret: str, linger: float,
                         echo: Callable[[str], None]) -> None:
     token = issue_token(secret, subject="demo-operator", role="operator", vo=VO,
                         group="lhcb_admin", lifetime=max(3600, int(linger) + 3600))
     after = (f"it stays up {linger:.0f} s after the pilots finish" if linger
-             else "it stops when the demo ends")
+             else f"it stops when the demo ends; {KEEP_UP} keeps it up 10 minutes")
     echo(f"\nDashboard: {base}/ui/ (sign in with the operator token below; {after}; "
          "Ctrl-C stops the demo):")
     echo(f"  {token}")
@@ -379,6 +383,8 @@ def _announce_dashboard(base: str, secret: str, linger: float,
 
 def _linger(base: str, linger: float, echo: Callable[[str], None]) -> None:
     if linger <= 0:
+        echo(f"\nThe demo has ended: the matcher and its dashboard have stopped "
+             f"({KEEP_UP} keeps them up 10 minutes after the pilots finish).")
         return
     try:  # a Ctrl-C as soon as the line is out stops the demo as well
         echo(f"\nThe dashboard stays at {base}/ui/ for {linger:.0f} s; press Ctrl-C to stop "

@@ -15,8 +15,7 @@ from typing import Any
 import orjson
 from flask import Blueprint, Response, current_app, jsonify, request
 
-from matcher.auth import Principal, principal_from_header, require_role, require_scope
-from matcher.idp import scope_for
+from matcher.auth import Principal, authorize
 from matcher.problems import Problem
 from matcher.runtime import Runtime, runtime_of
 from matcher.validation import Schema, SchemaError, validate
@@ -115,11 +114,9 @@ def endpoint(bp: Blueprint, method: str, rule: str, *, summary: str, tag: str,
             if roles is None or (admit is not None and admit(runtime)):
                 principal = Principal("anonymous", "none", "", "")
             else:
-                principal = principal_from_header(request.headers.get("Authorization"),
-                                                  runtime.secret, runtime.providers)
-                require_role(principal, roles)
-                require_scope(principal, scope_for(method, f"{bp.url_prefix or ''}{rule}",
-                                                     principal.role))
+                principal = authorize(request.headers.get("Authorization"), runtime.secret,
+                                      runtime.providers, roles, method,
+                                      f"{bp.url_prefix or ''}{rule}")
             _check_path(path)
             call = Call(principal, runtime, datetime.now(UTC))
             if body is not None and (body_required or request.content_length

@@ -21,7 +21,7 @@ from matcher.problems import Problem
 from taskqueue.tokens import ALGORITHM, CLAIM_LIMITS, ISSUER, ROLES, issue_token
 
 __all__ = ["ALGORITHM", "ISSUER", "OPERATOR", "PILOT", "ROLES", "USER", "VERIFIED", "Principal",
-           "VerifiedTokens", "issue_token", "principal_from_header", "require_role",
+           "VerifiedTokens", "authorize", "issue_token", "principal_from_header", "require_role",
            "require_scope"]
 
 USER, PILOT, OPERATOR = ROLES
@@ -183,6 +183,16 @@ def _principal(claims: Mapping[str, Any]) -> Principal:
         optional[name] = value
     return Principal(fields["sub"], fields["role"], fields["vo"], fields["group"],
                      optional["site"], optional["pilot"])
+
+
+def authorize(header: str | None, secret: str, providers: IdentityProviders | None,
+              roles: tuple[str, ...], method: str, rule: str) -> Principal:
+    """The caller of ``method`` ``rule`` named by an ``Authorization`` header, holding one of
+    ``roles`` and the scope the operation needs; Problem 401 or 403 otherwise."""
+    principal = principal_from_header(header, secret, providers)
+    require_role(principal, roles)
+    require_scope(principal, idp.scope_for(method, rule, principal.role))
+    return principal
 
 
 def require_role(principal: Principal, roles: tuple[str, ...]) -> None:

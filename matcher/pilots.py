@@ -35,6 +35,7 @@ from taskqueue.pilotreports import (
     report_status,
 )
 from taskqueue.pilots import (
+    FINAL_PILOT_STATES,
     PILOT_STATES,
     PilotFilter,
     PilotInfo,
@@ -330,6 +331,12 @@ def get_pilot(call: Call, reference: str) -> dict[str, Any]:
 
 def read_log(runtime: Any, pilot: Any) -> PilotLog:
     """The pilot's stored log; NotFoundError or ConflictError saying why there is none."""
+    if pilot.log_state is None and pilot.native_id is not None \
+            and pilot.status in FINAL_PILOT_STATES:
+        raise ConflictError(f"pilot {pilot.reference} ended ({pilot.status}); its log is not "
+                            "kept yet: the agents' pilots loop fetches it from its compute "
+                            "element, every "
+                            f"{runtime.settings.agents.pilot_status_interval} s; try again then")
     if pilot.log_state is None and pilot.native_id is not None:
         raise ConflictError(f"pilot {pilot.reference} has not ended yet ({pilot.status}): its "
                             "log is kept once its compute element says it ended")

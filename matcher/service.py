@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from flask import Blueprint, Response, current_app, jsonify, request
 
 from matcher import schemas
 from matcher.api import Call, endpoint
-from matcher.auth import OPERATOR
+from matcher.auth import OPERATOR, authorize
+from matcher.idp import IdentityProviders
 from matcher.openapi import document
 from matcher.problems import Problem
 from matcher.runtime import Runtime
@@ -46,13 +49,31 @@ def healthz(call: Call) -> dict[str, str]:
     return {"status": "ok", "database": "ok"}
 
 
+#: Who may read /metrics with a token of this service (or of an identity provider).
+METRICS_ROLES = (OPERATOR,)
+
+
+def metrics_token_judge(secret: str, providers: IdentityProviders
+                        ) -> Callable[[str], tuple[int, str] | None]:
+    """How another /metrics (the agents') judges a bearer token as this one does: None for
+    one it admits, else the HTTP status and why not."""
+    def judge(header: str) -> tuple[int, str] | None:
+        try:
+            authorize(header, secret, providers, METRICS_ROLES, "GET", "/metrics")
+        except Problem as exc:
+            return exc.status, exc.detail
+        return None
+
+    return judge
+
+
 def _scraper_admitted(runtime: Runtime) -> bool:
     """A scrape from an allowed address, or bringing the metrics token, needs no operator."""
     return scraper_admitted(runtime.settings.matcher, request.headers.get("Authorization", ""),
                             request.remote_addr)
 
 
-@endpoint(bp, "GET", "/metrics", tag="service", roles=(OPERATOR,), admit=_scraper_admitted,
+@endpoint(bp, "GET", "/metrics", tag="service", roles=METRICS_ROLES, admit=_scraper_admitted,
           summary="Prometheus metrics of every worker of this host: requests, matches, "
                   "no-matches by reason, latency, waiting jobs per task queue, and the "
                   "sandbox store's usage per VO. For an operator's token, the metrics token "

@@ -63,13 +63,20 @@ def queue_outlook(session: Session, config: ResourcesConfig, vos: Iterable[str],
 
 
 def runnable_task_queues(session: Session, config: ResourcesConfig, vos: Iterable[str]
-                         ) -> set[int]:
-    """The task queues that the pilots of at least one configured queue could run jobs of."""
-    out: set[int] = set()
-    seen: set[int] = set()
-    for r in queue_reach(session, config, vos).values():
-        if id(r.shared) not in seen:
-            seen.add(id(r.shared))
-            out.update(r.shared)
-        out.update(r.own)
-    return out
+                         ) -> tuple[set[int], set[int]]:
+    """The task queues that the pilots of at least one configured queue could run jobs of,
+    and those of them that the pilots of a queue with an ``Executor`` (one the site director
+    starts pilots for) could."""
+    queues = {(q.site, q.ce, q.name): q for q in config.queues()}
+    runnable: set[int] = set()
+    directed: set[int] = set()
+    seen: set[tuple[int, bool]] = set()  # (id() of a shared set, of a directed queue)
+    for (vo, site, ce, name), r in queue_reach(session, config, vos).items():
+        started = bool(queues[(site, ce, name)].parameter("Executor", vo))
+        for into, wanted in ((runnable, True), (directed, started)):
+            if wanted:
+                if (id(r.shared), into is directed) not in seen:
+                    seen.add((id(r.shared), into is directed))
+                    into.update(r.shared)
+                into.update(r.own)
+    return runnable, directed

@@ -308,6 +308,16 @@ def site_totals(session: Session, vo: str, *, since: datetime) -> dict[str, Site
         .where(a.period == MINUTE, a.vo == vo, a.start >= since).group_by(a.site))}
 
 
+def jobs_failed_since(session: Session, vo: str, *, since: datetime) -> int:
+    """How many of the VO's jobs failed since ``since``, each once however often it failed
+    (a rescheduled job may fail again); read as :func:`recent_failures` reads."""
+    h, j = history_table.c, jobs_table.c
+    return int(session.scalar(
+        select(func.count(func.distinct(h.job_id)))
+        .join_from(history_table, jobs_table, j.id == h.job_id)
+        .where(h.status == JobStatus.FAILED.value, h.at >= since, j.vo == vo)) or 0)
+
+
 def recent_failures(session: Session, vo: str, *, since: datetime,
                     limit: int = 20) -> list[tuple[str, int]]:
     """The minor statuses of the VO's jobs that failed since ``since``, most frequent first

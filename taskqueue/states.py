@@ -29,6 +29,10 @@ S = JobStatus
 
 #: The minor status of a Waiting job that no configured queue can run (taskqueue.unrunnable).
 NO_QUEUE_MINOR_STATUS = "No configured queue can run it (see explain)"
+#: ... and one that only queues without an Executor could run: the site director starts no
+#: pilot for it (taskqueue.unrunnable).
+NO_DIRECTOR_MINOR_STATUS = ("No queue with a way to start pilots (an Executor) can run it "
+                            "(see explain)")
 
 #: Statuses a job may move to from each status.
 TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {

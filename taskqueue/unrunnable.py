@@ -1,6 +1,7 @@
 """Waiting jobs that no configured queue can run: their minor status says so, instead of the
 "Pilot Agent Submission" that nothing will ever follow, and, when the operator chose so
-(``[agents] unrunnable_timeout``), they fail after that long.
+(``[agents] unrunnable_timeout``), they fail after that long. Those that only queues without
+an ``Executor`` could run (pilots started by others may still come) are said so too.
 
 Which task queues some configured queue can serve is the caller's to say (optimizers.outlook:
 the resource description each queue's pilots present, matched as the matcher matches). A job
@@ -15,18 +16,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, literal, select, update
+from sqlalchemy import ColumnElement, Select, func, literal, or_, select, update
 from sqlalchemy.orm import Session
 
 from taskqueue.bulk import in_ids
 from taskqueue.jobs import apply_transition, record_minor_status
 from taskqueue.models import Job, TaskQueue, history_table, tq_jobs_table
 from taskqueue.queues import WAITING_MINOR_STATUS, remove_jobs_from_queues
-from taskqueue.states import NO_QUEUE_MINOR_STATUS, JobStatus
+from taskqueue.states import NO_DIRECTOR_MINOR_STATUS, NO_QUEUE_MINOR_STATUS, JobStatus
 
 S = JobStatus
 SOURCE = "watchdog"
 JOB_ID = Job.__table__.c.id
+#: The minor statuses of a Waiting job this module moves between.
+UNRUNNABLE_MINOR_STATUSES = frozenset({WAITING_MINOR_STATUS, NO_QUEUE_MINOR_STATUS,
+                                       NO_DIRECTOR_MINOR_STATUS})
 
 
 #: Jobs each kind of change takes per call: the watchdog calls again while any was full.
@@ -40,14 +44,18 @@ class UnrunnableOutcome:
     failed: int
     #: Some change took a full batch: more may be waiting for the next call.
     more: bool = False
+    #: Waiting jobs that only queues without an Executor could run, newly said so.
+    undirected: int = 0
 
     def line(self) -> str:
-        return (f"{self.flagged} waiting jobs no queue can run, {self.cleared} runnable again, "
+        return (f"{self.flagged} waiting jobs no queue can run, {self.undirected} no queue "
+                f"with an Executor can run, {self.cleared} runnable again, "
                 f"{self.failed} failed for it")
 
     def __add__(self, other: UnrunnableOutcome) -> UnrunnableOutcome:
         return UnrunnableOutcome(self.flagged + other.flagged, self.cleared + other.cleared,
-                                 self.failed + other.failed, other.more)
+                                 self.failed + other.failed, other.more,
+                                 self.undirected + other.undirected)
 
 
 def _lock_waiting(session: Session, ids: list[int], minor: str) -> list[int]:
@@ -94,11 +102,13 @@ def task_queue_ids(session: Session) -> set[int]:
 
 
 def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
-                    fail_after: int, limit: int = BATCH,
-                    known: Set[int] | None = None) -> UnrunnableOutcome:
+                    fail_after: int, limit: int = BATCH, known: Set[int] | None = None,
+                    directed: Set[int] | None = None) -> UnrunnableOutcome:
     """Give the Waiting jobs of task queues not in ``runnable`` (of ``known``, when given;
-    else of all) the minor status that says no queue can run them, give those of runnable ones
-    their usual minor status back, and, with ``fail_after`` > 0, fail those flagged for longer
+    else of all) the minor status that says no queue can run them, those of runnable ones not
+    in ``directed`` (that only queues without an Executor could run; default: all runnable
+    are) the one that says no pilot is started for them, give the others their usual minor
+    status back, and, with ``fail_after`` > 0, fail those no queue can run flagged for longer
     than that many seconds: at most ``limit`` jobs of each, ``more`` saying whether to call
     again."""
     dialect = session.get_bind().dialect.name
@@ -106,14 +116,26 @@ def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
     queues = task_queue_ids(session) if known is None else known
     stuck_queues = sorted(set(queues) - set(runnable))
     in_stuck = in_ids(tqj.tq_id, stuck_queues, dialect) if stuck_queues else None
-    to_flag = _lock_waiting(session, _first(
-        session, _waiting_with(WAITING_MINOR_STATUS, in_stuck), limit), WAITING_MINOR_STATUS) \
-        if in_stuck is not None else []
-    _set_minor(session, to_flag, NO_QUEUE_MINOR_STATUS, now)
-    to_clear = _lock_waiting(session, _first(
-        session, _waiting_with(NO_QUEUE_MINOR_STATUS, None if in_stuck is None else ~in_stuck),
-        limit), NO_QUEUE_MINOR_STATUS)
-    _set_minor(session, to_clear, WAITING_MINOR_STATUS, now)
+    undirected_queues = sorted((set(queues) & set(runnable)) - set(
+        runnable if directed is None else directed))
+    in_undirected = in_ids(tqj.tq_id, undirected_queues, dialect) \
+        if undirected_queues else None
+    elsewhere = [rule for rule in (in_stuck, in_undirected) if rule is not None]
+    usual = ~or_(*elsewhere) if elsewhere else None
+    moved: dict[str, list[int]] = {}
+    for target, rule in ((NO_QUEUE_MINOR_STATUS, in_stuck),
+                         (NO_DIRECTOR_MINOR_STATUS, in_undirected),
+                         (WAITING_MINOR_STATUS, usual)):
+        moved[target] = []
+        if rule is None and target != WAITING_MINOR_STATUS:
+            continue
+        for source in UNRUNNABLE_MINOR_STATUSES - {target}:
+            ids = _lock_waiting(session, _first(session, _waiting_with(source, rule), limit),
+                                source)
+            _set_minor(session, ids, target, now)
+            moved[target] += ids
+    to_flag, to_clear = moved[NO_QUEUE_MINOR_STATUS], moved[WAITING_MINOR_STATUS]
+    undirected = moved[NO_DIRECTOR_MINOR_STATUS]
     failed: list[int] = []
     if fail_after > 0 and in_stuck is not None:
         h = history_table.c
@@ -132,5 +154,5 @@ def mark_unrunnable(session: Session, runnable: Set[int], *, now: datetime,
                              minor_status=f"No configured queue could run it within "
                                           f"{fail_after} s", source=SOURCE, now=now,
                              values={"ended_at": now})
-    more = limit in (len(to_flag), len(to_clear), len(failed))
-    return UnrunnableOutcome(len(to_flag), len(to_clear), len(failed), more)
+    more = limit in (len(to_flag), len(to_clear), len(failed), len(undirected))
+    return UnrunnableOutcome(len(to_flag), len(to_clear), len(failed), more, len(undirected))

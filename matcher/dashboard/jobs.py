@@ -14,10 +14,12 @@ from matcher.dashboard.overview import status_class
 from matcher.dashboard.taskqueues import int_arg, text_arg
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
-from optimizers.jobexplain import explain_job
-from optimizers.resources import serves_vo
+from optimizers.jobexplain import explain_every_queue, explain_job
+from optimizers.resources import ResourcesConfig, serves_vo
 from taskqueue.database import Session
+from taskqueue.errors import GridpilotError
 from taskqueue.jobs import JobFilter, find_jobs, job_history
+from taskqueue.models import Job
 from taskqueue.queues import task_queue_of
 from taskqueue.states import FINAL_STATES, JobStatus, is_allowed
 
@@ -71,17 +73,30 @@ def job(p: Page, job_id: int) -> Response:
                                       queue=queue, catalogue=p.runtime.catalogue())
         tq_id = task_queue_of(session, job_id)
         return {"job": found, "history": job_history(session, job_id),
-                "explanation": explanation, "tq_id": tq_id}
+                "explanation": explanation, "tq_id": tq_id,
+                "preselected": queue or _first_able(session, p, resources, found)}
 
     data = p.runtime.transaction(work)
     found = data["job"]
     status = JobStatus(found.status)
     return render("job.html", viewer=p.viewer, job=found, history=data["history"],
                   explanation=data["explanation"], explained=queue or "", queues=queues,
+                  preselected=data["preselected"],
                   tq_id=data["tq_id"], status_class=status_class,
                   can_kill=status not in FINAL_STATES,
                   can_reschedule=is_allowed(status, JobStatus.RESCHEDULED),
                   done=request.args.get("done", ""))
+
+
+def _first_able(session: Session, p: Page, resources: ResourcesConfig, job: Job) -> str:
+    """The first configured queue that could run ``job`` (SITE/CE/QUEUE), "" when none can
+    (or its description cannot be read): what the explain form offers first."""
+    try:
+        verdicts = explain_every_queue(session, p.runtime.settings, resources, job,
+                                       catalogue=p.runtime.catalogue())
+    except GridpilotError:
+        return ""
+    return next((v.queue for v in verdicts if v.can_run), "")
 
 
 ACTIONS = {"kill": ("Kill", "Kill the job"), "reschedule": ("Reschedule", "Reschedule the job")}

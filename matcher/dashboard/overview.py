@@ -15,6 +15,7 @@ from taskqueue.activity import (
     MINUTE,
     activity_series,
     floor_time,
+    jobs_failed_since,
     latest_snapshot,
     recent_failures,
     site_totals,
@@ -65,6 +66,7 @@ def overview(p: Page) -> Response:
             "last_minute": activity_series(session, p.vo, since=last_minute,
                                            until=last_minute, period=MINUTE),
             "failures": recent_failures(session, p.vo, since=hour_ago),
+            "failed_jobs_hour": jobs_failed_since(session, p.vo, since=hour_ago),
             "bans": site_bans(session, p.vo),
             "matched_hour": sum(t.matched for t in hour.values()),
             "done_hour": sum(t.done for t in hour.values()),
@@ -96,6 +98,7 @@ def overview(p: Page) -> Response:
         charted=[(s, status_class(s)) for s in CHARTED], unit=unit,
         last_matched=last_matched, matched_hour=data["matched_hour"],
         done_hour=data["done_hour"], failed_hour=data["failed_hour"],
+        failed_jobs_hour=data["failed_jobs_hour"],
         groups=[(g, n, bar(n / most if most else 0)) for g, n in groups],
         failures=[(reason, n, bar(n / most_failed if most_failed else 0, "bad"))
                   for reason, n in failures],

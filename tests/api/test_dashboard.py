@@ -251,6 +251,35 @@ def test_the_overview_shows_the_database_counts(db: Database, client: Api,
     assert "LCG.RAL.uk" in html and "downtime" in html
 
 
+def test_the_overview_says_why_failures_outnumber_failed_jobs(
+        db: Database, client: Api, grid: dict[str, Any], pilot_token: str,
+        operator_token: str, operator_http: FlaskClient) -> None:
+    """A rescheduled job that fails again is one Failed job and two failures in the last
+    hour: the counter says so, rather than disagreeing silently with the Failed tile."""
+    job_id = grid["failed"]
+    client.ok("POST", "/api/v1/jobs/reschedule", operator_token, json_body={"job_ids": [job_id]})
+    client.ok("PUT", "/api/v1/pilots/pilot-3", pilot_token,
+              json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                         "status": "Running"})
+    while True:  # the rescheduled job waits behind the others of its task queue
+        got = [j["job_id"] for j in client.match(pilot_token, site=SITE, ce="ce503.cern.ch",
+                                                   pilot_reference="pilot-3")["jobs"]]
+        assert got, "the rescheduled job was never matched"
+        for other in got:
+            assert client.report(pilot_token, other, "Failed" if other == job_id else "Done",
+                                 exit_code=3 if other == job_id else 0,
+                                 reference="pilot-3").status_code == 200
+        if job_id in got:
+            break
+    count_activity(db, client.settings)
+    html = page(operator_http, "/ui/")
+    assert re.search(r'data-status="Failed">\s*<span class="label">Failed</span>'
+                     r'<span class="value">1</span>', html)
+    assert re.search(r'id="failed-hour">2<', html)
+    assert "failures in the last hour, of 1 job: a rescheduled job that fails again counts " \
+           "once per failure" in html
+
+
 def test_the_overview_says_when_the_activity_loop_is_not_running(
         client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
     html = page(operator_http, "/ui/")
@@ -272,6 +301,42 @@ def test_the_sites_page_counts_what_runs_and_what_waits(db: Database, client: Ap
     assert re.search(r'data-field="failure-1h"[^>]*>33%<', cern)
     ral = html[html.index('id="site-LCG.RAL.uk"') - 60:html.index('id="site-LCG.RAL.uk"')]
     assert "banned" in ral
+
+
+def test_the_sites_page_matched_column_adds_up_to_every_match(
+        db: Database, client: Api, grid: dict[str, Any], operator_token: str,
+        operator_http: FlaskClient) -> None:
+    """A job rescheduled before the activity loop counted its match names no site: its match
+    is a row of the table (not left out of the column), so the column adds up to the
+    overview's 'matched in the last hour'."""
+    client.ok("POST", "/api/v1/jobs/reschedule", operator_token,
+              json_body={"job_ids": [grid["failed"]]})
+    count_activity(db, client.settings)
+    overview = page(operator_http, "/ui/")
+    matched = re.search(r'id="matched-hour">(\d+)<', overview)
+    assert matched
+    html = page(operator_http, "/ui/sites")
+    cells = [int(n) for n in re.findall(r'data-field="matched-1h">(\d+)<', html)]
+    assert sum(cells) == int(matched[1]) == 4, cells
+    assert 'id="site-no-site"' in html
+
+
+def test_the_sites_page_names_the_ended_pilots_statuses(
+        db: Database, client: Api, pilot_token: str, operator_http: FlaskClient) -> None:
+    """"Done 1", "Aborted 1": not "D 1 / A 1", which says nothing to a newcomer."""
+    for reference, status in (("pilot-d", "Done"), ("pilot-a", "Aborted")):
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                             "status": "Running"})
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={"site": SITE, "ce": "ce503.cern.ch", "queue": "condor",
+                             "status": status})
+    count_activity(db, client.settings)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index('data-queue="LCG.CERN.cern/ce503.cern.ch/condor"'):]
+    row = row[:row.index("</tr>")]
+    ended = re.findall(r'<span class="chip[^"]*"[^>]*>([^<]*)</span>', row)
+    assert "Done 1" in ended and "Aborted 1" in ended, ended
 
 
 def test_a_user_sees_only_their_own_jobs(client: Api, grid: dict[str, Any],
@@ -352,6 +417,22 @@ def test_names_are_escaped(client: Api, token: TokenMaker, operator_http: FlaskC
 
 
 # -- actions -----------------------------------------------------------------------------------
+
+def test_explain_preselects_a_queue_that_could_run_the_job_or_none(
+        client: Api, user_token: str, operator_http: FlaskClient) -> None:
+    """Not the first configured queue (CERN's) for a job restricted to CNAF: one of CNAF's,
+    and for a job no queue can run, none (a prompt instead)."""
+    (at_cnaf,) = client.submit_jdl(user_token, f'[ Executable = "/bin/true"; '
+                                               f'Site = "{OTHER_SITE}"; ]')
+    html = page(operator_http, f"/ui/jobs/{at_cnaf}")
+    selected = re.findall(r"<option [^>]*selected[^>]*>([^<]*)</option>", html)
+    assert len(selected) == 1 and selected[0].startswith(f"{OTHER_SITE}/"), selected
+    (nowhere,) = client.submit_jdl(user_token, '[ Executable = "/bin/true"; '
+                                               'Requirements = [ SoftwareTag = "nope-v0" ]; ]')
+    html = page(operator_http, f"/ui/jobs/{nowhere}")
+    selected = re.findall(r"<option [^>]*selected[^>]*>([^<]*)</option>", html)
+    assert selected == ["choose a queue (none can run it)"], selected
+
 
 def test_kill_asks_first_and_needs_the_csrf_value(db: Database, client: Api,
                                                   grid: dict[str, Any],

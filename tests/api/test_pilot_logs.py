@@ -79,6 +79,19 @@ def test_another_vo_never_sees_a_pilot_s_log(client: Api, app: Flask,
     assert b"secret" not in response.get_data()
 
 
+def test_a_pilot_that_ended_says_its_log_is_on_its_way(
+        client: Api, app: Flask, operator_token: str) -> None:
+    """A Done pilot whose log the pilots loop has not fetched yet has ended: say so plainly,
+    and when the log comes, never "has not ended yet (Done)"."""
+    director_pilot(app, "slurm-ended")
+    runtime_of(app).transaction(partial(record_ce_state, vo="lhcb", reference="slurm-ended",
+                                        status="Done", reason="", exit_code=0, now=NOW))
+    response = client.call("GET", "/api/v1/pilots/slurm-ended/log", operator_token)
+    assert_problem(response, 409, "pilot slurm-ended ended (Done); its log is not kept yet",
+                   "the agents' pilots loop fetches it from its compute element, every 60 s")
+    assert "has not ended" not in response.get_data(as_text=True)
+
+
 def test_no_log_yet_none_at_all_and_one_removed_say_why(
         client: Api, app: Flask, operator_token: str, pilot_token: str) -> None:
     director_pilot(app, "slurm-ddd")

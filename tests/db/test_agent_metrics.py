@@ -153,6 +153,44 @@ def test_the_endpoint_admits_the_matchers_scrapers_only(db: Database,
         metrics.dispose()
 
 
+def test_the_endpoint_admits_an_operator_s_token_as_the_matcher_does(
+        db: Database, settings: Settings) -> None:
+    """The README: the agents answer the same scrapers as the matcher's /metrics, an
+    operator's token among them (judged by the matcher's own rules, as ``gridpilot agents``
+    wires them); a user's token is refused as the matcher refuses it."""
+    from matcher.idp import IdentityProviders
+    from matcher.service import metrics_token_judge
+    from taskqueue.tokens import issue_token
+
+    secret = "agent-metrics-secret-0123456789abcdef"
+    ctx = AgentContext(_settings(settings), db.factory,
+                       metrics_judge=metrics_token_judge(secret, IdentityProviders(())))
+    metrics = AgentMetrics(ctx, {"watchdog": 60})
+    server = MetricsServer(metrics, f"127.0.0.1:{_free_port()}")
+    server.start()
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    operator = issue_token(secret, subject="olga", role="operator", vo="lhcb",
+                           group="lhcb_admin", lifetime=600)
+    user = issue_token(secret, subject="alice", role="user", vo="lhcb", group="lhcb_user",
+                       lifetime=600)
+    try:
+        good = requests.get(url, timeout=10, headers={"Authorization": f"Bearer {operator}"})
+        assert good.status_code == 200, good.text
+        assert value(samples(good.text), "gridpilot_database_up") == 1
+        refused = requests.get(url, timeout=10, headers={"Authorization": f"Bearer {user}"})
+        assert refused.status_code == 403, refused.text
+        assert "it needs the role operator" in refused.text
+        forged = issue_token("another-secret-0123456789abcdef", subject="olga",
+                             role="operator", vo="lhcb", group="lhcb_admin", lifetime=600)
+        bad = requests.get(url, timeout=10, headers={"Authorization": f"Bearer {forged}"})
+        assert bad.status_code == 401 and "the token is not valid" in bad.text
+        assert requests.get(url, timeout=10, headers={"Authorization": f"Bearer {TOKEN}"}
+                            ).status_code == 200
+    finally:
+        server.stop()
+        metrics.dispose()
+
+
 def test_an_address_in_use_is_a_clear_error(db: Database, settings: Settings) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

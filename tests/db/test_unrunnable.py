@@ -27,6 +27,8 @@ ONE_HOUR_QUEUE = """
 [Sites."DIRAC.Demo.local"]
 VO = "lhcb"
 HS06 = 1.0
+[Sites."DIRAC.Demo.local".CEs.localhost]
+Executor = "local"
 [Sites."DIRAC.Demo.local".CEs.localhost.Queues.local]
 MaxCPUTime = 60
 """
@@ -68,7 +70,8 @@ def test_a_job_no_queue_can_run_says_so(db: Database, settings: Settings, tmp_pa
     settings = _settings(settings, tmp_path)
     long_job, short_job = _two_jobs(db, settings, now)
     line = _watch(db, settings, now)
-    assert line.endswith(", 1 waiting jobs no queue can run, 0 runnable again, 0 failed for it")
+    assert line.endswith(", 1 waiting jobs no queue can run, 0 no queue with an Executor can "
+                         "run, 0 runnable again, 0 failed for it")
     assert _job(db, long_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
     assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)
     with db.factory() as s:
@@ -86,8 +89,38 @@ def test_a_queue_that_can_run_it_gives_the_usual_status_back(
     file = Path(settings.resources.file)
     file.write_text(WITH_A_LONG_QUEUE, encoding="utf-8")
     os.utime(file, ns=(0, 1))  # read again whatever the file system's clock resolution
-    assert _watch(db, settings, now).endswith(", 0 waiting jobs no queue can run, "
-                                              "1 runnable again, 0 failed for it")
+    assert _watch(db, settings, now).endswith(", 0 waiting jobs no queue can run, 0 no queue "
+                                              "with an Executor can run, 1 runnable again, "
+                                              "0 failed for it")
+    assert _job(db, long_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+
+
+#: The long queue on a CE without an Executor: pilots started by hand may come, the site
+#: director starts none.
+WITH_A_LONG_QUEUE_BY_HAND = ONE_HOUR_QUEUE + """
+[Sites."DIRAC.Demo.local".CEs.byhand.Queues.long]
+MaxCPUTime = 2880
+"""
+
+
+def test_a_job_only_a_queue_without_an_executor_can_run_says_so(
+        db: Database, settings: Settings, tmp_path: Path, now: datetime) -> None:
+    settings = _settings(settings, tmp_path, timeout=60)
+    Path(settings.resources.file).write_text(WITH_A_LONG_QUEUE_BY_HAND, encoding="utf-8")
+    long_job, short_job = _two_jobs(db, settings, now)
+    line = _watch(db, settings, now)
+    assert ", 0 waiting jobs no queue can run, 1 no queue with an Executor can run, " in line
+    assert _job(db, long_job) == (
+        "Waiting", "No queue with a way to start pilots (an Executor) can run it (see explain)",
+        True)
+    assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+    # Pilots started by hand may still come: it is not failed as unrunnable.
+    _watch(db, settings, now + timedelta(days=1))
+    assert _job(db, long_job)[0] == "Waiting"
+    file = Path(settings.resources.file)
+    file.write_text(WITH_A_LONG_QUEUE, encoding="utf-8")
+    os.utime(file, ns=(0, 1))
+    assert ", 1 runnable again, " in _watch(db, settings, now + timedelta(days=1))
     assert _job(db, long_job) == ("Waiting", WAITING_MINOR_STATUS, True)
 
 
@@ -99,7 +132,8 @@ def test_the_operator_may_fail_it_after_a_time(db: Database, settings: Settings,
     _watch(db, settings, now + timedelta(seconds=3599))
     assert _job(db, long_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
     line = _watch(db, settings, now + timedelta(seconds=3600))
-    assert line.endswith(", 0 waiting jobs no queue can run, 0 runnable again, 1 failed for it")
+    assert line.endswith(", 0 waiting jobs no queue can run, 0 no queue with an Executor can "
+                         "run, 0 runnable again, 1 failed for it")
     assert _job(db, long_job) == ("Failed", "No configured queue could run it within 3600 s",
                                   False)
     assert _job(db, short_job) == ("Waiting", WAITING_MINOR_STATUS, True)

@@ -25,7 +25,7 @@ from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
 from taskqueue.pilots import PilotInfo, register_pilot
 from taskqueue.settings import ResourcesSettings, Settings
 from taskqueue.stalled import lock_silent_jobs, reschedule_silent_job
-from taskqueue.states import JobStatus
+from taskqueue.states import NO_DIRECTOR_MINOR_STATUS, JobStatus
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 
@@ -140,8 +140,11 @@ def test_stalled_job_is_rescheduled_after_the_stalled_limit(db: Database, agent_
     assert in_a_queue(db, job_id)
     assert "1 rescheduled" in summary
     history = history_of(db, job_id)
-    assert statuses(history)[-5:] == ["Stalled", "Rescheduled", "Received", "Checking",
-                                      "Waiting"]
+    # Back in its queue, which only queues without an Executor serve in the example
+    # configuration: the same turn says so in its minor status (taskqueue.unrunnable).
+    assert statuses(history)[-6:] == ["Stalled", "Rescheduled", "Received", "Checking",
+                                      "Waiting", "Waiting"]
+    assert history[-1].minor_status == NO_DIRECTOR_MINOR_STATUS
     rescheduled = [h for h in history if h.status == "Rescheduled"]
     assert len(rescheduled) == 1
     assert (rescheduled[0].minor_status, rescheduled[0].source) == (
@@ -391,6 +394,6 @@ def test_watchdog_summary_parses(db: Database, agent_cfg: Settings, now: datetim
     assert set(_counts([summary])) == {
         "stalled", "rescheduled", "of dead pilots rescheduled",
         "returned to their queue unstarted", "failed at the maximum of reschedules",
-        "failed in the optimizer chain", "waiting jobs no queue can run", "runnable again",
-        "failed for it"}
+        "failed in the optimizer chain", "waiting jobs no queue can run",
+        "no queue with an Executor can run", "runnable again", "failed for it"}
     assert sum(_counts([summary]).values()) == 0

@@ -129,6 +129,20 @@ def test_demo_matches_every_job(tmp_path: Path) -> None:
     assert [p.name for p in (tmp_path / "work" / "pilots").iterdir()] in ([], ["psij"])
 
 
+def test_demo_without_a_terminal_says_its_services_stopped(tmp_path: Path) -> None:
+    """Without a terminal the demo does not linger; it says so, and how to keep the matcher
+    and its dashboard up, rather than leaving a dead dashboard address as its last word."""
+    resources = ROOT / "conf" / "resources.toml"
+    out = run(["demo", "--work", str(tmp_path / "work"), "--jobs", "20"], tmp_path,
+              GRIDPILOT_RESOURCES_FILE=str(resources))
+    assert out.returncode == 0, out.stderr
+    dashboard = next(line for line in out.stdout.splitlines() if line.startswith("Dashboard: "))
+    assert "--linger" in dashboard, dashboard
+    last = out.stdout.rstrip().splitlines()[-1]
+    assert "the matcher and its dashboard have stopped" in last, last
+    assert "gridpilot demo --linger 600" in last, last
+
+
 SECRET = "cli-test-secret-0123456789abcdef"
 
 

@@ -17,7 +17,7 @@ import pytest
 import requests
 from click.testing import CliRunner, Result
 
-from client.cli import EXIT_NOT_DONE, EXIT_PARTIAL, EXIT_TIMEOUT, cli
+from client.cli import EXIT_NOT_DONE, EXIT_NOT_FOUND, EXIT_PARTIAL, EXIT_TIMEOUT, cli
 from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from pilot.archive import Member, pack
@@ -165,8 +165,8 @@ def test_status_and_list(gp: Any, server: Server, tmp_path: Path) -> None:
     assert shown.exit_code == 0 and shown.output.count("Waiting") == 3
     assert "scan_1" in shown.output and "t-list" in shown.output
     mixed = gp("status", str(ids[0]), "999999", "--json")
-    assert mixed.exit_code == EXIT_PARTIAL
-    assert json.loads(mixed.output)["errors"][0]["detail"] == "job 999999 does not exist"
+    assert mixed.exit_code == EXIT_NOT_FOUND
+    assert json.loads(mixed.stdout)["errors"][0]["detail"] == "job 999999 does not exist"
     # another user's job is not shown to alice
     assert gp("status", str(ids[0]), token=server.token("bob")).exit_code == EXIT_PARTIAL
 
@@ -203,6 +203,13 @@ def test_kill_reschedule_delete_many(gp: Any, server: Server, tmp_path: Path) ->
     deleted = json.loads(gp("delete", *map(str, ids), "--json").output)
     assert [j["status"] for j in deleted["jobs"]] == ["Deleted"] * 4
     assert gp("kill", "abc").exit_code == 2
+    # A job that does not exist is an error of its own, not "done for some jobs only".
+    nothing = gp("kill", "999999998", "999999999")
+    assert nothing.exit_code == EXIT_NOT_FOUND, nothing.output
+    assert "no such job: 999999998, 999999999" in nothing.output
+    some = gp("kill", str(ids[2]), "999999999")
+    assert some.exit_code == EXIT_NOT_FOUND and "no such job: 999999999" in some.output
+    assert gp("output", "999999999").exit_code == EXIT_NOT_FOUND
     assert gp("kill", "0").exit_code == 2
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -406,3 +407,45 @@ def test_one_day_is_one_day() -> None:
     from simulator.report import _days
 
     assert (_days(1), _days(7), _days(0.5)) == ("1 day", "7 days", "0.5 days")
+
+
+def test_the_occupancy_plot_is_readable() -> None:
+    """Smoothed lines, the reference policy drawn last and distinct, the legend beside the
+    data (not over it) giving each policy's mean occupancy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from simulator.plots import SMOOTHING_HOURS, moving_average, occupancy_figure
+
+    preset = PRESETS["small"]
+    c = compare(preset.scenario, preset.policies[:3], (1,), workers=1)
+    fig = occupancy_figure(c)
+    try:
+        ax = fig.axes[0]
+        lines = ax.get_lines()
+        reference = c.policies[0].name
+        lines = [line for line in lines if not line.get_label().startswith("_")]
+        assert len(lines) == 3 and lines[-1].get_label().startswith(f"{reference} (reference)")
+        assert lines[-1].get_linewidth() > max(line.get_linewidth() for line in lines[:-1])
+        for p, line in zip([*c.policies[1:], c.policies[0]], lines, strict=True):
+            mean = c.estimate(p.name, "occupancy").mean
+            assert 0 < mean <= 100  # a percentage, as the table gives it
+            assert line.get_label().endswith(f": mean {mean:.1f}%"), line.get_label()
+        raw = [100 * f for _, f in c.runs[reference][0].occupancy_series]
+        drawn = list(lines[-1].get_ydata())
+        assert len(drawn) == len(raw)
+        assert sum(abs(b - a) for a, b in pairwise(drawn)) \
+            < sum(abs(b - a) for a, b in pairwise(raw))  # smoothed: less jagged
+        fig.canvas.draw()
+        legend = ax.get_legend()
+        assert legend is not None
+        box, data = legend.get_window_extent(), ax.get_window_extent()
+        assert box.x0 >= data.x1  # beside the data, not over it
+        assert box.x1 <= fig.bbox.x1  # and inside the picture
+        assert f"{SMOOTHING_HOURS:g} h moving average" in ax.get_title()
+    finally:
+        plt.close(fig)
+    assert moving_average([(0.0, 1.0), (1.0, 0.0), (2.0, 1.0)], 2.0) == [
+        (0.0, 0.5), (1.0, 2 / 3), (2.0, 0.5)]
