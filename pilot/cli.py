@@ -82,7 +82,8 @@ Exit codes:
   {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
      read (wrong shape, redirected to another host, too large, too slow), before
      --idle-timeout (plus at most one --request-timeout); or it stopped answering for longer
-     than --idle-timeout
+     than --idle-timeout; or no request for work got a readable answer during the
+     pilot's last --idle-timeout without a job
   {EXIT_KILLED}  the matcher told the pilot to stop (an operator killed it, or its CE said it
      ended): its payloads were stopped and handed back for rescheduling
 The reason for a non-zero exit code is the last line on stderr.

@@ -157,6 +157,10 @@ class Pilot:
     #: Why the matcher told the pilot to stop as a whole ("" while it has not).
     _killed: str = ""
     _last_attempt_end: float | None = None
+    #: When the pilot last got a readable answer to a match request (or to the SubmitPools
+    #: request before it), and since when asking has failed (None while it does not).
+    _asked_answered: float | None = None
+    _asking_fails_since: float | None = None
     reaper: Reaper = field(default_factory=Reaper)
 
     def __post_init__(self) -> None:
@@ -270,7 +274,7 @@ class Pilot:
                 idle_since = idle_since or now
                 # The clock read again: a match request may have taken its whole deadline.
                 if self.clock() - idle_since >= o.idle_timeout:
-                    self.retiring = f"no job for {o.idle_timeout:.0f} s"
+                    self._end_idle(idle_since)
                     break
             time.sleep(o.tick)
         self.summary.stopped_because = self.retiring
@@ -318,10 +322,12 @@ class Pilot:
                 answer = self.client.match(resource, count=1)
             except TransientError as exc:
                 log.warning("matcher unavailable: %s", exc)
+                self._asking_failed()
                 return now + self.match_backoff.next_delay()
             except RefusedError as exc:
                 self._refused("match requests", exc)
                 return now
+            self._asking_answered()
             if answer.reason == protocol.PILOT_KILLED:
                 log.info("the matcher says stop: %s", answer.detail)
                 self._killed = answer.detail or "pilot killed"
@@ -529,6 +535,31 @@ class Pilot:
 
     # -- retiring and stopping ---------------------------------------------------------------
 
+    def _asking_failed(self) -> None:
+        if self._asking_fails_since is None:
+            self._asking_fails_since = self.clock()
+
+    def _asking_answered(self) -> None:
+        self._asked_answered, self._asking_fails_since = self.clock(), None
+
+    def _end_idle(self, idle_since: float) -> None:
+        """No payload for --idle-timeout: the pilot retires, and exits EXIT_UNREACHABLE when
+        its requests for work all failed meanwhile (the matcher unreachable, or its answers
+        unreadable: wrong shape, too large, too slow) rather than being answered "no
+        match"."""
+        o = self.options
+        self.retiring = f"no job for {o.idle_timeout:.0f} s"
+        answered = self._asked_answered is not None and self._asked_answered >= idle_since
+        if self._asking_fails_since is None or answered or self.summary.exit_code != EXIT_OK:
+            return
+        assert self.client is not None
+        if not self.client.reached:  # said at the end, as for a pilot that never asked
+            return
+        self.summary.exit_code = EXIT_UNREACHABLE
+        self.summary.error = (f"the matcher at {o.matcher_url} gave no readable answer to a "
+                              f"match request for {o.idle_timeout:g} s: "
+                              f"{self.client.last_failure}")
+
     def _silence(self) -> str:
         """Why the pilot stops waiting for its matcher ("" while it answers): no readable
         answer for longer than --idle-timeout."""
@@ -675,6 +706,7 @@ class Pilot:
             pools = self.client.submit_pools(n.site, n.ce, n.queue)
         except TransientError as exc:
             log.warning("SubmitPools not fetched: %s", exc)
+            self._asking_failed()
             return False
         except RefusedError as exc:
             self._refused("SubmitPools request", exc)
