@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pilot import logformat
 from pilot.client import Backoff, MatcherClient
 from pilot.loop import (
     EXIT_KILLED,
@@ -196,8 +197,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logformat.install(logging.DEBUG if args.verbose else logging.INFO)
     problems = []
     if not args.matcher:
         problems.append("--matcher (or GRIDPILOT_MATCHER_URL) is required")

@@ -34,6 +34,7 @@ from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
+from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
@@ -361,7 +362,7 @@ class Pilot:
             fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
                          self.node.reference)
         except SandboxError as exc:  # unsafe or refused: Failed; unreachable: run elsewhere
-            log.error("job %d: %s", job.job_id, exc)
+            log.error("job %d: %s", job.job_id, exc, extra=concerning(job.job_id))
             if exc.transient:
                 self.summary.rescheduled += 1
             else:
@@ -376,7 +377,7 @@ class Pilot:
                                     machine_features=o.machine_features,
                                     base_env=os.environ, fresh=False)
         except OSError as exc:
-            log.error("job %d cannot start: %s", job.job_id, exc)
+            log.error("job %d cannot start: %s", job.job_id, exc, extra=concerning(job.job_id))
             self.summary.failed += 1
             self.outbox.append(_Report(job.job_id, {
                 "status": protocol.FAILED, "exit_code": 127,
@@ -386,7 +387,8 @@ class Pilot:
         payload.max_end_assumed = limits.wall_end is None and shutdown is None
         self.payloads[job.job_id] = payload
         self.summary.started += 1
-        log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
+        log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable,
+                 extra=concerning(job.job_id))
         self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
         self._write_jobstatus(now)
 
@@ -399,10 +401,12 @@ class Pilot:
         try:
             self.client.report(job_id, {"pilot_reference": self.node.reference, **body})
         except TransientError as exc:
-            log.warning("job %d: Running not delivered yet: %s", job_id, exc)
+            log.warning("job %d: Running not delivered yet: %s", job_id, exc,
+                        extra=concerning(job_id))
             self.outbox.append(_Report(job_id, body))
         except RefusedError as exc:
-            log.error("job %d is not this pilot's to run any more: %s", job_id, exc)
+            log.error("job %d is not this pilot's to run any more: %s", job_id, exc,
+                      extra=concerning(job_id))
             return False
         return True
 
@@ -431,7 +435,7 @@ class Pilot:
             else:
                 self.summary.failed += 1
                 body.update(status=protocol.FAILED)
-            log.info("job %d ended with exit code %d", job_id, code)
+            log.info("job %d ended with exit code %d", job_id, code, extra=concerning(job_id))
             outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
                 None, [p.stderr_path])], limit=self.options.output_limit)
             outputs.killed = why == "killed by the matcher"
@@ -471,7 +475,7 @@ class Pilot:
         for job_id, command in commands.items():
             payload = self.payloads.get(job_id)
             if command == protocol.KILL and payload is not None:
-                log.info("job %d: the matcher says kill", job_id)
+                log.info("job %d: the matcher says kill", job_id, extra=concerning(job_id))
                 payload.stop("killed by the matcher", now)
 
     # -- reports -----------------------------------------------------------------------------
@@ -494,16 +498,18 @@ class Pilot:
                 self.client.report(report.job_id, {"pilot_reference": self.node.reference,
                                                    **report.body})
             except TransientError as exc:
-                log.warning("report on job %d not delivered yet: %s", report.job_id, exc)
+                log.warning("report on job %d not delivered yet: %s", report.job_id, exc,
+                            extra=concerning(report.job_id))
                 return self.report_backoff.next_delay()
             except RefusedError as exc:
                 if report.refusals < REPORT_REFUSALS:
                     report.refusals += 1
                     report.body = plainer_report(report.body, report.refusals, exc.status)
                     log.warning("report on job %d refused (%s); sending a plainer one",
-                                report.job_id, exc)
+                                report.job_id, exc, extra=concerning(report.job_id))
                     continue
-                log.error("report on job %d refused: %s", report.job_id, exc)
+                log.error("report on job %d refused: %s", report.job_id, exc,
+                          extra=concerning(report.job_id))
             self.outbox.pop(0)
             self.report_backoff.reset()
         return 0.0
