@@ -491,8 +491,8 @@ def whoami(ctx: click.Context, as_json: bool) -> None:
 @_handled
 def pilot_log(ctx: click.Context, reference: str, as_json: bool, raw: bool) -> None:
     """An ended pilot's standard output and error (the ends of each), as its compute element
-    gave them back. Operators read any pilot of their VO; users, the pilots that ran their
-    jobs (`gridpilot-client log ID` names a job's pilot)."""
+    gave them back. Operators read any pilot of their VO; users, the lines about their own
+    jobs of the pilots that ran them (`gridpilot-client log ID` names a job's pilot)."""
     answer = _service(ctx).pilot_log(reference)
     _emit(as_json, answer, show.pilot_log(answer), raw)
 

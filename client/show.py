@@ -131,6 +131,9 @@ def pilot_log(answer: Mapping[str, Any]) -> str:
     lines = [head]
     if answer.get("note"):
         lines.append(f"note: {answer['note']}")
+    if answer.get("hidden_lines"):
+        lines.append(f"note: {answer['hidden_lines']} line(s) about other jobs on this pilot "
+                     "are left out (the VO's operators read them)")
     for title, key in (("standard output", "stdout"), ("standard error", "stderr")):
         text = str(answer.get(key) or "")
         lines.append(f"--- {title} ({len(text.encode())} bytes) ---")

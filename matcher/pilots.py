@@ -25,7 +25,7 @@ from pilot.protocol import JobPayload
 from taskqueue.database import Session
 from taskqueue.errors import ConflictError, NotFoundError
 from taskqueue.models import Job
-from taskqueue.pilotlogs import STORED, PilotLog, request_kill, unpack_log
+from taskqueue.pilotlogs import STORED, PilotLog, part_for_owner, request_kill, unpack_log
 from taskqueue.pilotmatch import match_for_pilot
 from taskqueue.pilotreports import (
     Beat,
@@ -40,9 +40,9 @@ from taskqueue.pilots import (
     PilotFilter,
     PilotInfo,
     find_pilots,
+    jobs_of_owner_on,
     last_pilot_report,
     pilot_of_vo,
-    ran_jobs_of,
     register_pilot,
     runs_of_pilot,
 )
@@ -356,27 +356,36 @@ def read_log(runtime: Any, pilot: Any) -> PilotLog:
 
 @endpoint(bp, "GET", "/<reference>/log", tag="pilots", roles=(USER, OPERATOR),
           summary="An ended pilot's standard output and error (the ends of each), as its "
-                  "compute element gave them back; a user sees the logs of pilots that ran "
-                  "their jobs",
+                  "compute element gave them back; a user sees, of the pilots that ran their "
+                  "jobs, the lines about their own jobs and the pilot-wide lines that name "
+                  "no other job (hidden_lines: how many were left out)",
           responses={200: ("The pilot's log", schemas.PILOT_LOG)})
 def get_pilot_log(call: Call, reference: str) -> dict[str, Any]:
     principal = call.principal
 
-    def work(session: Session) -> Any:
+    def work(session: Session) -> tuple[Any, set[int] | None]:
         pilot = pilot_of_vo(session, principal.vo, reference)
-        if principal.role == USER and not ran_jobs_of(session, principal.vo, reference,
-                                                      principal.subject):
-            # A pilot that ran none of the user's jobs is none of their business: as if it
-            # did not exist.
-            raise NotFoundError(f"pilot {reference} does not exist in VO {principal.vo}")
+        own = None
+        if principal.role == USER:
+            own = jobs_of_owner_on(session, principal.vo, reference, principal.subject)
+            if not own:
+                # A pilot that ran none of the user's jobs is none of their business: as if
+                # it did not exist.
+                raise NotFoundError(f"pilot {reference} does not exist in VO {principal.vo}")
         session.expunge(pilot)
-        return pilot
+        return pilot, own
 
-    pilot = call.runtime.transaction(work)
+    pilot, own = call.runtime.transaction(work)
     log = read_log(call.runtime, pilot)
+    stdout, stderr = log.stdout, log.stderr
+    hidden = 0
+    if own is not None:  # a user: what concerns their own jobs
+        parts = [part_for_owner(text, own) for text in (stdout, stderr)]
+        stdout, stderr = parts[0].text, parts[1].text
+        hidden = sum(part.hidden_lines for part in parts)
     return {"reference": pilot.reference, "status": pilot.status, "reason": pilot.reason,
-            "exit_code": pilot.exit_code, "note": pilot.log_note, "stdout": log.stdout,
-            "stderr": log.stderr}
+            "exit_code": pilot.exit_code, "note": pilot.log_note, "stdout": stdout,
+            "stderr": stderr, "hidden_lines": hidden}
 
 
 @endpoint(bp, "POST", "/<reference>/kill", tag="pilots", roles=(OPERATOR,),

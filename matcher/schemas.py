@@ -127,10 +127,11 @@ PILOT_RECORD = obj({
     "last_report": nullable(obj({"job_id": ID, "at": TIME, "status": STRING,
                                  "minor_status": STRING})),
 })
+#: ``hidden_lines``: lines about other jobs that a user's view of the log leaves out.
 PILOT_LOG = obj({"reference": STRING, "status": STRING, "reason": STRING,
                  "exit_code": nullable(INTEGER), "note": STRING, "stdout": STRING,
-                 "stderr": STRING},
-                ("reference", "status", "stdout", "stderr"))
+                 "stderr": STRING, "hidden_lines": INTEGER},
+                ("reference", "status", "stdout", "stderr", "hidden_lines"))
 SUBMIT_POOLS = obj({"site": STRING, "ce": STRING, "queue": STRING,
                     "submit_pools": STRINGS}, ("submit_pools",))
 

@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from pilot import logformat
 from pilot.client import Backoff, MatcherClient
 from pilot.loop import (
     EXIT_KILLED,
@@ -82,7 +83,8 @@ Exit codes:
   {EXIT_UNREACHABLE}  the matcher was never reached, or never gave an answer the pilot could
      read (wrong shape, redirected to another host, too large, too slow), before
      --idle-timeout (plus at most one --request-timeout); or it stopped answering for longer
-     than --idle-timeout
+     than --idle-timeout; or no request for work got a readable answer during the
+     pilot's last --idle-timeout without a job
   {EXIT_KILLED}  the matcher told the pilot to stop (an operator killed it, or its CE said it
      ended): its payloads were stopped and handed back for rescheduling
 The reason for a non-zero exit code is the last line on stderr.
@@ -195,8 +197,7 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logformat.install(logging.DEBUG if args.verbose else logging.INFO)
     problems = []
     if not args.matcher:
         problems.append("--matcher (or GRIDPILOT_MATCHER_URL) is required")

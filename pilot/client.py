@@ -75,8 +75,12 @@ class MatcherClient:
 
     def match(self, resource: Mapping[str, Any], count: int = 1) -> MatchAnswer:
         def read(answer: dict[str, Any]) -> MatchAnswer:
+            if not isinstance(answer["jobs"], list):
+                raise ValueError("jobs is not a list")
             jobs = [JobPayload.from_dict(job) for job in answer["jobs"]]
             no_match = answer.get("no_match") or {}
+            if not isinstance(no_match, dict):
+                raise ValueError("no_match is not an object")
             return MatchAnswer(jobs, no_match.get("reason"), str(no_match.get("detail", "")))
 
         return self._call("POST", protocol.MATCH_PATH, read,
@@ -98,8 +102,13 @@ class MatcherClient:
                           lambda answer: str(answer.get("status", "")), dict(body))
 
     def submit_pools(self, site: str, ce: str, queue: str) -> list[str]:
-        return self._call("GET", protocol.SUBMIT_POOLS_PATH,
-                          lambda answer: [str(p) for p in answer.get("submit_pools", [])],
+        def read(answer: dict[str, Any]) -> list[str]:
+            pools = answer["submit_pools"]
+            if not isinstance(pools, list) or not all(isinstance(p, str) for p in pools):
+                raise ValueError("submit_pools is not a list of names")
+            return pools
+
+        return self._call("GET", protocol.SUBMIT_POOLS_PATH, read,
                           params={"site": site, "ce": ce, "queue": queue})
 
     def start_upload(self, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
+from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
@@ -157,6 +158,10 @@ class Pilot:
     #: Why the matcher told the pilot to stop as a whole ("" while it has not).
     _killed: str = ""
     _last_attempt_end: float | None = None
+    #: When the pilot last got a readable answer to a match request (or to the SubmitPools
+    #: request before it), and since when asking has failed (None while it does not).
+    _asked_answered: float | None = None
+    _asking_fails_since: float | None = None
     reaper: Reaper = field(default_factory=Reaper)
 
     def __post_init__(self) -> None:
@@ -270,7 +275,7 @@ class Pilot:
                 idle_since = idle_since or now
                 # The clock read again: a match request may have taken its whole deadline.
                 if self.clock() - idle_since >= o.idle_timeout:
-                    self.retiring = f"no job for {o.idle_timeout:.0f} s"
+                    self._end_idle(idle_since)
                     break
             time.sleep(o.tick)
         self.summary.stopped_because = self.retiring
@@ -318,10 +323,12 @@ class Pilot:
                 answer = self.client.match(resource, count=1)
             except TransientError as exc:
                 log.warning("matcher unavailable: %s", exc)
+                self._asking_failed()
                 return now + self.match_backoff.next_delay()
             except RefusedError as exc:
                 self._refused("match requests", exc)
                 return now
+            self._asking_answered()
             if answer.reason == protocol.PILOT_KILLED:
                 log.info("the matcher says stop: %s", answer.detail)
                 self._killed = answer.detail or "pilot killed"
@@ -355,7 +362,7 @@ class Pilot:
             fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
                          self.node.reference)
         except SandboxError as exc:  # unsafe or refused: Failed; unreachable: run elsewhere
-            log.error("job %d: %s", job.job_id, exc)
+            log.error("job %d: %s", job.job_id, exc, extra=concerning(job.job_id))
             if exc.transient:
                 self.summary.rescheduled += 1
             else:
@@ -370,7 +377,7 @@ class Pilot:
                                     machine_features=o.machine_features,
                                     base_env=os.environ, fresh=False)
         except OSError as exc:
-            log.error("job %d cannot start: %s", job.job_id, exc)
+            log.error("job %d cannot start: %s", job.job_id, exc, extra=concerning(job.job_id))
             self.summary.failed += 1
             self.outbox.append(_Report(job.job_id, {
                 "status": protocol.FAILED, "exit_code": 127,
@@ -380,7 +387,8 @@ class Pilot:
         payload.max_end_assumed = limits.wall_end is None and shutdown is None
         self.payloads[job.job_id] = payload
         self.summary.started += 1
-        log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable)
+        log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable,
+                 extra=concerning(job.job_id))
         self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
         self._write_jobstatus(now)
 
@@ -393,10 +401,12 @@ class Pilot:
         try:
             self.client.report(job_id, {"pilot_reference": self.node.reference, **body})
         except TransientError as exc:
-            log.warning("job %d: Running not delivered yet: %s", job_id, exc)
+            log.warning("job %d: Running not delivered yet: %s", job_id, exc,
+                        extra=concerning(job_id))
             self.outbox.append(_Report(job_id, body))
         except RefusedError as exc:
-            log.error("job %d is not this pilot's to run any more: %s", job_id, exc)
+            log.error("job %d is not this pilot's to run any more: %s", job_id, exc,
+                      extra=concerning(job_id))
             return False
         return True
 
@@ -425,7 +435,7 @@ class Pilot:
             else:
                 self.summary.failed += 1
                 body.update(status=protocol.FAILED)
-            log.info("job %d ended with exit code %d", job_id, code)
+            log.info("job %d ended with exit code %d", job_id, code, extra=concerning(job_id))
             outputs = collect_outputs(p.job, p.directory, [p.stdout_path, *filter(
                 None, [p.stderr_path])], limit=self.options.output_limit)
             outputs.killed = why == "killed by the matcher"
@@ -465,7 +475,7 @@ class Pilot:
         for job_id, command in commands.items():
             payload = self.payloads.get(job_id)
             if command == protocol.KILL and payload is not None:
-                log.info("job %d: the matcher says kill", job_id)
+                log.info("job %d: the matcher says kill", job_id, extra=concerning(job_id))
                 payload.stop("killed by the matcher", now)
 
     # -- reports -----------------------------------------------------------------------------
@@ -488,16 +498,18 @@ class Pilot:
                 self.client.report(report.job_id, {"pilot_reference": self.node.reference,
                                                    **report.body})
             except TransientError as exc:
-                log.warning("report on job %d not delivered yet: %s", report.job_id, exc)
+                log.warning("report on job %d not delivered yet: %s", report.job_id, exc,
+                            extra=concerning(report.job_id))
                 return self.report_backoff.next_delay()
             except RefusedError as exc:
                 if report.refusals < REPORT_REFUSALS:
                     report.refusals += 1
                     report.body = plainer_report(report.body, report.refusals, exc.status)
                     log.warning("report on job %d refused (%s); sending a plainer one",
-                                report.job_id, exc)
+                                report.job_id, exc, extra=concerning(report.job_id))
                     continue
-                log.error("report on job %d refused: %s", report.job_id, exc)
+                log.error("report on job %d refused: %s", report.job_id, exc,
+                          extra=concerning(report.job_id))
             self.outbox.pop(0)
             self.report_backoff.reset()
         return 0.0
@@ -528,6 +540,31 @@ class Pilot:
             log.error("%s", self.summary.error)
 
     # -- retiring and stopping ---------------------------------------------------------------
+
+    def _asking_failed(self) -> None:
+        if self._asking_fails_since is None:
+            self._asking_fails_since = self.clock()
+
+    def _asking_answered(self) -> None:
+        self._asked_answered, self._asking_fails_since = self.clock(), None
+
+    def _end_idle(self, idle_since: float) -> None:
+        """No payload for --idle-timeout: the pilot retires, and exits EXIT_UNREACHABLE when
+        its requests for work all failed meanwhile (the matcher unreachable, or its answers
+        unreadable: wrong shape, too large, too slow) rather than being answered "no
+        match"."""
+        o = self.options
+        self.retiring = f"no job for {o.idle_timeout:.0f} s"
+        answered = self._asked_answered is not None and self._asked_answered >= idle_since
+        if self._asking_fails_since is None or answered or self.summary.exit_code != EXIT_OK:
+            return
+        assert self.client is not None
+        if not self.client.reached:  # said at the end, as for a pilot that never asked
+            return
+        self.summary.exit_code = EXIT_UNREACHABLE
+        self.summary.error = (f"the matcher at {o.matcher_url} gave no readable answer to a "
+                              f"match request for {o.idle_timeout:g} s: "
+                              f"{self.client.last_failure}")
 
     def _silence(self) -> str:
         """Why the pilot stops waiting for its matcher ("" while it answers): no readable
@@ -675,6 +712,7 @@ class Pilot:
             pools = self.client.submit_pools(n.site, n.ce, n.queue)
         except TransientError as exc:
             log.warning("SubmitPools not fetched: %s", exc)
+            self._asking_failed()
             return False
         except RefusedError as exc:
             self._refused("SubmitPools request", exc)

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pilot.logformat import concerning
 from pilot.protocol import REPORT_TAIL_CHARS
 
 log = logging.getLogger("pilot.output")
@@ -59,15 +60,17 @@ def plainer_report(body: dict[str, Any], refusals: int, status: int) -> dict[str
     return plain
 
 
-def output_path(directory: Path, name: str | None, default: str) -> Path:
-    """Where the output named ``name`` goes: inside ``directory`` whatever ``name`` says."""
+def output_path(directory: Path, name: str | None, default: str, *,
+                job_id: int | None = None) -> Path:
+    """Where the output named ``name`` goes: inside ``directory`` whatever ``name`` says
+    (``job_id``: the job whose log record a refused name makes)."""
     if not name:
         return directory / default
     pure = PurePosixPath(name)
     if (pure.is_absolute() or ".." in pure.parts or "\x00" in name or len(name) > MAX_NAME
             or not pure.parts or pure.name in ("", ".")):
         log.warning("output file name %r leaves the job folder; %s is used instead", name,
-                    default)
+                    default, extra=concerning(job_id))
         return directory / default
     return directory.joinpath(*pure.parts)
 
@@ -82,10 +85,11 @@ def open_output(path: Path, directory: Path) -> int:
                    | os.O_CLOEXEC, 0o644)
 
 
-def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES) -> bool:
+def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES, *,
+               job_id: int | None = None) -> bool:
     """When the file has grown beyond ``limit`` bytes, keep its last ``limit // 2`` bytes after
     a line saying it was cut (the payload appends, so it goes on writing at the new end).
-    Returns whether it was cut."""
+    Returns whether it was cut (``job_id``: the job whose log record that makes)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -99,7 +103,8 @@ def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES) -> bool:
         f.seek(0)
         f.truncate(0)
         f.write(_CUT % limit + end)
-    log.warning("output %s grew beyond %d bytes; cut to its end", path, limit)
+    log.warning("output %s grew beyond %d bytes; cut to its end", path, limit,
+                extra=concerning(job_id))
     return True
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pilot.features import write_features
+from pilot.logformat import concerning
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
 from pilot.planning import expected_end
 from pilot.protocol import JobPayload
@@ -121,7 +122,7 @@ class Payload:
         """Keep the payload's output files within ``limit`` bytes each (their ends)."""
         for path in (self.stdout_path, self.stderr_path):
             if path is not None:
-                cap_output(path, limit)
+                cap_output(path, limit, job_id=self.job_id)
 
     def tail(self) -> str:
         """The end of its output as valid text (invalid UTF-8, NULs and lone surrogates
@@ -141,7 +142,8 @@ def fresh_job_folder(root: Path, job_id: int) -> Path:
     return directory
 
 
-def resolve_executable(executable: str, directory: Path, search_path: str | None) -> str:
+def resolve_executable(executable: str, directory: Path, search_path: str | None, *,
+                       job_id: int | None = None) -> str:
     """The program to start for ``executable``, as DIRAC's job wrapper finds it: a name
     without "/" that is a program on ``search_path`` (the payload's ``PATH``) is that program;
     otherwise a relative name that is a file in the job's folder ``directory`` (shipped in the
@@ -169,7 +171,8 @@ def resolve_executable(executable: str, directory: Path, search_path: str | None
         try:
             candidate.chmod(stat.S_IMODE(mode) | stat.S_IXUSR)
         except OSError as exc:
-            log.warning("cannot make %s executable: %s", candidate, exc)
+            log.warning("cannot make %s executable: %s", candidate, exc,
+                        extra=concerning(job_id))
     return str(candidate.absolute())
 
 
@@ -202,8 +205,8 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     if machine_features:
         env["MACHINEFEATURES"] = machine_features
     # The output files stay inside the job folder whatever the job names them.
-    stdout_path = output_path(directory, job.stdout, "output.log")
-    stderr_path = (output_path(directory, job.stderr, "error.log")
+    stdout_path = output_path(directory, job.stdout, "output.log", job_id=job.job_id)
+    stderr_path = (output_path(directory, job.stderr, "error.log", job_id=job.job_id)
                    if job.stderr and job.stderr != job.stdout else None)
     if stderr_path == stdout_path:
         stderr_path = None
@@ -215,7 +218,8 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         if stdin is not None:
             os.close(stdin)
         raise
-    program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath))
+    program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath),
+                                 job_id=job.job_id)
     try:
         process = subprocess.Popen(
             [program, *job.arguments], cwd=directory, env=env,

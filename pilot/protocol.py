@@ -7,7 +7,7 @@ its answers with these classes so that both sides agree by construction.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -95,10 +95,49 @@ class JobPayload:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobPayload:
-        """Read a payload from a match answer; raises ValueError naming a missing field."""
-        known = {f for f in cls.__dataclass_fields__}
+        """Read a payload from a match answer; raises ValueError naming a missing field or
+        one of the wrong type."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a job in the match answer is {type(data).__name__}, not an "
+                             "object")
         missing = [name for name in ("job_id", "vo", "owner", "owner_group", "job_type",
                                      "executable") if name not in data]
         if missing:
             raise ValueError(f"a job in the match answer lacks {', '.join(missing)}")
-        return cls(**{k: v for k, v in data.items() if k in known})
+        fields = {k: v for k, v in data.items() if k in _FIELD_KINDS}
+        for name, value in fields.items():
+            if not _FIELD_KINDS[name](value):
+                raise ValueError(f"field {name} of a job in the match answer has the wrong "
+                                 f"type ({type(value).__name__})")
+        if fields["job_id"] <= 0:
+            raise ValueError(f"a job in the match answer has job_id {fields['job_id']}")
+        return cls(**fields)
+
+
+def _integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> bool:
+    return isinstance(value, str)
+
+
+def _texts(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _maybe_text(value: Any) -> bool:
+    return value is None or isinstance(value, str)
+
+
+#: How each field of a JobPayload must look in a match answer.
+_FIELD_KINDS: dict[str, Callable[[Any], bool]] = {
+    "job_id": _integer, "vo": _text, "owner": _text, "owner_group": _text, "job_type": _text,
+    "executable": _text, "arguments": _texts,
+    "environment": lambda v: isinstance(v, dict) and all(
+        isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
+    "cpu_time": _integer, "processors": _integer, "memory": _integer,
+    "input_sandbox": _texts, "output_sandbox": _texts, "stdout": _maybe_text,
+    "stderr": _maybe_text, "job_name": _maybe_text, "description": _text,
+    "description_format": _text, "extra": lambda v: isinstance(v, dict),
+}

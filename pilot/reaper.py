@@ -26,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pilot.logformat import concerning
+
 log = logging.getLogger("pilot.reaper")
 
 #: prctl(2) option: orphaned descendants are re-parented to this process, not to init.
@@ -224,7 +226,7 @@ class Reaper:
         del self.families[job_id]
         if family.members:
             log.warning("job %d: processes %s could not be ended", job_id,
-                        sorted(family.members))
+                        sorted(family.members), extra=concerning(job_id))
         return family
 
     def end_all(self, grace: float = LEFTOVER_GRACE) -> None:
@@ -239,7 +241,8 @@ class Reaper:
         if not members:
             return
         log.info("ending %d leftover process(es)%s", len(members),
-                 f" of job {family.job_id}" if family else "")
+                 f" of job {family.job_id}" if family else "",
+                 extra=concerning(family.job_id if family else None))
         send(members, signal.SIGTERM)
         deadline = time.monotonic() + grace
         killed = False

@@ -32,6 +32,7 @@ from pilot.archive import (
     unpack,
 )
 from pilot.client import MatcherClient, RefusedError, TransientError, problem_detail
+from pilot.logformat import concerning
 
 log = logging.getLogger("pilot")
 
@@ -227,15 +228,16 @@ def attach_output(client: MatcherClient, outputs: Outputs, reference: str,
         if isinstance(exc, StoreUnavailableError):
             outputs.attempts += 1
         if outputs.attempts < UPLOAD_ATTEMPTS:
-            log.warning("output of job %d not uploaded yet: %s", outputs.job_id, exc)
+            log.warning("output of job %d not uploaded yet: %s", outputs.job_id, exc,
+                        extra=concerning(outputs.job_id))
             return False
         why = f"Output sandbox not uploaded after {outputs.attempts} attempts: {exc}"
     except RefusedError as exc:
         why = f"Output sandbox refused: {exc.detail}"
         if outputs.killed:  # expected for a killed job, whose report says it was killed
-            log.info("job %d (killed): %s", outputs.job_id, why)
+            log.info("job %d (killed): %s", outputs.job_id, why, extra=concerning(outputs.job_id))
             return True
-    log.error("job %d: %s", outputs.job_id, why)
+    log.error("job %d: %s", outputs.job_id, why, extra=concerning(outputs.job_id))
     body["minor_status"] = (f"{body['minor_status']}; {why}" if body.get("minor_status")
                             else why)[:255]
     return True

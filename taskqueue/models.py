@@ -342,13 +342,15 @@ class Pilot(Base):
 
 class PilotRun(Base):
     """A job a pilot started (its first Running report on it): kept when the job is
-    rescheduled to another pilot, so that the pilot's page lists every job it ran."""
+    rescheduled to another pilot, so that the pilot's page lists every job it ran. Its rows
+    leave with their job (taskqueue.purge), found through the index on ``job_id``."""
 
     __tablename__ = "pilot_runs"
 
     vo: Mapped[str] = mapped_column(String(64), primary_key=True)
     pilot_reference: Mapped[str] = mapped_column(String(255), primary_key=True)
-    job_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    job_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False,
+                                        index=True)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -568,6 +570,7 @@ site_activity_table = cast(Table, SiteActivity.__table__)
 job_counts_table = cast(Table, JobCount.__table__)
 queue_status_table = cast(Table, QueueStatus.__table__)
 purged_jobs_table = cast(Table, PurgedJobs.__table__)
+pilot_runs_table = cast(Table, PilotRun.__table__)
 job_count_deltas_table = cast(Table, JobCountDelta.__table__)
 job_status_totals_table = cast(Table, JobStatusTotal.__table__)
 tq_waiting_deltas_table = cast(Table, TaskQueueWaitingDelta.__table__)

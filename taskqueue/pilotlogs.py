@@ -5,7 +5,8 @@ ended, the pilot is *followed* (``log_state`` NULL): its CE is asked for its sta
 operator's kill request is passed on, and once it ended its standard output and error are
 fetched, kept as a small archive in the sandbox store (a sandbox record owned by
 ``pilot-log:<reference>``, so the sandbox cleanup removes it after the retention period) and
-the CE forgets the pilot. The archive holds ``pilot.out`` and ``pilot.err``.
+the CE forgets the pilot. The archive holds ``pilot.out`` and ``pilot.err``. A user reads the
+part of a log that concerns their own jobs (:func:`part_for_owner`), an operator all of it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import gzip
 import hashlib
 import io
+import re
 import tarfile
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -186,6 +189,67 @@ def unpack_log(packed: bytes, *, limit: int) -> PilotLog:
                 assert f is not None
                 texts[member.name] = f.read(limit).decode("utf-8", "replace")
     return PilotLog(texts.get(STDOUT_MEMBER, ""), texts.get(STDERR_MEMBER, ""))
+
+
+#: The start of a record of the pilot's log (pilot.logformat): time, level, logger, and the
+#: job the record concerns alone, when it does.
+_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [^\s:\[]+"
+                     r"(?: \[job (\d+)\])?: ")
+#: A job named in a record's text ("job 42", "job_42", "jobs 42", "job_id=42").
+_NAMED_JOB = re.compile(r"\bjob(?:s|_id|\s+id)?[\s_#:=]*(\d+)", re.IGNORECASE)
+#: What pilot-wide records of pilots before the job marks say of a job's files without its id.
+_UNMARKED_JOB_TEXT = ("leaves the job folder",)
+
+
+@dataclass(frozen=True)
+class LogPart:
+    """The part of a pilot's output that a user may read, and how many lines were left out."""
+
+    text: str
+    hidden_lines: int
+
+
+def part_for_owner(text: str, own_jobs: Collection[int]) -> LogPart:
+    """The records of a pilot's output ``text`` that concern the jobs ``own_jobs`` of one
+    user: those the pilot marked with one of these jobs, and the pilot-wide ones (unmarked:
+    all of an older pilot's records) that name no other job, nor a job's file. A record's
+    further lines (indented by the pilot) go with it, so that a message's text cannot pass
+    for a record of its own."""
+    body = text[:-1] if text.endswith("\n") else text
+    if not body:
+        return LogPart(text, 0)
+    kept: list[str] = []
+    hidden = 0
+    for job, lines in _records(body.split("\n")):
+        if _may_read(job, lines, own_jobs):
+            kept.extend(lines)
+        else:
+            hidden += len(lines)
+    shown = "\n".join(kept)
+    return LogPart(shown + "\n" if kept and text.endswith("\n") else shown, hidden)
+
+
+def _records(lines: list[str]) -> list[tuple[int | None, list[str]]]:
+    """The lines grouped by record, each with the job of its mark (None: pilot-wide). An
+    indented line continues the record before it; any other line that starts no record
+    (what the pilot prints, such as its exit line) is pilot-wide."""
+    records: list[tuple[int | None, list[str]]] = []
+    for line in lines:
+        if records and line[:1].isspace():
+            records[-1][1].append(line)
+            continue
+        start = _RECORD.match(line)
+        records.append((int(start.group(1)) if start and start.group(1) else None, [line]))
+    return records
+
+
+def _may_read(job: int | None, lines: list[str], own_jobs: Collection[int]) -> bool:
+    if job is not None:
+        return job in own_jobs
+    text = "\n".join(lines)
+    if any(words in text for words in _UNMARKED_JOB_TEXT):
+        return False
+    return all(int(named) in own_jobs for named in _NAMED_JOB.findall(text))
 
 
 def exit_reason(stderr: bytes, exit_code: int | None) -> str:

@@ -269,10 +269,14 @@ def pilot_of_vo(session: Session, vo: str, reference: str) -> Pilot:
     return pilot
 
 
-def ran_jobs_of(session: Session, vo: str, reference: str, owner: str) -> bool:
-    """Whether the VO's pilot held (or holds) one of ``owner``'s jobs."""
-    return session.scalar(select(Job.id).where(
-        Job.vo == vo, Job.owner == owner, Job.pilot_reference == reference).limit(1)) is not None
+def jobs_of_owner_on(session: Session, vo: str, reference: str, owner: str) -> set[int]:
+    """The jobs of ``owner`` that the VO's pilot holds or held: those whose latest attempt is
+    its own, and those it started that went on elsewhere (rescheduled)."""
+    ran = select(PilotRun.job_id).where(PilotRun.vo == vo,
+                                        PilotRun.pilot_reference == reference)
+    return set(session.scalars(select(Job.id).where(
+        Job.vo == vo, Job.owner == owner,
+        or_(Job.pilot_reference == reference, Job.id.in_(ran)))))
 
 
 def last_pilot_report(session: Session, vo: str, reference: str) -> JobStatusHistory | None:

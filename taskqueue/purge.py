@@ -1,6 +1,7 @@
 """The purge of ended jobs (DIRAC's JobCleaningAgent): a job that ended longer ago than its
-status's retention is removed with its status history, its task-queue row and its sandbox
-references (their foreign key cascades), and counted in ``purged_jobs``. The dashboard's job
+status's retention is removed with its status history, its task-queue row, the pilots' notes
+that they ran it (``pilot_runs``) and its sandbox references (their foreign key cascades), and
+counted in ``purged_jobs``. The dashboard's job
 counts keep their totals: deleting a job changes no count (taskqueue.jobcounts).
 
 One call removes one batch, in the caller's transaction, which should hold nothing else: the
@@ -24,6 +25,7 @@ from taskqueue.models import (
     JobSandbox,
     history_table,
     jobs_table,
+    pilot_runs_table,
     purged_jobs_table,
     tq_jobs_table,
 )
@@ -66,6 +68,7 @@ def purge_batch(session: Session, *, status: str, before: datetime, limit: int) 
     if gone:
         session.execute(delete(history_table).where(history_table.c.job_id.in_(gone)))
         session.execute(delete(tq_jobs_table).where(tq_jobs_table.c.job_id.in_(gone)))
+        session.execute(delete(pilot_runs_table).where(pilot_runs_table.c.job_id.in_(gone)))
     by_vo = Counter(row.vo for row in rows if row.id not in left)
     for vo, n in sorted(by_vo.items()):
         _count_purged(session, vo, status, n)

@@ -16,9 +16,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.dml import ReturningInsert
 
 from taskqueue.errors import InvalidInputError
 from taskqueue.models import FileReplica, file_replicas_table
@@ -80,34 +81,35 @@ def _pairs(pairs: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
 def add_replicas(session: Session, vo: str, pairs: Iterable[tuple[str, str]], *,
                  now: datetime) -> int:
     """Register replicas (LFN, SE) of ``vo``'s files; those already known are kept as they
-    are. Returns how many were new."""
+    are. Returns how many this call inserted: the rows each statement added, never a count of
+    the table, which concurrent calls change too."""
     wanted = _pairs(pairs)
     if not wanted:
         return 0
-    before = _count(session, vo)
     rows = [{"vo": vo, "lfn_key": lfn_key(lfn), "se": se, "lfn": lfn, "registered_at": now}
             for lfn, se in wanted]
     dialect = session.get_bind().dialect.name
+    added = 0
     for start in range(0, len(rows), _CHUNK):
-        session.execute(_insert_if_absent(dialect, rows[start:start + _CHUNK]))
-    return _count(session, vo) - before
+        result = session.execute(_insert_if_absent(dialect, rows[start:start + _CHUNK]))
+        if dialect == "mysql":  # INSERT IGNORE: the rows affected are the rows inserted
+            added += result.rowcount  # type: ignore[attr-defined]
+        else:  # ON CONFLICT DO NOTHING returns the rows inserted only
+            added += len(result.all())
+    return added
 
 
 def _insert_if_absent(dialect: str, rows: list[dict[str, object]]
-                      ) -> postgresql.Insert | sqlite.Insert | mysql.Insert:
+                      ) -> ReturningInsert[tuple[str]] | mysql.Insert:
     keys = ["vo", "lfn_key", "se"]
+    key = file_replicas_table.c.lfn_key
     if dialect == "postgresql":
         return postgresql.insert(file_replicas_table).values(rows).on_conflict_do_nothing(
-            index_elements=keys)
+            index_elements=keys).returning(key)
     if dialect == "sqlite":
         return sqlite.insert(file_replicas_table).values(rows).on_conflict_do_nothing(
-            index_elements=keys)
+            index_elements=keys).returning(key)
     return mysql.insert(file_replicas_table).values(rows).prefix_with("IGNORE")
-
-
-def _count(session: Session, vo: str) -> int:
-    return session.scalar(select(func.count()).select_from(FileReplica)
-                          .where(FileReplica.vo == vo)) or 0
 
 
 def remove_replicas(session: Session, vo: str, lfns: Iterable[str], *,

@@ -126,8 +126,12 @@ def query_url(endpoint: str, args: dict[str, Any], **changes: Any) -> str:
     return f"{base}?{urlencode(merged)}" if merged else base
 
 
-@bp.after_request
+@bp.after_app_request
 def _headers(response: Response) -> Response:
+    """The security headers of every answer under /ui, those of no view included (a path
+    no page serves answers 404 outside the blueprint)."""
+    if request.path != bp.url_prefix and not request.path.startswith(f"{bp.url_prefix}/"):
+        return response
     response.headers.setdefault("Content-Security-Policy", CSP)
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Referrer-Policy"] = "same-origin"

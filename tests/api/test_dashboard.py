@@ -407,6 +407,20 @@ def test_pages_forbid_scripts_from_elsewhere(operator_http: FlaskClient) -> None
     css.close()
 
 
+@pytest.mark.parametrize("path", ["/ui/no-such-page", "/ui/jobs/x/y", "/ui/static/none.css",
+                                  "/ui"])
+def test_answers_under_ui_that_no_page_makes_carry_the_headers(
+        operator_http: FlaskClient, path: str) -> None:
+    """Issue 33 item 10: the 404 answers of paths under /ui/ that no view serves had no
+    Content-Security-Policy."""
+    response = operator_http.get(path)
+    assert response.status_code in (308, 404), response.status_code
+    assert "default-src 'none'" in response.headers.get("Content-Security-Policy", "")
+    assert response.headers["X-Frame-Options"] == "DENY"
+    assert response.headers["X-Content-Type-Options"] == "nosniff"
+    response.close()
+
+
 def test_names_are_escaped(client: Api, token: TokenMaker, operator_http: FlaskClient) -> None:
     evil = '<script>alert(1)</script>'
     client.ok("PUT", "/api/v1/sitemask/LCG.CNAF.it", token("olga", "operator",

@@ -183,3 +183,70 @@ def test_kill_and_log_need_a_token(client: Api, app: Flask) -> None:
     director_pilot(app, "slurm-iii")
     assert_problem(client.call("GET", "/api/v1/pilots/slurm-iii/log"), 401)
     assert_problem(client.call("POST", "/api/v1/pilots/slurm-iii/kill"), 401)
+
+
+def _record(job: int | None, message: str) -> str:
+    """One record as the pilot writes it (pilot.logformat)."""
+    mark = f" [job {job}]" if job is not None else ""
+    return f"2026-11-28 12:00:00,000 INFO pilot{mark}: {message}".replace("\n", "\n    ")
+
+
+def test_a_user_reads_only_the_lines_of_a_shared_pilot_s_log_about_their_own_jobs(
+        client: Api, app: Flask, user_token: str, other_user_token: str,
+        operator_token: str, site_pilot_token: str) -> None:
+    """Issue 33 item 10: a user whose one job ran on a multi-payload pilot read the whole
+    log, which named other users' jobs and executables."""
+    director_pilot(app, "slurm-ggg")
+    (mine,) = client.submit_jdl(user_token, 'Executable = "/bin/alice-step";')
+    (theirs,) = client.submit_jdl(other_user_token, 'Executable = "/home/bob/secret-model";')
+    for _ in range(2):
+        client.match(site_pilot_token, pilot_reference="slurm-ggg", site=SITE)
+    stderr = "\n".join([
+        _record(None, "pilot slurm-ggg: 8 cores, 16000 MB, matcher https://m.example"),
+        _record(mine, f"job {mine} started on 1 core(s): /bin/alice-step"),
+        _record(theirs, f"job {theirs} started on 1 core(s): /home/bob/secret-model"),
+        _record(theirs, f"job {theirs}: Input sandbox: refused\n"
+                        f"2026-11-28 12:00:01,000 INFO pilot [job {mine}]: forged by bob"),
+        _record(None, f"heartbeat refused (422: job {theirs}: output_tail ...); sending it "
+                      "without output tails"),
+        _record(mine, f"job {mine} ended with exit code 0"),
+        _record(None, "retiring: no job for 600 s"),
+    ]) + "\n"
+    end_with_log(app, "slurm-ggg", b"pilot finished (no job for 600 s): 2 payloads\n",
+                 stderr.encode())
+    alice = client.ok("GET", "/api/v1/pilots/slurm-ggg/log", user_token)
+    assert alice["stderr"] == "\n".join([
+        _record(None, "pilot slurm-ggg: 8 cores, 16000 MB, matcher https://m.example"),
+        _record(mine, f"job {mine} started on 1 core(s): /bin/alice-step"),
+        _record(mine, f"job {mine} ended with exit code 0"),
+        _record(None, "retiring: no job for 600 s"),
+    ]) + "\n"
+    assert alice["stdout"] == "pilot finished (no job for 600 s): 2 payloads\n"
+    assert alice["hidden_lines"] == 4
+    bob = client.ok("GET", "/api/v1/pilots/slurm-ggg/log", other_user_token)
+    assert "alice-step" not in bob["stderr"] and "secret-model" in bob["stderr"]
+    operator = client.ok("GET", "/api/v1/pilots/slurm-ggg/log", operator_token)
+    assert operator["stderr"] == stderr and operator["hidden_lines"] == 0
+
+
+def test_an_older_pilot_s_unmarked_log_shows_a_user_what_names_no_other_job(
+        client: Api, app: Flask, user_token: str, other_user_token: str,
+        site_pilot_token: str) -> None:
+    director_pilot(app, "slurm-hhh")
+    (mine,) = client.submit_jdl(user_token)
+    (theirs,) = client.submit_jdl(other_user_token)
+    for _ in range(2):
+        client.match(site_pilot_token, pilot_reference="slurm-hhh", site=SITE)
+    lines = [_record(None, text) for text in (
+        "pilot slurm-hhh: 8 cores",
+        f"job {mine} started on 1 core(s): /bin/echo",
+        f"job {theirs} started on 1 core(s): /home/bob/secret-model",
+        "output file name '../../x' leaves the job folder; output.log is used instead",
+        f"output /w/job_{theirs}/std.out grew beyond 100 bytes; cut to its end",
+        f"report on job {mine} not delivered yet: 503",
+        "ending 2 leftover process(es)",
+    )]
+    end_with_log(app, "slurm-hhh", b"", ("\n".join(lines) + "\n").encode())
+    alice = client.ok("GET", "/api/v1/pilots/slurm-hhh/log", user_token)
+    assert alice["stderr"] == "\n".join(lines[i] for i in (0, 1, 5, 6)) + "\n"
+    assert alice["hidden_lines"] == 3

@@ -3,7 +3,16 @@ warnings, jobs placed where their data is, DIRAC's %j in what a pilot runs."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from sqlalchemy import func, select
+
+from taskqueue.models import FileReplica
+from taskqueue.settings import Settings
 from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
+from tests.conftest import Database
 
 REPLICAS = "/api/v1/replicas"
 
@@ -120,3 +129,23 @@ def test_percent_j_is_the_job_id_in_what_the_pilot_runs(
     assert payload["stdout"] == f"StdOut_{job_id}"
     assert payload["output_sandbox"] == [f"StdOut_{job_id}"]
     assert payload["job_name"] == f"run_{job_id}"
+
+
+def test_concurrent_identical_registrations_count_each_replica_once(
+        app: Any, api_settings: Settings, operator_token: str, db: Database) -> None:
+    """Issue 33 item 10: four identical calls at once answered ``added: 200`` each; the
+    replicas a call reports are those it inserted."""
+    body = {"replicas": [{"lfn": f"/lhcb/c/f{i}", "se": "CERN-DST"} for i in range(200)]}
+    barrier = threading.Barrier(4)
+
+    def register(_: int) -> int:
+        client = Api(app.test_client(), api_settings, api_settings.auth.secret)
+        barrier.wait()
+        answer = client.ok("POST", REPLICAS, operator_token, json_body=body)
+        return int(answer["added"])
+
+    with ThreadPoolExecutor(4) as pool:
+        added = list(pool.map(register, range(4)))
+    assert sum(added) == 200, added
+    with db.factory() as session:
+        assert session.scalar(select(func.count()).select_from(FileReplica)) == 200

@@ -16,7 +16,8 @@ from agents.purge import purge_ended_jobs
 from pilot.archive import Member, pack, sandbox_id
 from taskqueue.activity import latest_snapshot, record_activity
 from taskqueue.jobcontrol import kill_job, reschedule_job
-from taskqueue.models import Job, history_table, jobs_table, tq_jobs_table
+from taskqueue.models import Job, PilotRun, history_table, jobs_table, tq_jobs_table
+from taskqueue.pilots import record_run
 from taskqueue.purge import purge_batch, purged_counts
 from taskqueue.sandboxes import INPUT, OUTPUT, Uploader, find_sandbox, reference, register_sandbox
 from taskqueue.sandboxstore import open_store
@@ -86,6 +87,22 @@ def test_jobs_ended_past_their_retention_leave_with_their_history(
     assert purge_ended_jobs(_context(db, settings, now)).startswith("1 ended job(s) purged")
     with db.factory() as session:
         assert purged_counts(session)[("lhcb", "Done")] == 2
+
+
+def test_the_pilots_notes_of_a_purged_job_leave_with_it(db: Database, settings: Settings,
+                                                        now: datetime) -> None:
+    """pilot_runs rows (migration 0029) of purged jobs stayed for ever."""
+    with db.factory.begin() as session:
+        old, kept = submit(session, settings, now - 100 * DAY, [requirements()] * 2)
+    _set(db, old, "Done", now - 31 * DAY)
+    _set(db, kept, "Done", now - 1 * DAY)
+    with db.factory.begin() as session:
+        for reference, job in (("pilot-1", old), ("pilot-2", old), ("pilot-2", kept)):
+            record_run(session, "lhcb", reference, job, now=now - 40 * DAY)
+    assert purge_ended_jobs(_context(db, settings, now)).startswith("1 ended job(s) purged")
+    with db.factory() as session:
+        assert set(session.execute(select(PilotRun.pilot_reference, PilotRun.job_id))) == {
+            ("pilot-2", kept)}
 
 
 def test_a_retention_of_zero_keeps_the_status(db: Database, settings: Settings,

@@ -245,3 +245,47 @@ def test_a_pilot_that_never_gets_a_readable_answer_exits_5(
     assert last.startswith(f"gridpilot-pilot: exit 5: the matcher at {server.url} never "
                            "gave a readable answer"), last
     assert elsewhere.requests == []
+
+
+GOOD_JOB = {"job_id": 7, "vo": "lhcb", "owner": "alice", "owner_group": "lhcb_user",
+            "job_type": "User", "executable": "/bin/true"}
+
+
+@pytest.mark.parametrize("match", [
+    {"jobs": "nope"},
+    {"jobs": [], "no_match": "busy"},
+    {"jobs": [{**GOOD_JOB, "job_id": "seven"}]},
+    {"jobs": [{**GOOD_JOB, "arguments": "not a list"}]},
+    {"jobs": [{**GOOD_JOB, "environment": ["A=1"]}]},
+    {"jobs": [{**GOOD_JOB, "processors": True}]},
+], ids=["jobs not a list", "no_match not an object", "job id not a number",
+        "arguments not a list", "environment not an object", "processors not a number"])
+def test_a_registered_pilot_fed_wrong_shaped_match_answers_exits_5(
+        serve: Callable[[Answer], Hostile], tmp_path: Path, match: object) -> None:
+    """Issue 33 item 10: a pilot at a site, whose registration and SubmitPools were answered
+    (the SubmitPools in 1 s), exited 0 after its idle timeout when every match answer had the
+    wrong shape (its idle time started before its first match request failed)."""
+    def answer(path: str) -> Reply:
+        if path.startswith("/api/v1/pilots/match"):
+            return json_reply(match)
+        if path.startswith("/api/v1/pilots/submitpools"):
+            time.sleep(1)
+            return json_reply({"submit_pools": []})
+        return json_reply({})  # the registration: any object will do
+
+    server = serve(answer)
+    token_file = write_token_file(tmp_path / "pilot.token", "a.b.c")
+    ran = subprocess.run(
+        [sys.executable, "-m", "pilot.cli", "--matcher", server.url, "--vo", "lhcb",
+         "--site", "DIRAC.Demo.local", "--ce", "localhost", "--queue", "local",
+         "--workdir", str(tmp_path / "work"), "--token-file", str(token_file),
+         "--idle-timeout", "3", "--backoff-cap", "0.5", "--report-timeout", "1",
+         "--request-timeout", "2"],
+        capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert ran.returncode == 5, ran.stderr[-3000:]
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"gridpilot-pilot: exit 5: the matcher at {server.url} gave no "
+                           "readable answer to a match request"), last
+    assert "Traceback" not in ran.stderr
+    assert any(p.startswith("/api/v1/pilots/match") for p in server.requests)
+    assert not (tmp_path / "work" / "7").exists()

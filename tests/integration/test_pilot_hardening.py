@@ -19,6 +19,7 @@ from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.database import make_engine
+from taskqueue.pilotlogs import part_for_owner
 from tests.helpers import write_token_file
 from tests.integration.pilots import start_pilot
 from tests.integration.test_pilot import ROOT, SECRET, Grid
@@ -349,3 +350,19 @@ def test_replay_refuses_a_file_that_is_not_reports(grid: Grid, tmp_path: Path) -
         capture_output=True, text=True, timeout=60, check=False)
     assert ran.returncode == 2
     assert "report 1: job_id must be a positive integer" in ran.stderr
+
+
+# -- issue 33 item 10: what a user reads of a shared pilot's log ------------------------------
+
+
+def test_a_real_pilot_marks_what_it_logs_of_each_job(grid: Grid) -> None:
+    first = submit(grid, "/bin/echo", "first")
+    second = submit(grid, "/bin/sleep", "0.2")
+    code, out = finish(grid.pilot("--cores", "2", "--idle-timeout", "2"))
+    assert code == 0, out
+    assert f"[job {second}]: job {second} started on 1 core(s): /bin/sleep" in out, out
+    part = part_for_owner(out, {first})
+    assert f"[job {first}]: job {first} started on 1 core(s): /bin/echo" in part.text
+    assert f"[job {first}]: job {first} ended with exit code 0" in part.text
+    assert "/bin/sleep" not in part.text and f"job {second}" not in part.text
+    assert "pilot finished" in part.text and part.hidden_lines >= 2

@@ -37,3 +37,11 @@ def test_a_pilot_log_prints_without_escapes() -> None:
         "stdout": "matched job 7\r\n\x1b]52;c;ZXZpbA==\x07idle\n", "stderr": "\x9b8m\u202e"}))
     assert not any(c in shown for c in "\x1b\x07\r\x9b\u202e")
     assert "matched job 7\n]52;c;ZXZpbA==idle" in shown
+
+
+def test_a_user_s_pilot_log_says_what_was_left_out() -> None:
+    shown = pilot_log({"reference": "arc-1", "status": "Done", "stdout": "", "stderr": "x\n",
+                       "hidden_lines": 4})
+    assert "note: 4 line(s) about other jobs on this pilot are left out" in shown
+    assert "left out" not in pilot_log({"reference": "arc-1", "status": "Done", "stdout": "",
+                                        "stderr": "", "hidden_lines": 0})
