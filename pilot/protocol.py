@@ -137,7 +137,7 @@ _FIELD_KINDS: dict[str, Callable[[Any], bool]] = {
     "environment": lambda v: isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
     "cpu_time": _integer, "processors": _integer, "memory": _integer,
-    "input_sandbox": _texts, "output_sandbox": _texts, "stdout": _maybe_text,
+    "input_sandbox": _texts, "output_sandbox": _texts, "stdin": _maybe_text, "stdout": _maybe_text,
     "stderr": _maybe_text, "job_name": _maybe_text, "description": _text,
     "description_format": _text, "extra": lambda v: isinstance(v, dict),
 }

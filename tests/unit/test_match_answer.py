@@ -35,3 +35,12 @@ def test_a_field_of_the_wrong_type_is_refused(field: str, value: Any) -> None:
 def test_a_job_that_is_not_an_object_is_refused() -> None:
     with pytest.raises(ValueError, match="not an object"):
         JobPayload.from_dict([1, 2])  # type: ignore[arg-type]
+
+
+def test_every_field_of_a_job_payload_is_read_from_the_answer() -> None:
+    """A field the matcher sends that the pilot's reader does not know would be dropped."""
+    from dataclasses import fields
+
+    from pilot.protocol import _FIELD_KINDS, JobPayload
+
+    assert set(_FIELD_KINDS) == {f.name for f in fields(JobPayload)}
