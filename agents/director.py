@@ -16,7 +16,9 @@ Several directors may run at once: the decision for a queue is taken under the l
 transaction, so a second director counts them before deciding. The batch-system submission
 itself happens after the commit; its outcome updates the records. A queue whose submissions
 fail (its CE is down, refuses the credentials or the description) is skipped for a while,
-longer after each failure, and the reason is logged and kept: the sites page shows it.
+longer after each failure, and the reason is logged and kept: the sites page shows it. A CE
+whose requests used ``[agents] ce_turn_budget`` seconds of the cycle is asked nothing more in
+it (agents.ce.budget): its pilots not yet sent fail, its other queues wait for the next cycle.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CEUnavailable, PilotSpec
+from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CETurnOver, CEUnavailable, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
@@ -162,6 +164,7 @@ class Director:
             report.failed["matcher.ca_bundle"] = str(exc)
             return report
         config = self.ctx.resources()
+        self.ces.start_turn()
         for target in targets(self.ctx, report):
             queue = config.queue(target.site, target.ce, target.queue)
             self._serve(target, queue, report)
@@ -176,6 +179,12 @@ class Director:
             # not each wait for its deadline again.
             report.skipped[target.name] = (f"its CE ({target.compute.name}) did not answer "
                                            "lately; left alone for now")
+            return
+        if self.ces.turn_over(target.compute):
+            # Its requests took their time for this cycle: its other queues wait for the next.
+            report.skipped[target.name] = (
+                f"its CE ({target.compute.name}) used its {ctx.settings.agents.ce_turn_budget} s "
+                "for this cycle ([agents] ce_turn_budget); next cycle")
             return
         now = ctx.now()
         decided = ctx.transaction(lambda s: self._decide(s, target, now))
@@ -193,7 +202,8 @@ class Director:
         except Exception as exc:  # a CE's bug must not stop the other queues
             ctx.log.exception("submission to %s failed", target.name)
             results = [CEError(f"{type(exc).__name__}: {exc}")] * len(specs)
-        if any(isinstance(r, CEUnavailable) for r in results):
+        if any(isinstance(r, CEUnavailable) and not isinstance(r, CETurnOver)
+               for r in results):
             self.ces.failed(target.compute)
         elif any(not isinstance(r, CEError) for r in results):
             self.ces.answered(target.compute)

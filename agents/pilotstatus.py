@@ -12,7 +12,9 @@ CE, and each CE is asked once for all of its pilots:
 
 A CE that does not answer is left alone for a while (longer after each failure in a row) and
 its queues show the failure on the sites page; its pilots keep their records until it
-answers again. A pilot whose CE never confirms an end the pilot reported is let go after
+answers again. A CE whose requests took ``[agents] ce_turn_budget`` seconds in the turn is
+asked nothing more in it (agents.ce.budget): the logs it still owes are fetched next turn. A
+pilot whose CE never confirms an end the pilot reported is let go after
 ``[agents] pilot_log_patience``.
 """
 
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 
-from agents.ce.base import CEError, CEPilot, CEState, ComputeElement, PilotUnknown
+from agents.ce.base import (
+    CEError,
+    CEPilot,
+    CEState,
+    CETurnOver,
+    ComputeElement,
+    PilotUnknown,
+)
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
@@ -52,6 +61,8 @@ class FollowReport:
     logs: int = 0
     unavailable: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    #: CEs that used their time for the turn (``[agents] ce_turn_budget``), and what they said.
+    deferred: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         parts = [f"{self.moved} pilot(s) changed state", f"{self.killed} killed",
@@ -59,6 +70,8 @@ class FollowReport:
         if self.unavailable:
             parts.append(f"{self.unavailable} ended without a log")
         parts += [f"{ce} failed ({why})" for ce, why in sorted(self.failed.items())]
+        parts += [f"{ce} left for the next turn ({why})"
+                  for ce, why in sorted(self.deferred.items())]
         return "; ".join(parts)
 
 
@@ -80,6 +93,7 @@ class PilotFollower:
     def turn(self) -> FollowReport:
         ctx = self.ctx
         report = FollowReport()
+        self.ces.start_turn()
         followed = ctx.transaction(pilots_to_follow)
         groups: dict[CEConfig, list[FollowedPilot]] = defaultdict(list)
         for pilot in followed:
@@ -94,8 +108,16 @@ class PilotFollower:
             try:
                 self._follow(self.ces.get(config), pilots, report)
                 self.ces.answered(config)
+                if self.ces.turn_over(config):
+                    report.deferred[config.name] = (
+                        f"it used its {ctx.settings.agents.ce_turn_budget} s for this turn "
+                        "([agents] ce_turn_budget); the rest waits for the next turn")
             except DatabaseUnavailableError:
                 raise
+            except CETurnOver as exc:  # slow, not failing: the rest at the next turn
+                self.ces.answered(config)
+                report.deferred[config.name] = str(exc)
+                ctx.log.warning("following the pilots of %s: %s", config.name, exc)
             except Exception as exc:  # a CE's malformed answer is that CE's failure only
                 if not isinstance(exc, CEError):
                     ctx.log.exception("following the pilots of %s failed", config.name)
