@@ -45,6 +45,7 @@ from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
 from taskqueue.errors import ConfigurationError
 from taskqueue.matching import matching_queues
+from taskqueue.models import DirectorQueue
 from taskqueue.pilots import (
     ALIVE_STATES,
     WAITING_STATES,
@@ -55,6 +56,7 @@ from taskqueue.pilots import (
     record_new_pilots,
     record_submission,
     record_submission_failure,
+    retry_requests,
 )
 from taskqueue.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
@@ -153,6 +155,8 @@ class Director:
         self.ces = ces or compute_elements(ctx)
         #: The CA certificates of [matcher] url that every pilot gets, read each cycle.
         self.ca_bundle: bytes | None = None
+        #: Per queue, the operator's last retry request this process acted on.
+        self._retries_seen: dict[str, datetime] = {}
 
     def cycle(self) -> DirectorReport:
         report = DirectorReport()
@@ -165,21 +169,27 @@ class Director:
             return report
         config = self.ctx.resources()
         self.ces.start_turn()
-        for target in targets(self.ctx, report):
+        found = targets(self.ctx, report)
+        self._forgive_retried(found)
+        for target in found:
             queue = config.queue(target.site, target.ce, target.queue)
             self._serve(target, queue, report)
         return report
 
     # -- one queue ---------------------------------------------------------------------------
 
+    def _forgive_retried(self, found: list[QueueTarget]) -> None:
+        """The CEs of queues an operator asked to retry since this process last looked are
+        not left alone any longer here (their database back-off ended with the request)."""
+        asked = self.ctx.transaction(retry_requests)
+        for target in found:
+            at = asked.get((target.site, target.ce, target.queue))
+            if at is not None and self._retries_seen.get(target.name) != at:
+                self._retries_seen[target.name] = at
+                self.ces.answered(target.compute)
+
     def _serve(self, target: QueueTarget, queue: Queue, report: DirectorReport) -> None:
         ctx = self.ctx
-        if self.ces.resting(target.compute):
-            # It did not answer lately (this cycle, or the pilots loop): its other queues do
-            # not each wait for its deadline again.
-            report.skipped[target.name] = (f"its CE ({target.compute.name}) did not answer "
-                                           "lately; left alone for now")
-            return
         if self.ces.turn_over(target.compute):
             # Its requests took their time for this cycle: its other queues wait for the next.
             report.skipped[target.name] = (
@@ -236,9 +246,13 @@ class Director:
         """Under the queue's lock: how many pilots to submit; records them as Submitting."""
         a = self.ctx.settings.agents
         state = lock_director_queue(session, target.site, target.ce, target.queue, now=now)
-        if state.skip_until is not None and now < state.skip_until:
-            return (f"{state.failures} failed submission(s), last: {state.last_error}; "
-                    f"next try after {state.skip_until:%H:%M:%S}")
+        why = backing_off(state, now)
+        if why:
+            return why
+        if self.ces.resting(target.compute):
+            # It did not answer lately (this cycle, or the pilots loop, for another queue):
+            # its other queues do not each wait for its deadline again.
+            return f"its CE ({target.compute.name}) did not answer lately; left alone for now"
         expire_submitting(session, target.site, target.ce, target.queue, now=now)
         streak = idle_pilot_streak(session, target.site, target.ce, target.queue,
                                    length=max(3, target.max_waiting))
@@ -315,6 +329,20 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
+
+
+def backing_off(state: DirectorQueue, now: datetime) -> str:
+    """Why the queue is skipped now, naming what failed (its submissions, or the polls of its
+    CE) and when it is tried next; "" when it is not."""
+    why = []
+    if state.skip_until is not None and now < state.skip_until:
+        why.append(f"{state.failures} failed submission(s) in a row, last: "
+                   f"{state.last_error}; next try after {state.skip_until:%H:%M:%S}")
+    if state.poll_skip_until is not None and now < state.poll_skip_until:
+        why.append(f"{state.poll_failures} failed poll(s) of its CE in a row, last: "
+                   f"{state.poll_error}; next try after {state.poll_skip_until:%H:%M:%S}, "
+                   "or at its next successful poll")
+    return "; ".join(why)
 
 
 #: The most bytes [matcher] ca_bundle may have: it is read every cycle and shipped with every
