@@ -229,8 +229,9 @@ class Director:
                                     native_id=result, now=ctx.now()))
             submitted += 1
         if refused:
-            # A CE's error names the CE and what to check.
-            reason = reasons[0][:250]
+            # A CE's error names the CE and what to check (shortened in the middle when
+            # stored, taskqueue.pilots.storable).
+            reason = reasons[0]
             ctx.log.error("submission to %s failed: %s", target.name, reason)
             failures = ctx.transaction(partial(
                 record_submission_failure, site=target.site, ce=target.ce,

@@ -127,7 +127,7 @@ class PilotFollower:
                 if not isinstance(exc, CEError):
                     ctx.log.exception("following the pilots of %s failed", config.name)
                 failures = self.ces.failed(config)
-                reason = f"{config.name}: {exc}"[:250]
+                reason = f"{config.name}: {exc}"
                 report.failed[config.name] = f"{exc} (failure {failures} in a row)"
                 ctx.log.error("following the pilots of %s failed: %s", config.name, exc)
                 ctx.transaction(partial(record_ce_failure, queues=_queues(pilots),

@@ -157,13 +157,22 @@ def record_submission_failure(session: Session, site: str, ce: str, queue: str,
 _UNSTORABLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 
 
+#: What stands for the middle of a text shortened to fit.
+ELLIPSIS = " … "
+
+
 def storable(text: str, limit: int = 255) -> str:
     """``text`` as a reason or note column takes it on every backend: no NUL or other
     control character (PostgreSQL refuses a NUL), no lone surrogate, at most ``limit``
-    characters. What a CE or a pilot says is made storable before it is stored."""
+    characters, shortened in the middle (its beginning names what failed, its end often
+    the cause). What a CE or a pilot says is made storable before it is stored."""
     text = text.translate(_UNSTORABLE)
     text = text.encode("utf-8", "replace").decode("utf-8")
-    return text[:limit]
+    if len(text) <= limit:
+        return text
+    head = (limit - len(ELLIPSIS)) // 2
+    tail = limit - len(ELLIPSIS) - head
+    return text[:head] + ELLIPSIS + text[len(text) - tail:]
 
 
 def record_ce_failure(session: Session, queues: list[tuple[str, str, str]], *, reason: str,

@@ -51,6 +51,7 @@ import requests
 
 from agents.ce import adl, exchange
 from agents.ce.budget import TurnBudget
+from agents.ce.reasons import innermost
 from agents.ce.x509proxy import CredentialError, load_credential, sign_proxy_request
 
 log = logging.getLogger(__name__)
@@ -349,11 +350,11 @@ class ArcRestClient:
         except requests.exceptions.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise ArcUnreachable(f"{self.ce}: no answer from {self.endpoint} ({exc})",
-                                 ce=self.ce) from exc
+            raise ArcUnreachable(f"{self.ce}: {innermost(exc)}; no answer from "
+                                 f"{self.endpoint} ({exc})", ce=self.ce) from exc
         except requests.exceptions.RequestException as exc:
-            raise ArcUnreachable(f"{self.ce}: request to {self.endpoint} failed: {exc}",
-                                 ce=self.ce) from exc
+            raise ArcUnreachable(f"{self.ce}: {innermost(exc)}; request to {self.endpoint} "
+                                 f"failed ({exc})", ce=self.ce) from exc
         finally:
             if budget is not None:
                 budget.spend(time.monotonic() - started)

@@ -6,13 +6,15 @@ client's deadline, and never reads more than the client's cap."""
 from __future__ import annotations
 
 import gzip
+import socket
 
 import pytest
 
 from agents.ce.arc import ArcCE
-from agents.ce.arcrest import ArcRefused, ArcUnavailable, ArcUnreachable
+from agents.ce.arcrest import ArcRefused, ArcRestClient, ArcUnavailable, ArcUnreachable
 from agents.ce.base import CEUnavailable, PilotSpec
 from agents.ce.config import CEConfig
+from taskqueue.pilots import storable
 from tests.helpers import write_token_file
 from tests.integration.hostile_ce import Lab, Reply, arex, lab, reply
 
@@ -113,3 +115,24 @@ def test_a_ce_that_stops_answering_mid_submission_is_waited_for_once(lab: Lab) -
     assert "no complete answer within 1 s" in str(results[0])
     # One upload waited for its deadline; the other pilots were not sent to the silent CE.
     assert sum(r.startswith("PUT ") for r in server.requests) == 1
+
+
+# -- the innermost reason first ------------------------------------------------------------
+
+
+def test_a_ce_that_refuses_the_connection_says_so_first(lab: Lab) -> None:
+    """Issue 34 item 7: "Connection refused" leads the message, and survives being stored."""
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    token = write_token_file(lab.tmp / "token", "a.b.c")
+    client = ArcRestClient(f"https://127.0.0.1:{port}/arex", token_file=token,
+                           ca_bundle=lab.ca, timeout=5)
+    with pytest.raises(ArcUnreachable) as raised:
+        client.statuses(["a"])
+    message = str(raised.value)
+    assert message.startswith(f"127.0.0.1:{port}: [Errno 111] Connection refused; no answer "
+                              f"from https://127.0.0.1:{port}/arex ("), message
+    assert "object at 0x" not in message.split(";")[0]
+    # What the pilots loop stores for the CE's queues (the poll's error, 255 characters).
+    stored = storable(f"arc:https://127.0.0.1:{port}/arex: {message}")
+    assert "Connection refused" in stored
