@@ -16,7 +16,9 @@ Several directors may run at once: the decision for a queue is taken under the l
 transaction, so a second director counts them before deciding. The batch-system submission
 itself happens after the commit; its outcome updates the records. A queue whose submissions
 fail (its CE is down, refuses the credentials or the description) is skipped for a while,
-longer after each failure, and the reason is logged and kept: the sites page shows it.
+longer after each failure, and the reason is logged and kept: the sites page shows it. A CE
+whose requests used ``[agents] ce_turn_budget`` seconds of the cycle is asked nothing more in
+it (agents.ce.budget): its pilots not yet sent fail, its other queues wait for the next cycle.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CEUnavailable, PilotSpec
+from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CETurnOver, CEUnavailable, PilotSpec
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
@@ -43,6 +45,7 @@ from optimizers.resources import Queue, serves_vo
 from taskqueue.database import Session
 from taskqueue.errors import ConfigurationError
 from taskqueue.matching import matching_queues
+from taskqueue.models import DirectorQueue
 from taskqueue.pilots import (
     ALIVE_STATES,
     WAITING_STATES,
@@ -53,6 +56,7 @@ from taskqueue.pilots import (
     record_new_pilots,
     record_submission,
     record_submission_failure,
+    retry_requests,
 )
 from taskqueue.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
@@ -151,6 +155,8 @@ class Director:
         self.ces = ces or compute_elements(ctx)
         #: The CA certificates of [matcher] url that every pilot gets, read each cycle.
         self.ca_bundle: bytes | None = None
+        #: Per queue, the operator's last retry request this process acted on.
+        self._retries_seen: dict[str, datetime] = {}
 
     def cycle(self) -> DirectorReport:
         report = DirectorReport()
@@ -162,20 +168,33 @@ class Director:
             report.failed["matcher.ca_bundle"] = str(exc)
             return report
         config = self.ctx.resources()
-        for target in targets(self.ctx, report):
+        self.ces.start_turn()
+        found = targets(self.ctx, report)
+        self._forgive_retried(found)
+        for target in found:
             queue = config.queue(target.site, target.ce, target.queue)
             self._serve(target, queue, report)
         return report
 
     # -- one queue ---------------------------------------------------------------------------
 
+    def _forgive_retried(self, found: list[QueueTarget]) -> None:
+        """The CEs of queues an operator asked to retry since this process last looked are
+        not left alone any longer here (their database back-off ended with the request)."""
+        asked = self.ctx.transaction(retry_requests)
+        for target in found:
+            at = asked.get((target.site, target.ce, target.queue))
+            if at is not None and self._retries_seen.get(target.name) != at:
+                self._retries_seen[target.name] = at
+                self.ces.answered(target.compute)
+
     def _serve(self, target: QueueTarget, queue: Queue, report: DirectorReport) -> None:
         ctx = self.ctx
-        if self.ces.resting(target.compute):
-            # It did not answer lately (this cycle, or the pilots loop): its other queues do
-            # not each wait for its deadline again.
-            report.skipped[target.name] = (f"its CE ({target.compute.name}) did not answer "
-                                           "lately; left alone for now")
+        if self.ces.turn_over(target.compute):
+            # Its requests took their time for this cycle: its other queues wait for the next.
+            report.skipped[target.name] = (
+                f"its CE ({target.compute.name}) used its {ctx.settings.agents.ce_turn_budget} s "
+                "for this cycle ([agents] ce_turn_budget); next cycle")
             return
         now = ctx.now()
         decided = ctx.transaction(lambda s: self._decide(s, target, now))
@@ -193,7 +212,8 @@ class Director:
         except Exception as exc:  # a CE's bug must not stop the other queues
             ctx.log.exception("submission to %s failed", target.name)
             results = [CEError(f"{type(exc).__name__}: {exc}")] * len(specs)
-        if any(isinstance(r, CEUnavailable) for r in results):
+        if any(isinstance(r, CEUnavailable) and not isinstance(r, CETurnOver)
+               for r in results):
             self.ces.failed(target.compute)
         elif any(not isinstance(r, CEError) for r in results):
             self.ces.answered(target.compute)
@@ -209,8 +229,9 @@ class Director:
                                     native_id=result, now=ctx.now()))
             submitted += 1
         if refused:
-            # A CE's error names the CE and what to check.
-            reason = reasons[0][:250]
+            # A CE's error names the CE and what to check (shortened in the middle when
+            # stored, taskqueue.pilots.storable).
+            reason = reasons[0]
             ctx.log.error("submission to %s failed: %s", target.name, reason)
             failures = ctx.transaction(partial(
                 record_submission_failure, site=target.site, ce=target.ce,
@@ -226,9 +247,13 @@ class Director:
         """Under the queue's lock: how many pilots to submit; records them as Submitting."""
         a = self.ctx.settings.agents
         state = lock_director_queue(session, target.site, target.ce, target.queue, now=now)
-        if state.skip_until is not None and now < state.skip_until:
-            return (f"{state.failures} failed submission(s), last: {state.last_error}; "
-                    f"next try after {state.skip_until:%H:%M:%S}")
+        why = backing_off(state, now)
+        if why:
+            return why
+        if self.ces.resting(target.compute):
+            # It did not answer lately (this cycle, or the pilots loop, for another queue):
+            # its other queues do not each wait for its deadline again.
+            return f"its CE ({target.compute.name}) did not answer lately; left alone for now"
         expire_submitting(session, target.site, target.ce, target.queue, now=now)
         streak = idle_pilot_streak(session, target.site, target.ce, target.queue,
                                    length=max(3, target.max_waiting))
@@ -305,6 +330,20 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
+
+
+def backing_off(state: DirectorQueue, now: datetime) -> str:
+    """Why the queue is skipped now, naming what failed (its submissions, or the polls of its
+    CE) and when it is tried next; "" when it is not."""
+    why = []
+    if state.skip_until is not None and now < state.skip_until:
+        why.append(f"{state.failures} failed submission(s) in a row, last: "
+                   f"{state.last_error}; next try after {state.skip_until:%H:%M:%S}")
+    if state.poll_skip_until is not None and now < state.poll_skip_until:
+        why.append(f"{state.poll_failures} failed poll(s) of its CE in a row, last: "
+                   f"{state.poll_error}; next try after {state.poll_skip_until:%H:%M:%S}, "
+                   "or at its next successful poll")
+    return "; ".join(why)
 
 
 #: The most bytes [matcher] ca_bundle may have: it is read every cycle and shipped with every

@@ -111,7 +111,12 @@ class AgentMetrics:
                      ["vo", "site", "status"], {k: float(n) for k, n in ended.items()})
         yield _gauge("gridpilot_director_queue_failures",
                      "The site director's submission failures in a row, per queue",
-                     ["site", "ce", "queue"], {k: float(n) for k, n in failures.items()})
+                     ["site", "ce", "queue"],
+                     {k: float(n) for k, (n, _) in failures.items()})
+        yield _gauge("gridpilot_director_queue_poll_failures",
+                     "Failed polls in a row of each queue's CE (the pilots loop)",
+                     ["site", "ce", "queue"],
+                     {k: float(n) for k, (_, n) in failures.items()})
 
     def dispose(self) -> None:
         if self._probe is not None:

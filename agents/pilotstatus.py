@@ -11,9 +11,11 @@ CE, and each CE is asked once for all of its pilots:
   the pilot's own reason for a non-zero exit is recorded, and the CE forgets the pilot.
 
 A CE that does not answer is left alone for a while (longer after each failure in a row) and
-its queues show the failure on the sites page; its pilots keep their records until it
-answers again. A pilot whose CE never confirms an end the pilot reported is let go after
-``[agents] pilot_log_patience``.
+its queues show the failed poll on the sites page, counted apart from failed submissions; its
+pilots keep their records until it answers again, which ends the poll back-off of its queues.
+A CE whose requests took ``[agents] ce_turn_budget`` seconds in the turn is asked nothing
+more in it (agents.ce.budget): the logs it still owes are fetched next turn. A pilot whose CE
+never confirms an end the pilot reported is let go after ``[agents] pilot_log_patience``.
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 
-from agents.ce.base import CEError, CEPilot, CEState, ComputeElement, PilotUnknown
+from agents.ce.base import (
+    CEError,
+    CEPilot,
+    CEState,
+    CETurnOver,
+    ComputeElement,
+    PilotUnknown,
+)
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
@@ -39,7 +48,7 @@ from taskqueue.pilotlogs import (
     record_log,
     stop_following,
 )
-from taskqueue.pilots import FINAL_PILOT_STATES, record_ce_failure
+from taskqueue.pilots import FINAL_PILOT_STATES, record_ce_answered, record_ce_failure
 from taskqueue.sandboxstore import SandboxStore, open_store
 
 ENDED = FINAL_PILOT_STATES
@@ -52,6 +61,8 @@ class FollowReport:
     logs: int = 0
     unavailable: int = 0
     failed: dict[str, str] = field(default_factory=dict)
+    #: CEs that used their time for the turn (``[agents] ce_turn_budget``), and what they said.
+    deferred: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         parts = [f"{self.moved} pilot(s) changed state", f"{self.killed} killed",
@@ -59,6 +70,8 @@ class FollowReport:
         if self.unavailable:
             parts.append(f"{self.unavailable} ended without a log")
         parts += [f"{ce} failed ({why})" for ce, why in sorted(self.failed.items())]
+        parts += [f"{ce} left for the next turn ({why})"
+                  for ce, why in sorted(self.deferred.items())]
         return "; ".join(parts)
 
 
@@ -80,6 +93,7 @@ class PilotFollower:
     def turn(self) -> FollowReport:
         ctx = self.ctx
         report = FollowReport()
+        self.ces.start_turn()
         followed = ctx.transaction(pilots_to_follow)
         groups: dict[CEConfig, list[FollowedPilot]] = defaultdict(list)
         for pilot in followed:
@@ -94,18 +108,30 @@ class PilotFollower:
             try:
                 self._follow(self.ces.get(config), pilots, report)
                 self.ces.answered(config)
+                # A poll back-off of its queues ends: their submissions are tried again.
+                ctx.transaction(partial(record_ce_answered, queues=_queues(pilots),
+                                        now=ctx.now()))
+                if self.ces.turn_over(config):
+                    report.deferred[config.name] = (
+                        f"it used its {ctx.settings.agents.ce_turn_budget} s for this turn "
+                        "([agents] ce_turn_budget); the rest waits for the next turn")
             except DatabaseUnavailableError:
                 raise
+            except CETurnOver as exc:  # slow, not failing: the rest at the next turn
+                self.ces.answered(config)
+                ctx.transaction(partial(record_ce_answered, queues=_queues(pilots),
+                                        now=ctx.now()))
+                report.deferred[config.name] = str(exc)
+                ctx.log.warning("following the pilots of %s: %s", config.name, exc)
             except Exception as exc:  # a CE's malformed answer is that CE's failure only
                 if not isinstance(exc, CEError):
                     ctx.log.exception("following the pilots of %s failed", config.name)
                 failures = self.ces.failed(config)
-                reason = f"{config.name}: {exc}"[:250]
+                reason = f"{config.name}: {exc}"
                 report.failed[config.name] = f"{exc} (failure {failures} in a row)"
                 ctx.log.error("following the pilots of %s failed: %s", config.name, exc)
-                queues = sorted({(p.site, p.ce, p.queue) for p in pilots})
-                ctx.transaction(partial(record_ce_failure, queues=queues, reason=reason,
-                                        now=ctx.now(),
+                ctx.transaction(partial(record_ce_failure, queues=_queues(pilots),
+                                        reason=reason, now=ctx.now(),
                                         base_backoff=ctx.settings.agents.failure_backoff))
         patience = timedelta(seconds=ctx.settings.agents.pilot_log_patience)
         report.unavailable += ctx.transaction(partial(stop_following, now=ctx.now(),
@@ -200,6 +226,10 @@ class PilotFollower:
 
         ctx.transaction(work)
         report.unavailable += 1
+
+
+def _queues(pilots: list[FollowedPilot]) -> list[tuple[str, str, str]]:
+    return sorted({(p.site, p.ce, p.queue) for p in pilots})
 
 
 def follow_pilots(follower: PilotFollower) -> str:

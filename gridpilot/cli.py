@@ -175,6 +175,37 @@ def queues_cleanup(settings: Settings) -> None:
 
 
 @cli.group()
+def director() -> None:
+    """What the site director does with each queue."""
+
+
+@director.command("retry")
+@click.argument("queue")
+@click.option("--by", default=None, help="Who asks (kept on the queue's record and shown on "
+              "the sites page). Default: the login name.")
+@click.pass_obj
+@_friendly
+def director_retry(settings: Settings, queue: str, by: str | None) -> None:
+    """Try QUEUE (SITE/CE/QUEUE, as the sites page names it) again at the director's next
+    cycle: its back-off ends, whether its submissions or the polls of its CE failed."""
+    import getpass
+
+    from taskqueue.pilots import retry_queue
+
+    parts = queue.split("/")
+    if len(parts) != 3 or not all(p.strip() for p in parts):
+        raise click.BadParameter(f"a queue is SITE/CE/QUEUE, as the sites page names it, not "
+                                 f"{queue!r}", param_hint="QUEUE")
+    site, ce, name = parts
+    who = by or getpass.getuser()
+    factory = make_session_factory(engine_for(settings.database))
+    state = run_in_transaction(factory, lambda s: retry_queue(
+        s, site, ce, name, by=who, now=datetime.now(UTC)))
+    click.echo(f"{state.site}/{state.ce}/{state.queue}: tried again at the director's next "
+               f"cycle (within [agents] director_interval, {settings.agents.director_interval} s)")
+
+
+@cli.group()
 def sandboxes() -> None:
     """Inspect and maintain the sandbox store."""
 

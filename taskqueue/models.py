@@ -355,8 +355,10 @@ class PilotRun(Base):
 
 
 class DirectorQueue(Base):
-    """The site director's memory of one queue: consecutive submission failures and until when
-    the queue is skipped. Its row is also the lock that keeps two directors from submitting
+    """The site director's memory of one queue: its submissions that failed in a row, and
+    apart from them the polls of its CE that failed in a row (the pilots loop), each kind with
+    its last error and until when the queue is skipped for it; and when an operator last
+    asked to retry it now. Its row is also the lock that keeps two directors from submitting
     to one queue at once."""
 
     __tablename__ = "director_queues"
@@ -364,10 +366,19 @@ class DirectorQueue(Base):
     site: Mapped[str] = mapped_column(String(128), primary_key=True)
     ce: Mapped[str] = mapped_column(String(255), primary_key=True)
     queue: Mapped[str] = mapped_column(String(128), primary_key=True)
+    #: Submissions failed in a row; a successful submission sets it to 0.
     failures: Mapped[int] = mapped_column(Integer, default=0)
     skip_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     last_error: Mapped[str] = mapped_column(String(255), default="")
     last_cycle_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: Polls of the queue's CE failed in a row; a successful poll sets it to 0 and ends
+    #: ``poll_skip_until``.
+    poll_failures: Mapped[int] = mapped_column(Integer, default=0)
+    poll_skip_until: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    poll_error: Mapped[str] = mapped_column(String(255), default="")
+    #: When an operator last asked for the queue to be tried again now, and who.
+    retry_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    retry_requested_by: Mapped[str] = mapped_column(String(255), default="")
 
 
 class AgentRun(Base):

@@ -52,7 +52,9 @@ def pilots_ended_since(session: Session, since: datetime) -> dict[tuple[str, str
         .group_by(p.vo, p.site, p.status))}
 
 
-def director_failures(session: Session) -> dict[tuple[str, str, str], int]:
-    """The site director's submission failures in a row, per (site, CE, queue) it served."""
-    return {(row.site, row.ce, row.queue): row.failures
+def director_failures(session: Session
+                      ) -> dict[tuple[str, str, str], tuple[int, int]]:
+    """The site director's submission failures in a row and failed polls of the CE in a row,
+    per (site, CE, queue) it served."""
+    return {(row.site, row.ce, row.queue): (row.failures, row.poll_failures)
             for row in session.scalars(select(DirectorQueue))}

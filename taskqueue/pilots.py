@@ -157,21 +157,79 @@ def record_submission_failure(session: Session, site: str, ce: str, queue: str,
 _UNSTORABLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
 
 
+#: What stands for the middle of a text shortened to fit.
+ELLIPSIS = " … "
+
+
 def storable(text: str, limit: int = 255) -> str:
     """``text`` as a reason or note column takes it on every backend: no NUL or other
     control character (PostgreSQL refuses a NUL), no lone surrogate, at most ``limit``
-    characters. What a CE or a pilot says is made storable before it is stored."""
+    characters, shortened in the middle (its beginning names what failed, its end often
+    the cause). What a CE or a pilot says is made storable before it is stored."""
     text = text.translate(_UNSTORABLE)
     text = text.encode("utf-8", "replace").decode("utf-8")
-    return text[:limit]
+    if len(text) <= limit:
+        return text
+    head = (limit - len(ELLIPSIS)) // 2
+    tail = limit - len(ELLIPSIS) - head
+    return text[:head] + ELLIPSIS + text[len(text) - tail:]
 
 
 def record_ce_failure(session: Session, queues: list[tuple[str, str, str]], *, reason: str,
                       now: datetime, base_backoff: int) -> None:
-    """A CE did not answer about its pilots: each of its queues (site, CE, queue) shows the
-    failure and is skipped as after a failed submission."""
+    """A CE did not answer about its pilots: each of its queues (site, CE, queue) counts a
+    failed poll, apart from its failed submissions, and is skipped for ``base_backoff``
+    seconds, doubling per failed poll in a row (at most 16 times), or until a poll succeeds
+    (:func:`record_ce_answered`)."""
     for site, ce, queue in queues:
-        _back_off(session, site, ce, queue, reason=reason, now=now, base_backoff=base_backoff)
+        state = lock_director_queue(session, site, ce, queue, now=now)
+        state.poll_failures += 1
+        state.poll_error = storable(reason)
+        state.poll_skip_until = now + _pause(base_backoff, state.poll_failures)
+    session.flush()
+
+
+def record_ce_answered(session: Session, queues: list[tuple[str, str, str]], *,
+                       now: datetime) -> None:
+    """A CE answered about its pilots: a poll back-off of its queues ends now (their failed
+    submissions, if any, still count)."""
+    for site, ce, queue in queues:
+        state = session.get(DirectorQueue, (site, ce, queue), with_for_update=True)
+        if state is not None and state.poll_failures:
+            state.poll_failures, state.poll_error, state.poll_skip_until = 0, "", None
+    session.flush()
+
+
+def retry_queue(session: Session, site: str, ce: str, queue: str, *, by: str,
+                now: datetime) -> DirectorQueue:
+    """An operator's "retry now": the queue's back-offs end, whichever kind failed, and the
+    director tries it at its next cycle (its agent processes forget their own back-off of
+    the queue's CE, agents.director). Raises NotFoundError when the director never served
+    the queue."""
+    state = session.get(DirectorQueue, (site, ce, queue), with_for_update=True)
+    if state is None:
+        raise NotFoundError(f"the site director has no record of queue {site}/{ce}/{queue}: "
+                            "it never served it, so there is nothing to retry")
+    if state.skip_until is not None and state.skip_until > now:
+        # It stays in the past: idle_pilot_streak counts the pilots ended after it.
+        state.skip_until = now
+    state.failures = 0
+    state.poll_failures, state.poll_skip_until = 0, None
+    state.retry_requested_at, state.retry_requested_by = now, storable(by)
+    session.flush()
+    return state
+
+
+def retry_requests(session: Session) -> dict[tuple[str, str, str], datetime]:
+    """When an operator last asked to retry each queue (site, CE, queue) that was ever."""
+    return {(site, ce, queue): at for site, ce, queue, at in session.execute(
+        select(DirectorQueue.site, DirectorQueue.ce, DirectorQueue.queue,
+               DirectorQueue.retry_requested_at)
+        .where(DirectorQueue.retry_requested_at.is_not(None))) if at is not None}
+
+
+def _pause(base_backoff: int, failures: int) -> timedelta:
+    return timedelta(seconds=base_backoff * min(16, 2 ** (failures - 1)))
 
 
 def _back_off(session: Session, site: str, ce: str, queue: str, *, reason: str,
@@ -179,7 +237,7 @@ def _back_off(session: Session, site: str, ce: str, queue: str, *, reason: str,
     state = lock_director_queue(session, site, ce, queue, now=now)
     state.failures += 1
     state.last_error = storable(reason)
-    state.skip_until = now + timedelta(seconds=base_backoff * min(16, 2 ** (state.failures - 1)))
+    state.skip_until = now + _pause(base_backoff, state.failures)
     session.flush()
     return state
 

@@ -427,6 +427,9 @@ class AgentSettings:
     pass_submit_pools: bool = True
     #: Seconds one request to a compute element (an ARC-CE's REST interface) may take.
     ce_timeout: int = 30
+    #: Seconds one CE's requests may take in all in one turn of the director or the pilots
+    #: loop; what is left waits for the next turn, so a slow CE cannot hold the others.
+    ce_turn_budget: int = 60
     #: Bytes kept of an ended pilot's standard output, and as many of its standard error
     #: (their ends, which say why it stopped).
     pilot_log_bytes: int = 1024 * 1024
@@ -445,6 +448,9 @@ class AgentSettings:
         if self.ce_timeout < 1:
             raise ConfigurationError(
                 f"agents.ce_timeout must be at least 1 second, got {self.ce_timeout}")
+        if self.ce_turn_budget < 1:
+            raise ConfigurationError(
+                f"agents.ce_turn_budget must be at least 1 second, got {self.ce_turn_budget}")
         if self.turn_lease < 3:
             raise ConfigurationError(
                 f"agents.turn_lease must be at least 3 seconds, got {self.turn_lease}")

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -27,6 +28,7 @@ from agents.ce.arcrest import (
     ArcAuthError,
     ArcError,
     ArcRestClient,
+    ArcTurnOver,
     ArcUnavailable,
     ArcUnknownJob,
     ArcUnreachable,
@@ -41,11 +43,13 @@ from agents.ce.base import (
     CEPilot,
     CERefused,
     CEState,
+    CETurnOver,
     CEUnavailable,
     PilotOutput,
     PilotSpec,
     PilotUnknown,
 )
+from agents.ce.budget import TurnBudget
 from agents.ce.config import CEConfig
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,8 @@ _EXIT_CODE = re.compile(r"^exitcode=(-?\d+)\s*$", re.MULTILINE)
 def ce_error(exc: ArcError) -> CEError:
     """The director's error for what the ARC client raised."""
     message = str(exc)
+    if isinstance(exc, ArcTurnOver):
+        return CETurnOver(message)
     if isinstance(exc, ArcUnreachable | ArcUnavailable):
         return CEUnavailable(message)
     if isinstance(exc, ArcAuthError):
@@ -67,16 +73,21 @@ def ce_error(exc: ArcError) -> CEError:
 
 
 class ArcCE:
-    """One ARC-CE, with one credential (a token file or a proxy)."""
+    """One ARC-CE, with one credential (a token file or a proxy); with a ``budget``, its
+    requests take no more than that in one turn (agents.ce.budget)."""
 
-    def __init__(self, config: CEConfig, *, timeout: float) -> None:
+    def __init__(self, config: CEConfig, *, timeout: float,
+                 budget: TurnBudget | None = None) -> None:
         self.name = config.name
         self.client = ArcRestClient(
             config.endpoint,
             token_file=Path(config.token_file) if config.token_file else None,
             proxy_file=Path(config.proxy_file) if config.proxy_file else None,
             ca_bundle=Path(config.ca_bundle) if config.ca_bundle else None,
-            timeout=timeout)
+            timeout=timeout, budget=budget)
+        #: What an ended job's A-REX files said, by (job, state): read once, not at every
+        #: turn until its log is kept (a slow CE's turn is spent on new work, not on that).
+        self._final: dict[tuple[str, str], CEState] = {}
 
     def _call(self, work: Callable[[], T]) -> T:
         try:
@@ -123,7 +134,10 @@ class ArcCE:
             out.append(result)
         if orphans:
             try:
-                self._forget(orphans)
+                # Also past the turn's budget (one request, two when some still run): a job
+                # left without its token would wait on the CE until it gives up.
+                with self._unbudgeted():
+                    self._forget(orphans)
             except CEError as exc:  # what was submitted stays submitted; the CE cleans up later
                 log.warning("%s: %d job(s) without their token not removed: %s", self.name,
                             len(orphans), exc)
@@ -141,9 +155,18 @@ class ArcCE:
             if arc_state == UNKNOWN:
                 out[reference] = CEState("Lost", f"{self.client.ce} does not know it")
             elif arc_state in FINAL_STATES:
-                out[reference] = self._ended(job_id, arc_state, status)
+                ended = self._final.get((job_id, arc_state))
+                if ended is None:
+                    try:
+                        ended = self._ended(job_id, arc_state, status)
+                    except ArcTurnOver:
+                        continue  # no news of it this turn: the CE used its time
+                    self._final[(job_id, arc_state)] = ended
+                out[reference] = ended
             else:
                 out[reference] = CEState(status)
+        # Kept for the jobs still followed only.
+        self._final = {key: state for key, state in self._final.items() if key[0] in by_id}
         return out
 
     def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
@@ -167,6 +190,14 @@ class ArcCE:
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         self._forget([p.native_id for p in pilots])
+
+    @contextmanager
+    def _unbudgeted(self) -> Iterator[None]:
+        budget, self.client.budget = self.client.budget, None
+        try:
+            yield
+        finally:
+            self.client.budget = budget
 
     # -- what ended ----------------------------------------------------------------------------
 

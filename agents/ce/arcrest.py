@@ -50,6 +50,8 @@ from urllib.parse import quote, urlsplit
 import requests
 
 from agents.ce import adl, exchange
+from agents.ce.budget import TurnBudget
+from agents.ce.reasons import innermost
 from agents.ce.x509proxy import CredentialError, load_credential, sign_proxy_request
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,11 @@ class ArcUnreachable(ArcError):
     """No answer: connection refused or reset, timeout, a TLS handshake that failed."""
 
     retryable = True
+
+
+class ArcTurnOver(ArcUnreachable):
+    """The CE used its time for this turn (agents.ce.budget): it is asked nothing more until
+    the next turn. Not a failure of the CE: it answered, slowly."""
 
 
 class ArcUnavailable(ArcError):
@@ -207,13 +214,16 @@ class ArcRestClient:
     ``/arex``), with a token file or a proxy file (exactly one of them), checking the CE's
     certificate against ``ca_bundle`` (a PEM file; None: the system's CAs). ``timeout`` bounds
     each exchange as a whole (connecting, redirects within the CE, the whole answer), in
-    seconds. Threads may share a client; when the credential file changes,
+    seconds; with a ``budget``, no longer than what the CE has left of it for this turn, and
+    nothing is asked once it is spent (ArcTurnOver). Threads may share a client; when the
+    credential file changes,
     the connections are closed, and a request of another thread still on one of them fails as
     ArcUnreachable (retryable)."""
 
     def __init__(self, endpoint: str, *, token_file: Path | None = None,
                  proxy_file: Path | None = None, ca_bundle: Path | None = None,
-                 timeout: float = 30.0, clock: Callable[[], float] = time.time) -> None:
+                 timeout: float = 30.0, budget: TurnBudget | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         if (token_file is None) == (proxy_file is None):
             raise ValueError("an ARC-CE client needs exactly one of token_file and proxy_file")
         parts = urlsplit(endpoint)
@@ -223,6 +233,7 @@ class ArcRestClient:
             endpoint.rstrip("/") + "/arex")
         self.ce = parts.netloc
         self.timeout = timeout
+        self.budget = budget
         self._clock = clock
         self._verify: str | bool = str(ca_bundle) if ca_bundle is not None else True
         self._token = _FileState(token_file) if token_file is not None else None
@@ -315,12 +326,22 @@ class ArcRestClient:
             session = self._session
         headers = {"Accept": "application/json", **auth.pop("headers", {}),
                    **kwargs.pop("headers", {})}
+        deadline = self.timeout
+        budget = self.budget
+        if budget is not None:
+            left = budget.left()
+            if left <= 0:
+                raise self._turn_over()
+            deadline = min(deadline, left)
+        started = time.monotonic()
         try:
             response = exchange.request(session, method, self._url(path), headers=headers,
-                                        verify=self._verify, deadline=self.timeout,
+                                        verify=self._verify, deadline=deadline,
                                         max_bytes=max_bytes, truncate=truncate, **auth,
                                         **kwargs)
         except exchange.DeadlineError as exc:
+            if deadline < self.timeout:
+                raise self._turn_over() from exc
             raise ArcUnreachable(f"{self.ce}: {exc}", ce=self.ce) from exc
         except exchange.AnswerTooLargeError as exc:
             raise ArcUnavailable(f"{self.ce}: {exc}", ce=self.ce) from exc
@@ -329,14 +350,23 @@ class ArcRestClient:
         except requests.exceptions.SSLError as exc:
             raise self._tls_error(exc) from exc
         except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
-            raise ArcUnreachable(f"{self.ce}: no answer from {self.endpoint} ({exc})",
-                                 ce=self.ce) from exc
+            raise ArcUnreachable(f"{self.ce}: {innermost(exc)}; no answer from "
+                                 f"{self.endpoint} ({exc})", ce=self.ce) from exc
         except requests.exceptions.RequestException as exc:
-            raise ArcUnreachable(f"{self.ce}: request to {self.endpoint} failed: {exc}",
-                                 ce=self.ce) from exc
+            raise ArcUnreachable(f"{self.ce}: {innermost(exc)}; request to {self.endpoint} "
+                                 f"failed ({exc})", ce=self.ce) from exc
+        finally:
+            if budget is not None:
+                budget.spend(time.monotonic() - started)
         if response.status_code in expect:
             return response
         self._raise_for(response, method, path, job_id)
+
+    def _turn_over(self) -> ArcTurnOver:
+        assert self.budget is not None
+        return ArcTurnOver(f"{self.ce}: it used its {self.budget.seconds:g} s for this turn "
+                           "([agents] ce_turn_budget); the rest waits for the next turn",
+                           ce=self.ce)
 
     def _tls_error(self, exc: requests.exceptions.SSLError) -> ArcError:
         """A TLS handshake that failed: the CE's certificate not trusted, or (with a proxy)

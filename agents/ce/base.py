@@ -94,6 +94,12 @@ class CEUnavailable(CEError):
     retryable = True
 
 
+class CETurnOver(CEUnavailable):
+    """The CE used its time for this turn (``[agents] ce_turn_budget``, agents.ce.budget):
+    what was not done waits for the next turn. The CE answered, slowly: not a failure that
+    leaves it alone for a while."""
+
+
 class CECredentialError(CEError):
     """The CE refused the credentials (an expired, wrong or unreadable token or proxy)."""
 

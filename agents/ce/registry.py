@@ -13,23 +13,25 @@ from pathlib import Path
 from typing import Any
 
 from agents.ce.base import ComputeElement
+from agents.ce.budget import TurnBudget
 from agents.ce.config import ARC, CEConfig
 
-#: How each kind is built: (config, pilot folders' parent, the agents' settings) → a CE.
-Builder = Callable[[CEConfig, Path, Any], ComputeElement]
+#: How each kind is built: (config, pilot folders' parent, the agents' settings, the CE's
+#: time for one turn) → a CE.
+Builder = Callable[[CEConfig, Path, Any, TurnBudget], ComputeElement]
 
 
-def _psij(config: CEConfig, workdir: Path, agents: Any) -> ComputeElement:
+def _psij(config: CEConfig, workdir: Path, agents: Any, budget: TurnBudget) -> ComputeElement:
     from agents.ce.psij import PsijCE
 
     return PsijCE(config.executor, workdir,
                   polling_interval=max(1, min(30, agents.pilot_status_interval)))
 
 
-def _arc(config: CEConfig, workdir: Path, agents: Any) -> ComputeElement:
+def _arc(config: CEConfig, workdir: Path, agents: Any, budget: TurnBudget) -> ComputeElement:
     from agents.ce.arc import ArcCE
 
-    return ArcCE(config, timeout=agents.ce_timeout)
+    return ArcCE(config, timeout=agents.ce_timeout, budget=budget)
 
 
 KINDS: dict[str, Builder] = {"psij": _psij, ARC: _arc}
@@ -37,7 +39,9 @@ KINDS: dict[str, Builder] = {"psij": _psij, ARC: _arc}
 
 class ComputeElements:
     """The CEs of one agent process, each built once and kept (a PSI/J executor watches its
-    pilots for the life of the process), and each CE's back-off after it failed."""
+    pilots for the life of the process), each CE's back-off after it failed, and the time
+    each CE may take in one turn of a loop (``[agents] ce_turn_budget``; a loop calls
+    :meth:`start_turn` first)."""
 
     def __init__(self, workdir: Path, agents: Any, *,
                  clock: Callable[[], float] = time.monotonic) -> None:
@@ -47,11 +51,30 @@ class ComputeElements:
         self._built: dict[CEConfig, ComputeElement] = {}
         #: CE name → (failures in a row, monotonic time before which it is left alone).
         self._backoff: dict[str, tuple[int, float]] = {}
+        #: CE name → its time in this turn.
+        self._budgets: dict[str, TurnBudget] = {}
 
     def get(self, config: CEConfig) -> ComputeElement:
         if config not in self._built:
-            self._built[config] = KINDS[config.kind](config, self.workdir, self.agents)
+            self._built[config] = KINDS[config.kind](config, self.workdir, self.agents,
+                                                     self.budget(config))
         return self._built[config]
+
+    def budget(self, config: CEConfig) -> TurnBudget:
+        """The CE's time for one turn, shared by the configurations that name one CE."""
+        if config.name not in self._budgets:
+            self._budgets[config.name] = TurnBudget(self.agents.ce_turn_budget)
+        return self._budgets[config.name]
+
+    def start_turn(self) -> None:
+        """A loop's turn begins: every CE has its whole budget again."""
+        for budget in self._budgets.values():
+            budget.start_turn()
+
+    def turn_over(self, config: CEConfig) -> bool:
+        """Whether the CE used its time for this turn."""
+        budget = self._budgets.get(config.name)
+        return budget is not None and budget.over()
 
     def resting(self, config: CEConfig) -> bool:
         """Whether the CE failed lately and is left alone for now."""

@@ -16,7 +16,7 @@ from taskqueue.activity import SiteTotals, site_totals
 from taskqueue.database import Session
 from taskqueue.limits import ban_site, site_bans, unban_site
 from taskqueue.models import DirectorQueue, SiteBan
-from taskqueue.pilots import ALIVE_STATES
+from taskqueue.pilots import ALIVE_STATES, retry_queue
 from taskqueue.sitestatus import LimitUsage, QueueState, director_states, limit_usage, queue_states
 
 #: Longest site name (the column's) and reason accepted from the forms.
@@ -28,14 +28,39 @@ class QueueRow:
     state: QueueState
     executor: str = ""
     director: DirectorQueue | None = None
+    now: datetime | None = None
 
     @property
     def failing(self) -> bool:
-        return self.director is not None and self.director.failures > 0
+        d = self.director
+        return d is not None and (d.failures > 0 or d.poll_failures > 0)
+
+    def failures(self) -> list[tuple[str, str]]:
+        """What failed, each kind apart: (kind, what the page says of it)."""
+        d = self.director
+        if d is None:
+            return []
+        out = []
+        if d.failures:
+            out.append(("submissions", f"Submissions: {d.failures} failed in a row, last: "
+                        f"{d.last_error}; {_next_try(d.skip_until, self.now)}"))
+        if d.poll_failures:
+            out.append(("polls", f"Polls of its CE: {d.poll_failures} failed in a row, last: "
+                        f"{d.poll_error}; {_next_try(d.poll_skip_until, self.now)}, or at "
+                        "its next successful poll"))
+        return out
 
     @property
     def alive(self) -> int:
         return sum(self.state.pilots.alive.values())
+
+
+def _next_try(until: datetime | None, now: datetime | None) -> str:
+    if until is None or now is None or until <= now:
+        return "tried again at the director's next cycle"
+    wait = int((until - now).total_seconds())
+    return (f"next try at {until:%H:%M:%S} UTC (in {wait // 60} min {wait % 60} s)"
+            if wait >= 60 else f"next try at {until:%H:%M:%S} UTC (in {wait} s)")
 
 
 @dataclass
@@ -88,7 +113,7 @@ def sites(p: Page) -> Response:
     for state in data["queues"]:
         key = (state.site, state.ce, state.queue)
         rows.setdefault(state.site, []).append(
-            QueueRow(state, executors.get(key, ""), data["director"].get(key)))
+            QueueRow(state, executors.get(key, ""), data["director"].get(key), now))
     for site in list(data["bans"]) + [u.limit.site for u in data["limits"]]:
         rows.setdefault(site, [])
     table = []
@@ -140,4 +165,20 @@ def unban(p: Page, site: str) -> Response:
                       text=f"Pilots at {site} get jobs of VO {p.vo} again at their next "
                            "request.")
     p.runtime.transaction(lambda s: unban_site(s, p.vo, site))
+    return redirect(back)  # type: ignore[return-value]
+
+
+@bp.post("/sites/retry")
+@page(operator=True)
+def retry(p: Page) -> Response:
+    """The director tries a queue again at its next cycle, whatever failed (the same as
+    ``gridpilot director retry``)."""
+    parts = (request.form.get("queue") or "").split("/")
+    if len(parts) != 3 or not all(part.strip() for part in parts) or any(
+            len(part) > MAX_REASON or "\x00" in part for part in parts):
+        raise Problem(422, "a queue is SITE/CE/QUEUE, as this page names it")
+    site, ce, queue = parts
+    p.runtime.transaction(lambda s: retry_queue(s, site, ce, queue,
+                                                by=p.viewer.principal.name, now=p.now))
+    back = safe_next(request.values.get("next") or url_for("ui.sites"))
     return redirect(back)  # type: ignore[return-value]

@@ -18,7 +18,8 @@ from werkzeug.test import TestResponse
 from agents.context import AgentContext
 from agents.maintenance import record_dashboard_activity
 from matcher.dashboard import session as cookies
-from taskqueue.models import Job, JobStatusHistory, SiteBan
+from taskqueue.models import DirectorQueue, Job, JobStatusHistory, SiteBan
+from taskqueue.pilots import record_ce_failure, record_submission_failure
 from taskqueue.settings import Settings
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
@@ -583,3 +584,46 @@ def test_a_running_jobs_page_shows_the_tail_its_heartbeat_sent(
     assert '<pre class="code" id="output">step 7\n</pre>' in html
     assert re.search(r'id="peek">\(while it runs: as of its pilot.s heartbeat at [\d-]+ '
                      r'[\d:]+ UTC\)', html)
+
+
+def test_the_sites_page_says_what_failed_and_retries_a_queue_now(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    """Issue 34 item 2: failed submissions and failed polls of the CE apart, each with its
+    next try; the Retry button ends both back-offs."""
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    now = datetime.now(UTC)
+    with db.factory.begin() as session:
+        record_submission_failure(session, *key, [], reason="token expired", now=now,
+                                  base_backoff=600)
+        record_ce_failure(session, [key], reason="connection refused", now=now,
+                          base_backoff=600)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    submissions = re.search(r'data-failing="submissions">([^<]*)<', row)
+    polls = re.search(r'data-failing="polls">([^<]*)<', row)
+    assert submissions and "1 failed in a row, last: token expired; next try at" in \
+        submissions.group(1)
+    assert polls and "connection refused" in polls.group(1) and "next try at" in polls.group(1)
+    assert "Retry now" in row
+
+    for bad, code in (("LCG.CNAF.it/htc_mcore", 422), ("LCG.Nowhere/ce/q", 404)):
+        answer = operator_http.post("/ui/sites/retry", data={"csrf": csrf_of(html),
+                                                             "queue": bad})
+        assert answer.status_code == code, bad
+    assert operator_http.post("/ui/sites/retry", data={"queue": "/".join(key)}
+                              ).status_code == 403  # no csrf value
+    response = operator_http.post("/ui/sites/retry", data={"csrf": csrf_of(html),
+                                                           "queue": "/".join(key)})
+    assert response.status_code == 302 and response.headers["Location"] == "/ui/sites"
+    with db.factory() as session:
+        state = session.get(DirectorQueue, key)
+        assert state is not None
+        assert (state.failures, state.poll_failures, state.poll_skip_until) == (0, 0, None)
+        assert state.skip_until is not None and state.skip_until <= datetime.now(UTC)
+        assert state.retry_requested_by == "operator:olga"
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    assert "data-failing" not in row and "retried by operator:olga" in row

@@ -51,6 +51,7 @@ def _fill(db: Database, now: datetime) -> None:
                          for i in range(4)])
         session.add(_pilot("belle", "LCG.CERN.cern", "Lost", recent, 0))
         session.add(DirectorQueue(site="LCG.RAL.uk", ce="arc-ce01", queue="grid", failures=4,
+                                  poll_failures=2,
                                   last_error="refused"))
     run_in_transaction(db.factory, work)
     for name, summary, at in (("watchdog", "3 job(s) stalled", now - 30 * S),
@@ -83,6 +84,8 @@ def test_what_the_database_says(db: Database, settings: Settings, now: datetime)
                 and r[1]["status"] == "Running"]
     assert value(rows, "gridpilot_director_queue_failures", site="LCG.RAL.uk",
                  queue="grid") == 4
+    assert value(rows, "gridpilot_director_queue_poll_failures", site="LCG.RAL.uk",
+                 queue="grid") == 2
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="director") == 1
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="watchdog") == 0
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="cleanup") == 0  # runs

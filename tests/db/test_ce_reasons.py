@@ -17,7 +17,18 @@ from tests.conftest import Database
 def test_storable_drops_control_characters_and_keeps_the_rest() -> None:
     assert storable("lrms\x00 said\x1b[31m no\ttab\n") == "lrms said[31m no\ttab\n"
     assert storable("\udcff broken") == "? broken"
-    assert storable("é" * 300) == "é" * 255
+    assert storable("é" * 300) == "é" * 126 + " … " + "é" * 126
+
+
+def test_a_long_reason_is_shortened_in_the_middle_and_keeps_its_cause() -> None:
+    """Issue 34 item 7: the end of a CE's error (urllib3's "Caused by …") is its point."""
+    reason = ("arc:https://ce.example.org:443/arex: no answer (HTTPSConnectionPool(host="
+              "'ce.example.org', port=443): Max retries exceeded with url: /arex/rest "
+              + "x" * 200 + " Failed to establish a new connection: Connection refused')")
+    kept = storable(reason)
+    assert len(kept) == 255 and " … " in kept
+    assert kept.startswith("arc:https://ce.example.org:443/arex: no answer")
+    assert kept.endswith("Connection refused')")
 
 
 def test_a_reason_with_a_nul_is_stored_without_it(db: Database, now: datetime) -> None:

@@ -43,6 +43,7 @@ pytestmark = pytest.mark.filterwarnings(
     ":pytest.PytestUnraisableExceptionWarning")
 
 SITE, CE, QUEUE = "Test.Batch.org", "ce.batch.org", "q"
+NAME = f"{SITE}/{CE}/{QUEUE}"
 
 #: A stand-in pilot that speaks to nobody: it says it started, then waits to be killed (or
 #: exits with the code and last words given in its folder's "end" file).
@@ -201,11 +202,15 @@ def test_a_ce_that_does_not_answer_is_left_alone_a_while_and_its_pilots_kept(
     # Nothing changed in the records: no kill recorded, no state invented.
     assert [(p.status, p.kill_requested_by) for p in pilots(db)] == [
         ("Submitted", "olga"), ("Submitted", None)]
-    # Its queue shows the failure on the sites page, and the director skips it meanwhile.
+    # Its queue shows the failed poll on the sites page, apart from failed submissions (issue
+    # 34 item 2), and the director skips it meanwhile, saying what failed.
     with db.factory() as session:
         state = session.get(DirectorQueue, (SITE, CE, QUEUE))
-        assert state is not None and state.failures == 1
-        assert "connection refused" in state.last_error
+        assert state is not None and (state.poll_failures, state.failures) == (1, 0)
+        assert "connection refused" in state.poll_error and state.last_error == ""
+    director = Director(ctx, ces)
+    skipped = director.cycle().skipped[NAME]
+    assert "1 failed poll(s) of its CE in a row" in skipped and "submission" not in skipped
     # Left alone while its back-off runs (60 s), asked again once it is over; after a
     # second failure it is left alone twice as long.
     asked = ce.asked
@@ -221,6 +226,14 @@ def test_a_ce_that_does_not_answer_is_left_alone_a_while_and_its_pilots_kept(
     report = follower.turn()
     assert not report.failed and report.killed == 1, report.line()
     assert [p.status for p in pilots(db)] == ["Aborted", "Running"]
+    # The successful poll ended the poll back-off: the director serves the queue again now,
+    # not when the back-off of the second failure (120 s) would have ended.
+    with db.factory() as session:
+        state = session.get(DirectorQueue, (SITE, CE, QUEUE))
+        assert state is not None
+        assert (state.poll_failures, state.poll_skip_until, state.poll_error) == (0, None, "")
+    report = director.cycle()
+    assert NAME not in report.skipped and not report.failed, report.line()
 
 
 def test_a_pilot_whose_ce_left_the_configuration_is_lost_and_no_longer_followed(

@@ -64,6 +64,7 @@ def test_settings_are_frozen() -> None:
     ("[agents]\nmetrics_bind = ' :9110'\n", {}, "must be host:port"),
     ("[purge]\nfailed = -1\n", {}, "purge.failed must not be negative, got -1"),
     ("[purge]\nbatch = 0\n", {}, "purge.batch must be at least 1, got 0"),
+    ("[agents]\nce_turn_budget = 0\n", {}, "agents.ce_turn_budget must be at least 1 second"),
     ("[purge]\npause = -0.5\n", {}, "purge.pause must not be negative, got -0.5"),
 ])
 def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, str],
