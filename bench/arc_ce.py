@@ -36,9 +36,10 @@ import json  # noqa: E402
 import os  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 import requests  # noqa: E402
@@ -58,17 +59,22 @@ LOG_BYTES = 1024 * 1024
 
 @dataclass
 class Traffic:
-    """Requests and bytes a client exchanged (a response hook on its session)."""
+    """Requests and bytes a client exchanged (a response hook on its session, which threads
+    fetching outputs together call at once)."""
 
     requests: int = 0
     sent: int = 0
     received: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def hook(self, response: requests.Response, *args: Any, **kwargs: Any) -> None:
-        self.requests += 1
         body = response.request.body
-        self.sent += len(body) if isinstance(body, bytes | str) else 0
-        self.received += len(response.content)
+        sent = len(body) if isinstance(body, bytes | str) else 0
+        received = len(response.content)  # reads the answer: other threads run meanwhile
+        with self.lock:
+            self.requests += 1
+            self.sent += sent
+            self.received += received
 
 
 def local_ce() -> dict[str, str]:
@@ -152,13 +158,12 @@ def ended_pilots(env: dict[str, str], count: int, rounds: int, pids: list[int],
             return count
 
         def outputs() -> int:
-            for p in pilots:
-                ce.output(p, LOG_BYTES)
+            got = ce.outputs(pilots, LOG_BYTES)
+            assert all(not isinstance(o, Exception) for o in got.values()), got
             return count
 
         def clean() -> int:
-            for p in pilots:
-                ce.clean([p])
+            ce.clean(pilots)
             return count
 
         lines = [per_pilot(measure(f"status poll of {count} ended pilots", ce.client, traffic,
