@@ -6,9 +6,10 @@ CE, and each CE is asked once for all of its pilots:
 - an operator's kill request is passed on first; the CE taking it makes the pilot Aborted;
 - the states the CE reports move the records forward (never back: a pilot that said Done
   itself stays Done); one the CE no longer knows is Lost, never counted as running;
-- once the CE says a pilot ended, its standard output and error are fetched (their ends,
-  ``[agents] pilot_log_bytes`` each), kept in the sandbox store with the pilot's record,
-  the pilot's own reason for a non-zero exit is recorded, and the CE forgets the pilot.
+- once the CE says pilots ended, their standard outputs and errors are fetched together
+  (their ends, ``[agents] pilot_log_bytes`` each), kept in the sandbox store with the pilots'
+  records, each pilot's own reason for a non-zero exit is recorded, and the CE forgets
+  those pilots, all in one call.
 
 A CE that does not answer is left alone for a while (longer after each failure in a row) and
 its queues show the failed poll on the sites page, counted apart from failed submissions; its
@@ -168,31 +169,47 @@ class PilotFollower:
                 report.moved += 1
             if state.status in ENDED:
                 ended.append((followed, state))
-        for p, state in ended:
-            self._keep_log(ce, p, state, report)
+        if ended:
+            self._keep_logs(ce, ended, report)
 
-    def _keep_log(self, ce: ComputeElement, p: FollowedPilot, state: CEState,
-                  report: FollowReport) -> None:
+    def _keep_logs(self, ce: ComputeElement, ended: list[tuple[FollowedPilot, CEState]],
+                   report: FollowReport) -> None:
+        """Keep the ended pilots' logs, then have the CE forget those kept, in one call. A
+        pilot whose output the CE would not give (but for one it forgot) stays followed, and
+        its error is the CE's failure of this turn, once the others' logs are kept."""
         ctx = self.ctx
-        pilot = CEPilot(p.reference, p.native_id)
-        try:
-            output = ce.output(pilot, ctx.settings.agents.pilot_log_bytes)
-        except PilotUnknown as exc:
-            ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference, log_id=None,
-                                    size=0, note=str(exc), now=ctx.now()))
-            report.unavailable += 1
-            return
-        log_id, packed = pack_log(output.stdout, output.stderr)
-        self.store.put(log_id, packed)
-        note = "the ends of its output only" if output.truncated else ""
-        ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference, log_id=log_id,
-                                size=len(packed), note=note, now=ctx.now(),
-                                reason=exit_reason(output.stderr, state.exit_code)))
-        report.logs += 1
-        try:
-            ce.clean([pilot])
-        except CEError as exc:  # the log is kept; the CE's own cleanup will catch up
-            ctx.log.warning("pilot %s: %s did not clean it: %s", p.reference, ce.name, exc)
+        outputs = ce.outputs([CEPilot(p.reference, p.native_id) for p, _ in ended],
+                             ctx.settings.agents.pilot_log_bytes)
+        kept: list[CEPilot] = []
+        trouble: CEError | None = None
+        for p, state in ended:
+            output = outputs.get(p.reference)
+            if output is None:
+                continue  # no news: asked again next turn
+            if isinstance(output, PilotUnknown):
+                ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference,
+                                        log_id=None, size=0, note=str(output), now=ctx.now()))
+                report.unavailable += 1
+                continue
+            if isinstance(output, CEError):
+                trouble = trouble or output
+                continue
+            log_id, packed = pack_log(output.stdout, output.stderr)
+            self.store.put(log_id, packed)
+            note = "the ends of its output only" if output.truncated else ""
+            ctx.transaction(partial(record_log, vo=p.vo, reference=p.reference, log_id=log_id,
+                                    size=len(packed), note=note, now=ctx.now(),
+                                    reason=exit_reason(output.stderr, state.exit_code)))
+            report.logs += 1
+            kept.append(CEPilot(p.reference, p.native_id))
+        if kept:
+            try:
+                ce.clean(kept)
+            except CEError as exc:  # the logs are kept; the CE's own cleanup will catch up
+                ctx.log.warning("%s did not clean %d ended pilot(s): %s", ce.name, len(kept),
+                                exc)
+        if trouble is not None:
+            raise trouble
 
     # -- where a pilot's CE is -------------------------------------------------------------
 

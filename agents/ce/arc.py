@@ -4,11 +4,12 @@ A pilot is one ARC job: its ADL description names the pilot's command, cores, me
 time and queue, its standard output and error (kept in the session directory), and one input
 file, the pilot's token, which is uploaded into the session directory after the submission:
 the CE starts the job only once it is there, and the token is never in a description (the
-CE shows those to its operators). The states of all of a CE's pilots come in one request;
-an ended pilot's exit code and the CE's reason for a failure come from A-REX's own files of
-the job. The CE's errors become the director's: unreachable or 5xx (retry later), refused
-credentials (the message names the CE and the credential file), refused requests, and
-pilots the CE does not know (Lost).
+CE shows those to its operators). The states of all of a CE's pilots come in one request,
+and the exit codes and the CE's reasons for failures of those that ended in one more (A-REX's
+records of the jobs); their outputs in one request per stream no longer than the limit kept,
+OUTPUT_FETCHES pilots at a time; the CE forgets them in one request. The CE's errors become
+the director's: unreachable or 5xx (retry later), refused credentials (the message names the
+CE and the credential file), refused requests, and pilots the CE does not know (Lost).
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -27,11 +28,13 @@ from agents.ce.arcrest import (
     UNKNOWN,
     ArcAuthError,
     ArcError,
+    ArcRefused,
     ArcRestClient,
     ArcTurnOver,
     ArcUnavailable,
     ArcUnknownJob,
     ArcUnreachable,
+    JobInfo,
     pilot_status,
 )
 from agents.ce.base import (
@@ -56,6 +59,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _EXIT_CODE = re.compile(r"^exitcode=(-?\d+)\s*$", re.MULTILINE)
+#: Most pilots whose outputs are fetched at the same time (each over a connection of its own).
+OUTPUT_FETCHES = 8
 
 
 def ce_error(exc: ArcError) -> CEError:
@@ -146,6 +151,9 @@ class ArcCE:
     def states(self, pilots: Sequence[CEPilot]) -> dict[str, CEState]:
         by_id = {p.native_id: p.reference for p in pilots}
         found = self._call(lambda: self.client.statuses(list(by_id)))
+        ended = [job_id for job_id, arc_state in found.items()
+                 if job_id in by_id and arc_state in FINAL_STATES and arc_state != UNKNOWN]
+        infos = self._call(lambda: self.client.infos(ended)) if ended else {}
         out: dict[str, CEState] = {}
         for job_id, arc_state in found.items():
             reference = by_id.get(job_id)
@@ -155,14 +163,15 @@ class ArcCE:
             if arc_state == UNKNOWN:
                 out[reference] = CEState("Lost", f"{self.client.ce} does not know it")
             elif arc_state in FINAL_STATES:
-                ended = self._final.get((job_id, arc_state))
-                if ended is None:
+                final = self._final.get((job_id, arc_state))
+                if final is None:
                     try:
-                        ended = self._ended(job_id, arc_state, status)
+                        final = self._ended(job_id, arc_state, status,
+                                            infos.get(job_id, JobInfo("")))
                     except ArcTurnOver:
                         continue  # no news of it this turn: the CE used its time
-                    self._final[(job_id, arc_state)] = ended
-                out[reference] = ended
+                    self._final[(job_id, arc_state)] = final
+                out[reference] = final
             else:
                 out[reference] = CEState(status)
         # Kept for the jobs still followed only.
@@ -175,17 +184,37 @@ class ArcCE:
         return {by_id[job_id]: None if error is None else ce_error(error)
                 for job_id, error in answers.items() if job_id in by_id}
 
-    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
-        files = self._call(lambda: self.client.session_files(pilot.native_id))
+    def outputs(self, pilots: Sequence[CEPilot], limit: int) -> dict[str, PilotOutput | CEError]:
+        if not pilots:
+            return {}
+        # Once the CE stops answering, the pilots not asked for yet do not each wait for its
+        # deadline: they get that error at once.
+        silent: list[ArcError] = []
+        with ThreadPoolExecutor(max_workers=min(OUTPUT_FETCHES, len(pilots)),
+                                thread_name_prefix="arc-output") as pool:
+            fetched = list(pool.map(lambda p: self._output(p, limit, silent), pilots))
+        return {p.reference: got for p, got in zip(pilots, fetched, strict=True)}
+
+    def _output(self, pilot: CEPilot, limit: int, silent: list[ArcError]
+                ) -> PilotOutput | CEError:
         streams: list[bytes] = []
         truncated = False
-        for name in (STDOUT_FILE, STDERR_FILE):
-            if name not in files:
-                streams.append(b"")
-                continue
-            data = self._call(partial(self.client.download, pilot.native_id, name, limit))
-            truncated = truncated or files[name] > limit
-            streams.append(data)
+        if silent:
+            return ce_error(silent[0])
+        try:
+            for name in (STDOUT_FILE, STDERR_FILE):
+                try:
+                    data, size = self.client.tail(pilot.native_id, name, limit)
+                except ArcRefused as exc:
+                    if exc.status != 404:
+                        raise
+                    data, size = b"", 0  # the CE knows the pilot: it never wrote that file
+                streams.append(data)
+                truncated = truncated or size > limit
+        except ArcError as exc:
+            if isinstance(exc, ArcUnreachable):
+                silent.append(exc)
+            return ce_error(exc)
         return PilotOutput(streams[0], streams[1], truncated)
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
@@ -201,18 +230,24 @@ class ArcCE:
 
     # -- what ended ----------------------------------------------------------------------------
 
-    def _ended(self, job_id: str, arc_state: str, status: str) -> CEState:
-        """An ended job: its exit code (A-REX's diag file) and, when it failed, why."""
+    def _ended(self, job_id: str, arc_state: str, status: str, info: JobInfo) -> CEState:
+        """An ended job: its exit code and, when it failed, why, from the CE's record of it
+        (``info``); from A-REX's files of the job (a request each) only when that record is
+        behind the state (not ended yet, or a job that finished without its exit code)."""
+        behind = info.state not in FINAL_STATES or (
+            arc_state == "FINISHED" and info.exit_code is None)
         reason = ""
         if arc_state == "FAILED":
-            text = self._file_of(job_id, "failed")
+            text = self._file_of(job_id, "failed") if behind else info.error
             reason = (text.strip().splitlines() or ["the CE says FAILED"])[0]
         elif arc_state == "KILLED":
             reason = "killed on the CE"
         elif arc_state == "WIPED":
             reason = "the CE wiped its session before it was followed to its end"
-        match = _EXIT_CODE.search(self._file_of(job_id, "diag"))
-        exit_code = int(match.group(1)) if match else None
+        exit_code = info.exit_code
+        if behind and info.state != UNKNOWN:
+            match = _EXIT_CODE.search(self._file_of(job_id, "diag"))
+            exit_code = int(match.group(1)) if match else None
         return CEState(status, reason[:255], exit_code)
 
     def _file_of(self, job_id: str, name: str) -> str:

@@ -25,7 +25,9 @@ state in an answer to :meth:`ArcRestClient.statuses` with ids is what the CE's i
 provider last saw (it refreshes every minute by default: a change shows up that much later,
 and tells a job the batch system queues, QUEUING, from one it runs); the listing of all jobs
 (``statuses(None)``) is the job manager's state now, where a job in the batch system reads
-RUNNING whether it runs or waits there.
+RUNNING whether it runs or waits there. :meth:`ArcRestClient.infos` gives, in one request for
+many jobs, the information provider's record of each (GLUE2 ComputingActivity): its state
+with its exit code and the CE's reason for a failure, which an ended job needs.
 
 Answers of A-REX 6.17 to know about: a list of one element comes as the element itself, an
 empty list as an empty body; errors carry their message in the HTTP reason phrase, not in the
@@ -37,6 +39,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import re
 import threading
 import time
 import xml.etree.ElementTree as ET
@@ -101,6 +104,9 @@ DELEGATION_LIFETIME = timedelta(hours=24)
 DOWNLOAD_LIMIT = 1024 * 1024
 #: Most bytes of any other answer read (a listing of a few thousand jobs is well under).
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
+#: Most jobs asked about in one ``info`` request (A-REX answers some 1.7 KB for each).
+INFO_CHUNK = 500
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+)$")
 
 
 def pilot_status(arc_state: str) -> str | None:
@@ -175,6 +181,17 @@ class CeInfo:
     rest_versions: tuple[str, ...]
     #: Its queues (GLUE2 ComputingShare names).
     queues: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the CE's information provider recorded of a job: its ARC REST state (UNKNOWN
+    for a job the CE does not know), its exit code once it ended in the batch system, and the
+    CE's reason for a failure ("" when none)."""
+
+    state: str
+    exit_code: int | None = None
+    error: str = ""
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -610,6 +627,34 @@ class ArcRestClient:
             found[job_id] = UNKNOWN if code == "404" or state in ("", "None") else state
         return found
 
+    def infos(self, ids: Iterable[str]) -> dict[str, JobInfo]:
+        """The information provider's record of each job (see :class:`JobInfo`), in one
+        request per INFO_CHUNK jobs."""
+        wanted = list(dict.fromkeys(ids))
+        found: dict[str, JobInfo] = {}
+        for start in range(0, len(wanted), INFO_CHUNK):
+            chunk = wanted[start:start + INFO_CHUNK]
+            for job_id, answer in zip(chunk, self._manage("info", chunk), strict=True):
+                found[job_id] = self._job_info(job_id, answer)
+        return found
+
+    def _job_info(self, job_id: str, answer: dict[str, Any]) -> JobInfo:
+        if str(answer.get("status-code", "")) == "404":
+            return JobInfo(UNKNOWN)
+        document = answer.get("info_document")
+        activity = document.get("ComputingActivity") if isinstance(document, dict) else None
+        if not isinstance(activity, dict):
+            return JobInfo("")  # no record yet: no news
+        state = next((str(s).removeprefix("arcrest:") for s in _as_list(activity.get("State"))
+                      if str(s).startswith("arcrest:")), "")
+        code = str(activity.get("ExitCode", "")).strip()
+        if code and not _is_count(code.removeprefix("-")):
+            raise ArcUnavailable(f"{self.ce}: the record of job {job_id} gives the exit code "
+                                 f"{code[:40]!r}, not a number", ce=self.ce)
+        error = next((str(e).strip() for e in _as_list(activity.get("Error"))
+                      if str(e).strip()), "")
+        return JobInfo(state, int(code) if code else None, error)
+
     def _outcomes(self, action: str, ids: Iterable[str]) -> dict[str, ArcError | None]:
         wanted = list(dict.fromkeys(ids))
         if not wanted:
@@ -677,21 +722,47 @@ class ArcRestClient:
     def download(self, job_id: str, name: str, limit: int = DOWNLOAD_LIMIT) -> bytes:
         """A file of the job's session directory (its stdout, stderr), at most its last
         ``limit`` bytes."""
+        return self.tail(job_id, name, limit)[0]
+
+    def tail(self, job_id: str, name: str, limit: int = DOWNLOAD_LIMIT) -> tuple[bytes, int]:
+        """The last ``limit`` bytes of a file of the job's session directory, and the file's
+        size: one request when the file is no longer than ``limit`` (the first ``limit``
+        bytes are asked for, and are all of it), two otherwise (A-REX 6 takes no range
+        counted from the end)."""
         if limit < 1:
             raise ValueError(f"a download limit is at least one byte, not {limit}")
         path = self._session_path(job_id, name)
-        head = self._request("HEAD", path, job_id=job_id)
-        declared = head.headers.get("Content-Length", "0").strip() or "0"
+        first = self._request("GET", path, job_id=job_id, expect=(200, 206, 416),
+                              headers={"Accept": "*/*", "Range": f"bytes=0-{limit - 1}"},
+                              max_bytes=limit, truncate=True)
+        if first.status_code == 416:  # nothing in the range: an empty file
+            return b"", 0
+        size = self._file_size(first, job_id, name)
+        if size <= limit:
+            return first.content, size
+        rest = self._request("GET", path, job_id=job_id, expect=(200, 206), max_bytes=limit,
+                             truncate=True, headers={
+                                 "Accept": "*/*", "Range": f"bytes={size - limit}-{size - 1}"})
+        return rest.content[:limit], size
+
+    def _file_size(self, response: requests.Response, job_id: str, name: str) -> int:
+        """The whole size of a session file, from a ranged answer (Content-Range) or a whole
+        one (Content-Length, else what came)."""
+        if response.status_code == 206:
+            given = response.headers.get("Content-Range", "").strip()
+            match = _CONTENT_RANGE.match(given)
+            if match is None:
+                raise ArcUnavailable(f"{self.ce}: GET of file {name!r} of job {job_id} answered "
+                                     f"Content-Range {given[:60]!r}, not a range of a size",
+                                     ce=self.ce)
+            return int(match.group(3))
+        declared = response.headers.get("Content-Length", "").strip()
+        if not declared:
+            return len(response.content)
         if not _is_count(declared):
-            raise ArcUnavailable(f"{self.ce}: HEAD of file {name!r} of job {job_id} answered "
+            raise ArcUnavailable(f"{self.ce}: GET of file {name!r} of job {job_id} answered "
                                  f"Content-Length {declared[:40]!r}, not a size", ce=self.ce)
-        size = int(declared)
-        headers = {"Accept": "*/*"}
-        if size > limit:
-            headers["Range"] = f"bytes={size - limit}-{size - 1}"
-        response = self._request("GET", path, job_id=job_id, headers=headers,
-                                 expect=(200, 206), max_bytes=limit, truncate=True)
-        return response.content[:limit]
+        return int(declared)
 
     def diagnose(self, job_id: str, name: str = "failed", limit: int = 65536) -> str:
         """One of A-REX's own files about the job (``failed``: why it failed; ``errors``: the

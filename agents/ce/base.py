@@ -1,9 +1,10 @@
 """What the site director needs of a compute element, whatever its kind.
 
 A compute element (CE) takes pilots, says what became of them, kills them, gives back their
-output and forgets them. The director and the pilot-status loop speak only this interface;
-each kind (agents.ce.psij: the PSI/J batch executors; agents.ce.arc: ARC-CE over REST)
-implements it, and agents.ce.registry builds the one a queue's configuration names.
+outputs and forgets them, each for many pilots at once. The director and the pilot-status
+loop speak only this interface; each kind (agents.ce.psij: the PSI/J batch executors;
+agents.ce.arc: ARC-CE over REST) implements it, and agents.ce.registry builds the one a
+queue's configuration names.
 
 A pilot's files are named relative to the folder it starts in (its batch job's working
 directory, or its ARC session directory): the kind decides where that folder is.
@@ -132,9 +133,10 @@ class ComputeElement(Protocol):
     def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
         """Ask the CE to kill the pilots; by reference, None when the CE took the request."""
 
-    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
-        """The ended pilot's standard output and error, each cut to its last ``limit``
-        bytes."""
+    def outputs(self, pilots: Sequence[CEPilot], limit: int) -> dict[str, PilotOutput | CEError]:
+        """The ended pilots' standard outputs and errors, each cut to its last ``limit``
+        bytes, by reference; in a pilot's place the error that kept its output (PilotUnknown:
+        the CE forgot it)."""
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         """Forget the ended pilots: remove their folders and the CE's records of them."""

@@ -118,13 +118,18 @@ class PsijCE:
                     f"{type(exc).__name__}: {exc}"[:500])
         return out
 
-    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
-        folder = self.folder(pilot.reference)
-        if not folder.is_dir():
-            raise PilotUnknown(f"pilot {pilot.reference} has no folder {folder} any more")
-        out, cut_out = read_tail(folder / STDOUT_FILE, limit)
-        err, cut_err = read_tail(folder / STDERR_FILE, limit)
-        return PilotOutput(out, err, cut_out or cut_err)
+    def outputs(self, pilots: Sequence[CEPilot], limit: int) -> dict[str, PilotOutput | CEError]:
+        found: dict[str, PilotOutput | CEError] = {}
+        for pilot in pilots:
+            folder = self.folder(pilot.reference)
+            if not folder.is_dir():
+                found[pilot.reference] = PilotUnknown(
+                    f"pilot {pilot.reference} has no folder {folder} any more")
+                continue
+            out, cut_out = read_tail(folder / STDOUT_FILE, limit)
+            err, cut_err = read_tail(folder / STDERR_FILE, limit)
+            found[pilot.reference] = PilotOutput(out, err, cut_out or cut_err)
+        return found
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         for p in pilots:

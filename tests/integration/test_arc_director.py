@@ -30,6 +30,8 @@ from sqlalchemy import select
 
 from agents.ce.arc import ArcCE
 from agents.ce.arcrest import UNKNOWN
+from agents.ce.base import CEPilot, PilotOutput, PilotSpec
+from agents.ce.config import CEConfig
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from agents.director import Director, compute_elements
@@ -40,7 +42,7 @@ from taskqueue.database import make_engine, make_session_factory
 from taskqueue.models import DirectorQueue, Job, Pilot
 from taskqueue.settings import Settings
 from taskqueue.tokens import issue_token
-from tests.integration.arc import LocalCe, end_jobs, local_ce, write_secret
+from tests.integration.arc import LocalCe, end_jobs, local_ce, wait_for_states, write_secret
 
 SECRET = "arc-director-tests-signing-secret-0123456789"
 SITE, CE, QUEUE = "ARC.Local.test", "localhost", "fork"
@@ -267,9 +269,17 @@ def test_the_director_asks_the_ce_for_all_its_pilots_at_once(
         g.follower.turn()
         assert [s for s in seen if "action=status" in s] == [
             f"POST {g.arc().client.endpoint}/rest/1.0/jobs?action=status"], seen
-        g.follow_until("the three pilots ended", lambda: all(
-            p.log_state is not None for p in _pilots(g)))
-        assert {p.status for p in _pilots(g)} == {"Done"}
+        ids = [str(p.native_id) for p in _pilots(g)]
+        wait_for_states(g.arc().client, ids, lambda s: s == "FINISHED", timeout=PATIENCE)
+        # Their ends in one turn: their states, then their exit codes, in one request each;
+        # their two streams; one request for the CE to forget them all.
+        seen.clear()
+        report = g.follower.turn()
+        assert report.logs == 3, report.line()
+        assert {(p.status, p.exit_code, p.log_state) for p in _pilots(g)} == {
+            ("Done", 0, "stored")}
+        assert len(seen) <= 2 + 2 * 3 + 1, seen
+        assert len([s for s in seen if "action=clean" in s]) == 1, seen
 
 
 def _pilots(grid: ArcGrid) -> list[Pilot]:
@@ -379,3 +389,65 @@ def test_a_pilot_the_ce_lost_is_lost_and_never_counted_as_running(
         assert lost.log_state == "unavailable"
         # Not counted as running: the director sends a new pilot for the job still waiting.
         assert sum(grid.director.cycle().submitted.values()) == 1
+
+
+#: The ended pilots of one poll in the bulk test below.
+ENDED = 20
+
+
+def test_the_end_of_many_pilots_costs_a_few_requests_and_two_per_pilot(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    """Issue 34 item 1: the states of 20 ended pilots (their exit codes and the CE's reasons
+    with them) in at most 3 requests; their outputs in at most two requests each (one per
+    stream); the CE forgets them all in one request."""
+    token = write_secret(tmp_path / "ce.token", arc_ce.token())
+    ce = ArcCE(CEConfig("arc", "arc", endpoint=arc_ce.endpoint, token_file=str(token),
+                        ca_bundle=str(arc_ce.ca_bundle)), timeout=60)
+    specs = [PilotSpec(f"bulk-{i}", "/bin/sh", ["-c", (
+        f"echo 'out of pilot-{i}'; echo 'gridpilot-pilot: exit {i % 4}: the stand-in gives up' "
+        f">&2; exit {i % 4}")], {}, token=f"token-{i}", queue_name=QUEUE, wall_minutes=10)
+        for i in range(ENDED)]
+    ids = ce.submit(specs)
+    assert all(isinstance(i, str) for i in ids), ids
+    pilots = [CEPilot(s.reference, str(i)) for s, i in zip(specs, ids, strict=True)]
+    try:
+        wait_for_states(ce.client, [str(i) for i in ids], lambda s: s in ("FINISHED", "FAILED"),
+                        timeout=PATIENCE)
+        seen: list[str] = []
+        ce.client._session.hooks["response"].append(
+            lambda r, *a, **k: seen.append(f"{r.request.method} {r.request.url}"))
+        states = ce.states(pilots)
+        assert len(seen) <= 3, seen
+        for i, p in enumerate(pilots):
+            state = states[p.reference]
+            assert state.exit_code == i % 4, (p.reference, state)
+            if i % 4:
+                assert (state.status, state.reason) == (
+                    "Failed", f"LRMS error: ({i % 4}) Job finished with wrong exit code - "
+                              f"{i % 4} != 0"), state
+            else:
+                assert (state.status, state.reason) == ("Done", ""), state
+
+        seen.clear()
+        outputs = ce.outputs(pilots, 1024)
+        assert len(seen) <= 2 * ENDED, seen
+        for i, p in enumerate(pilots):
+            output = outputs[p.reference]
+            assert isinstance(output, PilotOutput), output
+            assert output.stdout == f"out of pilot-{i}\n".encode()
+            assert output.stderr == (f"gridpilot-pilot: exit {i % 4}: the stand-in gives up\n"
+                                     .encode())
+            assert not output.truncated
+        # The end of a stream longer than the limit: its last bytes, and it says so.
+        cut = ce.outputs(pilots[:1], 5)[pilots[0].reference]
+        assert isinstance(cut, PilotOutput)
+        assert (cut.stdout, cut.stderr, cut.truncated) == (b"ot-0\n", b"s up\n", True)
+
+        seen.clear()
+        ce.clean(pilots)
+        assert len(seen) == 1, seen
+        # The CE carries a clean request out a little later.
+        wait_for_states(ce.client, [str(i) for i in ids], lambda s: s == UNKNOWN)
+    finally:
+        end_jobs(arc_ce, ce.client, [str(i) for i in ids])
+        ce.client.close()

@@ -10,9 +10,9 @@ import socket
 
 import pytest
 
-from agents.ce.arc import ArcCE
+from agents.ce.arc import OUTPUT_FETCHES, ArcCE
 from agents.ce.arcrest import ArcRefused, ArcRestClient, ArcUnavailable, ArcUnreachable
-from agents.ce.base import CEUnavailable, PilotSpec
+from agents.ce.base import CEPilot, CEUnavailable, PilotSpec
 from agents.ce.config import CEConfig
 from taskqueue.pilots import storable
 from tests.helpers import write_token_file
@@ -81,12 +81,19 @@ def test_a_listing_with_a_size_that_is_no_number_is_the_ces_error(lab: Lab) -> N
         client.session_files("a")
 
 
-def test_a_content_length_that_is_no_number_is_the_ces_error(lab: Lab) -> None:
-    head = Reply(b"HTTP/1.1 200 OK\r\nContent-Length: abc\r\nConnection: close\r\n\r\n")
-    client = lab.client(lab.ce(arex(lambda method, path: head if method == "HEAD"
-                                    else reply(b"x"))))
-    with pytest.raises((ArcUnavailable, ArcUnreachable), match="Content-Length"):
+def test_a_content_range_that_is_no_size_is_the_ces_error(lab: Lab) -> None:
+    client = lab.client(lab.ce(arex(lambda method, path: reply(
+        b"x", status="206 Partial Content", extra="Content-Range: bytes 0-0/abc\r\n"))))
+    with pytest.raises(ArcUnavailable, match="Content-Range 'bytes 0-0/abc'"):
         client.download("a", "pilot.out")
+
+
+def test_an_exit_code_that_is_no_number_is_the_ces_error(lab: Lab) -> None:
+    record = (b'{"job": {"id": "a", "status-code": "200", "info_document": {"ComputingActivity":'
+              b' {"State": ["arcrest:FINISHED"], "ExitCode": "zero"}}}}')
+    client = lab.client(lab.ce(arex(lambda method, path: reply(record, status="201 Created"))))
+    with pytest.raises(ArcUnavailable, match="exit code 'zero', not a number"):
+        client.infos(["a"])
 
 
 # -- a CE that stops answering costs one deadline, not one per pilot -------------------------
@@ -136,3 +143,18 @@ def test_a_ce_that_refuses_the_connection_says_so_first(lab: Lab) -> None:
     # What the pilots loop stores for the CE's queues (the poll's error, 255 characters).
     stored = storable(f"arc:https://127.0.0.1:{port}/arex: {message}")
     assert "Connection refused" in stored
+
+
+def test_a_ce_that_stops_answering_while_outputs_are_fetched_is_waited_for_once(
+        lab: Lab) -> None:
+    silence = Reply(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n", b" " * 10, "trickle")
+    server = lab.ce(arex(lambda method, path: silence))
+    token = write_token_file(lab.tmp / "token", "a.b.c")
+    ce = ArcCE(CEConfig("arc", "arc", endpoint=server.url + "/arex", token_file=str(token),
+                        ca_bundle=str(lab.ca)), timeout=1)
+    pilots = [CEPilot(f"p{i}", f"j{i}") for i in range(5 * OUTPUT_FETCHES)]
+    outputs = ce.outputs(pilots, 1024)
+    assert [type(outputs[p.reference]) for p in pilots] == [CEUnavailable] * len(pilots)
+    # The fetches under way when the CE fell silent waited for their deadline together; the
+    # other pilots were not asked for.
+    assert sum("/session/" in r for r in server.requests) <= OUTPUT_FETCHES

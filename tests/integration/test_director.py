@@ -218,8 +218,8 @@ class FakeCE:
     def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
         return dict.fromkeys((p.reference for p in pilots), None)
 
-    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
-        return PilotOutput(b"", b"")
+    def outputs(self, pilots: Sequence[CEPilot], limit: int) -> dict[str, PilotOutput | CEError]:
+        return {p.reference: PilotOutput(b"", b"") for p in pilots}
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         pass

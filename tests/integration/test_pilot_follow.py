@@ -169,8 +169,8 @@ class SilentCE:
             raise CEUnavailable("silent.example.org:443: connection refused")
         return dict.fromkeys((p.reference for p in pilots), None)
 
-    def output(self, pilot: CEPilot, limit: int) -> PilotOutput:
-        return PilotOutput(b"", b"")
+    def outputs(self, pilots: Sequence[CEPilot], limit: int) -> dict[str, PilotOutput | CEError]:
+        return {p.reference: PilotOutput(b"", b"") for p in pilots}
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         pass
