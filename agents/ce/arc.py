@@ -93,6 +93,10 @@ class ArcCE:
         #: What an ended job's A-REX files said, by (job, state): read once, not at every
         #: turn until its log is kept (a slow CE's turn is spent on new work, not on that).
         self._final: dict[tuple[str, str], CEState] = {}
+        #: The streams of ended jobs already fetched, by (job, file), until the job is cleaned:
+        #: a turn that runs out of its budget between a pilot's stdout and stderr does not
+        #: fetch the stdout again, so that every turn of a slow CE makes progress.
+        self._streams: dict[tuple[str, str], tuple[bytes, int]] = {}
 
     def _call(self, work: Callable[[], T]) -> T:
         try:
@@ -152,7 +156,8 @@ class ArcCE:
         by_id = {p.native_id: p.reference for p in pilots}
         found = self._call(lambda: self.client.statuses(list(by_id)))
         ended = [job_id for job_id, arc_state in found.items()
-                 if job_id in by_id and arc_state in FINAL_STATES and arc_state != UNKNOWN]
+                 if job_id in by_id and arc_state in FINAL_STATES and arc_state != UNKNOWN
+                 and (job_id, arc_state) not in self._final]
         infos = self._call(lambda: self.client.infos(ended)) if ended else {}
         out: dict[str, CEState] = {}
         for job_id, arc_state in found.items():
@@ -176,6 +181,7 @@ class ArcCE:
                 out[reference] = CEState(status)
         # Kept for the jobs still followed only.
         self._final = {key: state for key, state in self._final.items() if key[0] in by_id}
+        self._streams = {key: kept for key, kept in self._streams.items() if key[0] in by_id}
         return out
 
     def kill(self, pilots: Sequence[CEPilot]) -> dict[str, CEError | None]:
@@ -203,12 +209,17 @@ class ArcCE:
             return ce_error(silent[0])
         try:
             for name in (STDOUT_FILE, STDERR_FILE):
-                try:
-                    data, size = self.client.tail(pilot.native_id, name, limit)
-                except ArcRefused as exc:
-                    if exc.status != 404:
-                        raise
-                    data, size = b"", 0  # the CE knows the pilot: it never wrote that file
+                kept = self._streams.get((pilot.native_id, name))
+                if kept is not None and len(kept[0]) <= limit:
+                    data, size = kept
+                else:
+                    try:
+                        data, size = self.client.tail(pilot.native_id, name, limit)
+                    except ArcRefused as exc:
+                        if exc.status != 404:
+                            raise
+                        data, size = b"", 0  # the CE knows the pilot: it never wrote that file
+                    self._streams[(pilot.native_id, name)] = (data, size)
                 streams.append(data)
                 truncated = truncated or size > limit
         except ArcError as exc:
@@ -219,6 +230,9 @@ class ArcCE:
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         self._forget([p.native_id for p in pilots])
+        gone = {p.native_id for p in pilots}
+        self._streams = {key: kept for key, kept in self._streams.items()
+                         if key[0] not in gone}
 
     @contextmanager
     def _unbudgeted(self) -> Iterator[None]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from agents.ce.arc import OUTPUT_FETCHES
 from agents.context import AgentContext
 from agents.director import Director, compute_elements
 from agents.pilotstatus import PilotFollower
@@ -68,9 +69,9 @@ SLOW_QUEUE, HEALTHY_QUEUE = "A.Slow.test/ce/q", "B.Healthy.test/ce/q"
 
 class ArcImitation:
     """What A-REX answers to a director and to the pilots loop: its REST versions, ``PILOTS``
-    new jobs, uploads taken; every job asked for in ``state``, its diag file (exit code 0), an
-    empty session directory, a clean taken; anything else a 500. Each answer after ``delay``
-    seconds; the time of the first request is kept."""
+    new jobs, uploads taken; every job asked for in ``state``, its record and diag file (exit
+    code 0), an empty session directory, a clean taken; anything else a 500. Each answer after
+    ``delay`` seconds; the time of the first request is kept."""
 
     def __init__(self, delay: float, *, state: str = "RUNNING") -> None:
         self.delay = delay
@@ -97,6 +98,12 @@ class ArcImitation:
             code, state = ("200", self.state) if "status" in path else ("202", "")
             answer = reply(json.dumps({"job": [{"id": i, "status-code": code, "state": state}
                                                for i in ids]}).encode(), status="201 Created")
+        elif method == "POST" and "action=info" in path:  # each job's record, exit code 0
+            ids = [j["id"] for j in json.loads(body)["job"]]
+            record = {"ComputingActivity": {"State": [f"arcrest:{self.state}"], "ExitCode": "0"}}
+            answer = reply(json.dumps({"job": [{"id": i, "status-code": "200",
+                                                "info_document": record} for i in ids]}).encode(),
+                           status="201 Created")
         elif method == "GET" and path.endswith("/diagnose/diag"):
             answer = reply(b"exitcode=0\n")
         elif method == "GET" and "/session" in path:
@@ -200,8 +207,9 @@ def test_a_slow_ce_takes_its_budget_of_a_pilots_turn_and_its_logs_come_over_turn
         state = session.get(DirectorQueue, ("A.Slow.test", "ce", "q"))
         assert state is None or (state.failures, state.skip_until) == (0, None)
     # Each turn asks the slow CE at most what its budget holds (and one request cut at the
-    # end of it), and its pilots' logs are all kept over a few turns.
-    most = int(BUDGET / SLOW) + 1
+    # end of it), outputs being fetched OUTPUT_FETCHES at a time, and its pilots' logs are all
+    # kept over a few turns.
+    most = (int(BUDGET / SLOW) + 1) * OUTPUT_FETCHES
     for _ in range(3 * ENDED):
         asked = len(two_ces.slow.requests)
         follower.turn()
