@@ -14,8 +14,8 @@ from typing import TypeVar
 from optimizers.chain import ChainContext
 from optimizers.datalocation import ReplicaCatalogue, catalogue_for
 from optimizers.resources import ResourcesConfig, load_resources
-from taskqueue.database import Session, SessionFactory, run_in_transaction
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import Session, SessionFactory, run_in_transaction
 
 T = TypeVar("T")
 

@@ -42,11 +42,11 @@ from agents.context import AgentContext
 from optimizers.classads import expression_check
 from optimizers.queueresources import pilot_launch, resource_for_queue
 from optimizers.resources import Queue, serves_vo
-from taskqueue.database import Session
-from taskqueue.errors import ConfigurationError
-from taskqueue.matching import matching_queues
-from taskqueue.models import DirectorQueue
-from taskqueue.pilots import (
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.db.database import Session
+from taskqueue.db.models import DirectorQueue
+from taskqueue.matching.claim import matching_queues
+from taskqueue.pilots.records import (
     ALIVE_STATES,
     WAITING_STATES,
     count_pilots,
@@ -58,7 +58,7 @@ from taskqueue.pilots import (
     record_submission_failure,
     retry_requests,
 )
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 
 #: The group in pilot tokens: the VO's name and this.
@@ -230,7 +230,7 @@ class Director:
             submitted += 1
         if refused:
             # A CE's error names the CE and what to check (shortened in the middle when
-            # stored, taskqueue.pilots.storable).
+            # stored, taskqueue.pilots.records.storable).
             reason = reasons[0]
             ctx.log.error("submission to %s failed: %s", target.name, reason)
             failures = ctx.transaction(partial(

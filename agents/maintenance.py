@@ -20,18 +20,18 @@ from datetime import datetime, timedelta
 from agents.context import AgentContext
 from optimizers.outlook import queue_outlook
 from optimizers.resources import ResourcesConfig, eligible_queues
-from taskqueue.activity import Retention, record_activity
-from taskqueue.database import Session
-from taskqueue.errors import InvalidRequirementsError
-from taskqueue.queues import delete_empty_queues
-from taskqueue.shares import recompute_priorities
-from taskqueue.sitestatus import record_queue_status, vos_at_work
-from taskqueue.submitpools import (
+from taskqueue.core.errors import InvalidRequirementsError
+from taskqueue.db.database import Session
+from taskqueue.pilots.activity import Retention, record_activity
+from taskqueue.pilots.sitestatus import record_queue_status, vos_at_work
+from taskqueue.queues.shares import recompute_priorities
+from taskqueue.queues.submitpools import (
     PoolInUse,
     delete_unused_submit_pools,
     lock_submit_pools,
     set_pool_queues,
 )
+from taskqueue.queues.taskqueues import delete_empty_queues
 
 #: SubmitPools one refresh transaction handles at most.
 POOL_BATCH = 100
@@ -109,7 +109,8 @@ def clean_up(ctx: AgentContext) -> str:
 
 def record_dashboard_activity(ctx: AgentContext) -> str:
     """The dashboard's counters for the last minutes, their roll-ups, the job-count and queue
-    snapshots, and the pruning of old rows (taskqueue.activity, taskqueue.sitestatus)."""
+    snapshots, and the pruning of old rows (taskqueue.pilots.activity,
+    taskqueue.pilots.sitestatus)."""
     d = ctx.settings.dashboard
     retention = Retention(timedelta(seconds=d.minute_retention),
                           timedelta(seconds=d.hour_retention),

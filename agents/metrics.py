@@ -24,11 +24,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from agents.context import AgentContext
-from taskqueue.errors import ConfigurationError
-from taskqueue.health import HealthProbe
-from taskqueue.monitoring import director_failures, loop_runs, pilots_ended_since
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import host_and_port
+from taskqueue.db.health import HealthProbe
+from taskqueue.pilots.monitoring import director_failures, loop_runs, pilots_ended_since
 from taskqueue.scrapes import scraper_admitted
-from taskqueue.settings import host_and_port
 
 #: The pilots counted as ended lately: those that ended within this window.
 ENDED_WINDOW = timedelta(hours=1)

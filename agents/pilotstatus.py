@@ -1,6 +1,6 @@
 """The pilot-status loop: what the compute elements say of the pilots the director submitted.
 
-Each turn, the pilots the director still follows (taskqueue.pilotlogs) are grouped by their
+Each turn, the pilots the director still follows (taskqueue.pilots.pilotlogs) are grouped by their
 CE, and each CE is asked once for all of its pilots:
 
 - an operator's kill request is passed on first; the CE taking it makes the pilot Aborted;
@@ -37,9 +37,10 @@ from agents.ce.base import (
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
-from taskqueue.database import Session
-from taskqueue.errors import DatabaseUnavailableError, NotFoundError
-from taskqueue.pilotlogs import (
+from taskqueue.core.errors import DatabaseUnavailableError, NotFoundError
+from taskqueue.db.database import Session
+from taskqueue.files.sandboxstore import SandboxStore, open_store
+from taskqueue.pilots.pilotlogs import (
     FollowedPilot,
     exit_reason,
     pack_log,
@@ -49,8 +50,7 @@ from taskqueue.pilotlogs import (
     record_log,
     stop_following,
 )
-from taskqueue.pilots import FINAL_PILOT_STATES, record_ce_answered, record_ce_failure
-from taskqueue.sandboxstore import SandboxStore, open_store
+from taskqueue.pilots.records import FINAL_PILOT_STATES, record_ce_answered, record_ce_failure
 
 ENDED = FINAL_PILOT_STATES
 

@@ -1,6 +1,6 @@
 """The purge loop (DIRAC's JobCleaningAgent): jobs that ended longer ago than their status's
 retention (``[purge]``) leave the database, batch after batch, each batch its own short
-transaction (taskqueue.purge); the sandboxes they alone referenced leave too, records then
+transaction (taskqueue.queues.purge); the sandboxes they alone referenced leave too, records then
 bytes, once the sandbox retention has passed since their upload (the sandbox cleanup's rule)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from functools import partial
 
 from agents.context import AgentContext
 from agents.sandboxcleanup import remove_expired_sandboxes
-from taskqueue.purge import purge_batch
-from taskqueue.sandboxstore import SandboxStore, open_store
+from taskqueue.files.sandboxstore import SandboxStore, open_store
+from taskqueue.queues.purge import purge_batch
 
 
 def purge_ended_jobs(ctx: AgentContext, store: SandboxStore | None = None, *,

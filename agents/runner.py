@@ -40,8 +40,8 @@ from agents.sandboxcleanup import SweepClock, clean_up_sandboxes
 from agents.watchdog import watch_jobs
 from optimizers.chain import optimize_received
 from taskqueue.agentruns import finish_run, renew_run, start_run
-from taskqueue.errors import DatabaseUnavailableError
-from taskqueue.monitoring import FAILED_SUMMARY
+from taskqueue.core.errors import DatabaseUnavailableError
+from taskqueue.pilots.monitoring import FAILED_SUMMARY
 
 #: The loops of ``gridpilot agents``, in the order they run.
 LOOP_NAMES = ("optimizer", "director", "pilots", "submitpools", "watchdog", "priorities",

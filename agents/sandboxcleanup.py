@@ -11,15 +11,15 @@ from functools import partial
 from itertools import islice
 
 from agents.context import AgentContext
-from taskqueue.database import Session
-from taskqueue.models import Sandbox
-from taskqueue.sandboxes import (
+from taskqueue.db.database import Session
+from taskqueue.db.models import Sandbox
+from taskqueue.files.sandboxes import (
     expired_sandboxes,
     find_sandbox,
     forget_sandboxes,
     recorded_sandboxes,
 )
-from taskqueue.sandboxstore import SandboxStore, open_store
+from taskqueue.files.sandboxstore import SandboxStore, open_store
 
 BATCH = 500
 

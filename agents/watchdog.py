@@ -15,7 +15,8 @@ One cycle (:func:`watch_jobs`), with the lease settings of ``[agents]``:
    runs first, so a job is Stalled for at least one cycle before it is rescheduled and its
    pilot has that long to speak again);
 5. a Waiting job that the pilots of no configured queue could run gets a minor status that
-   says so (taskqueue.unrunnable), and is failed after ``unrunnable_timeout`` when that is set.
+   says so (taskqueue.queues.unrunnable), and is failed after ``unrunnable_timeout`` when that
+   is set.
 
 A rescheduled job is Received again and goes through the optimizer chain in the same
 transaction, so it is Waiting (or Failed with the chain's reason) when the batch commits.
@@ -33,9 +34,10 @@ from datetime import datetime, timedelta
 from agents.context import AgentContext
 from optimizers.chain import optimize_received
 from optimizers.outlook import runnable_task_queues
-from taskqueue.database import Session
-from taskqueue.sitestatus import vos_at_work
-from taskqueue.stalled import (
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import Session
+from taskqueue.pilots.sitestatus import vos_at_work
+from taskqueue.queues.stalled import (
     SilentJob,
     describe_silence,
     lock_jobs_of_dead_pilots,
@@ -43,14 +45,13 @@ from taskqueue.stalled import (
     mark_stalled,
     reschedule_silent_job,
 )
-from taskqueue.states import JobStatus
-from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable, task_queue_ids
+from taskqueue.queues.unrunnable import UnrunnableOutcome, mark_unrunnable, task_queue_ids
 
 S = JobStatus
 
 #: Jobs one transaction handles at most.
 BATCH = 200
-#: Seconds of a turn after which no more batch of unrunnable jobs (taskqueue.unrunnable.BATCH
+#: Seconds of a turn after which no more batch of unrunnable jobs (taskqueue.queues.unrunnable.BATCH
 #: each) is started: the rest waits for the next turn.
 UNRUNNABLE_SECONDS = 5.0
 

@@ -50,8 +50,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--claims", type=int, default=500, help="claims profiled (default 500)")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    from taskqueue.pilotmatch import _CALL, _parameters
-    from taskqueue.resources import parse_resource
+    from taskqueue.core.resources import parse_resource
+    from taskqueue.pilots.pilotmatch import _CALL, _parameters
 
     backend = backend_of(args.url)
     if backend != "postgresql":

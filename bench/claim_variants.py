@@ -56,8 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                      / "0026_purged_jobs.py").claim_function()
     import psycopg
 
-    from taskqueue.pilotmatch import _CALL, _parameters
-    from taskqueue.resources import parse_resource
+    from taskqueue.core.resources import parse_resource
+    from taskqueue.pilots.pilotmatch import _CALL, _parameters
 
     if backend_of(args.url) != "postgresql":
         raise SystemExit("bench/claim_variants.py compares PostgreSQL claim functions only")

@@ -43,9 +43,9 @@ from matcher.auth import issue_token
 from matcher.dashboard import session as cookies
 from matcher.runtime import runtime_of
 from optimizers.resources import load_resources
-from taskqueue.activity import record_activity
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.pilots.activity import record_activity
 
 _HERE = Path(__file__).resolve().parent
 

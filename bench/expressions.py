@@ -6,7 +6,7 @@ backtracks exponentially. It is stored directly in a task queue (as it would be 
 accepted at submission, or stored before submission refused it), beside one plain queue with
 ``--jobs`` waiting jobs, at a higher priority so that the hostile queue is first in draw order.
 Then ``--matches`` claims are made in process, each in its own transaction, for a pilot of the
-VO that can run the plain jobs (``taskqueue.matching.claim_jobs`` with the ClassAd check the
+VO that can run the plain jobs (``taskqueue.matching.claim.claim_jobs`` with the ClassAd check the
 matcher uses); each one's time is measured. A baseline without the hostile queue comes first.
 
 One JSON line per measurement on stdout (``"measure": "match_with_hostile_queue"``): backend,
@@ -28,14 +28,14 @@ from typing import Any
 from kit import fresh_database, url_option
 
 from optimizers.classads import expression_check
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.definitions import JobRequirements
-from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.matching import claim_jobs
-from taskqueue.queues import QueueEntry, enqueue_jobs
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.matching.claim import claim_jobs
+from taskqueue.queues.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.queues.taskqueues import QueueEntry, enqueue_jobs
 
 
 def hostile_expression(terms: int) -> str:

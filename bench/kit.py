@@ -198,7 +198,7 @@ def fresh_database(base_url: str, *, prefix: str = "gp_bench", keep: bool = Fals
 def upgrade_schema(url: str) -> None:
     """Build the alembic schema of the database at ``url``, or bring it up to date."""
     from gridpilot import schema
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     engine = make_engine(url, statement_timeout=0)
     try:

@@ -1,5 +1,5 @@
 """Job listings over millions of jobs: the plan and the time of each listing the API and the
-client make (taskqueue.jobs.find_jobs and count_jobs_by_status), on PostgreSQL.
+client make (taskqueue.queues.jobs.find_jobs and count_jobs_by_status), on PostgreSQL.
 
     .venv/bin/python bench/listing.py --url postgresql+psycopg://postgres@127.0.0.1:5432/test
 
@@ -23,8 +23,8 @@ from kit import fresh_database
 from sqlalchemy import event, text
 from sqlalchemy.orm import Session
 
-from taskqueue.database import make_engine
-from taskqueue.jobs import JobFilter, count_jobs_by_status, find_jobs
+from taskqueue.db.database import make_engine
+from taskqueue.queues.jobs import JobFilter, count_jobs_by_status, find_jobs
 
 _HERE = Path(__file__).resolve().parent
 

@@ -93,7 +93,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Engine
 
-    from taskqueue.settings import Settings
+    from taskqueue.core.settings import Settings
 
 # Only the standard library is imported at module level: spawned client processes import this
 # module, and they must stay small. The database and server code is imported where it is used.
@@ -518,8 +518,8 @@ class Fill:
 def waiting_jobs(url: str) -> int:
     from sqlalchemy import func, select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import tq_jobs_table
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import tq_jobs_table
 
     engine = make_engine(url)
     try:
@@ -568,9 +568,9 @@ def reactivate_queues(url: str) -> int:
     a queue coming back: its clock restarts from the VO's current virtual time."""
     from sqlalchemy import bindparam, exists, select, update
 
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.models import task_queues_table, tq_jobs_table
-    from taskqueue.shares import virtual_time
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import task_queues_table, tq_jobs_table
+    from taskqueue.queues.shares import virtual_time
 
     tq = task_queues_table.c
     engine = make_engine(url)
@@ -627,7 +627,7 @@ def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot
             metrics_before: Metrics | None) -> tuple[dict[str, Any], Metrics | None]:
     """Run the clients against ``server`` for the warm-up and the measured window; return the
     record and the metrics scraped after it."""
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     waiting_before = waiting_jobs(url)
     specs = [ClientSpec(i, HOST, server.port, pilot_token, count,
@@ -834,7 +834,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import gunicorn
 
     from matcher.auth import issue_token
-    from taskqueue.settings import load_settings
+    from taskqueue.core.settings import load_settings
 
     settings = load_settings(args.config, {})
     most = settings.matcher.max_jobs_per_match

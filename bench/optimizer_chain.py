@@ -22,8 +22,8 @@ from kit import fresh_database, url_option
 
 from optimizers.chain import ChainContext, Identity, submissions_from_text, submit
 from optimizers.resources import load_resources
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
 
 _ROOT = Path(__file__).resolve().parent.parent
 

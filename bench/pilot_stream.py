@@ -16,11 +16,11 @@ jobs) and is compatible with that job's queue, and usually with others too: the 
 queue's tags plus random others, and, for GPU queues, half the time GPU as a required tag.
 
 The claim. In process, each pilot goes through the function the matcher's match endpoint runs,
-``taskqueue.pilotmatch.match_for_pilot`` with the ClassAd expression check, as
+``taskqueue.pilots.pilotmatch.match_for_pilot`` with the ClassAd expression check, as
 ``matcher/pilots.py`` does: on PostgreSQL and MariaDB one autocommit call of the database's
-``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.limits.
+``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.matching.limits.
 claim_for_pilot`` and ``jobs_for_pilot`` in one transaction retried on a lost race
-(``--path claim_jobs``: ``taskqueue.matching.claim_jobs`` alone). ``--processes`` claimer
+(``--path claim_jobs``: ``taskqueue.matching.claim.claim_jobs`` alone). ``--processes`` claimer
 processes share the stream. Over HTTP (``--http``), the same pilots POST
 /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
 client processes, with ``--counts`` jobs per request.
@@ -206,7 +206,7 @@ def make_workload(k: int, jobs: int, seed: int) -> Workload:
 
 
 def requirements(vo: str, group: str, spec: QueueSpec) -> Any:
-    from taskqueue.definitions import JobRequirements
+    from taskqueue.core.definitions import JobRequirements
 
     return JobRequirements(
         vo=vo, owner=spec.owner, owner_group=group, cpu_time=spec.cpu_time, processors=1,
@@ -218,8 +218,8 @@ def clear_vos(url: str, vos: Sequence[str]) -> None:
     """Delete the jobs and task queues of ``vos`` (the benchmark's own VOs only)."""
     from sqlalchemy import delete, select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import (
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import (
         history_table,
         jobs_table,
         task_queues_table,
@@ -257,16 +257,16 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
     ``q`` requires ``spec_of(q)`` (default :func:`queue_spec`)."""
     from sqlalchemy import insert
 
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.definitions import TaskQueueDefinition
-    from taskqueue.models import (
+    from taskqueue.core.definitions import TaskQueueDefinition
+    from taskqueue.core.settings import Settings
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import (
         task_queues_table,
         tq_platforms_table,
         tq_sites_table,
         tq_tags_table,
     )
-    from taskqueue.queues import INITIAL_PRIORITY
-    from taskqueue.settings import Settings
+    from taskqueue.queues.taskqueues import INITIAL_PRIORITY
 
     settings = Settings()
     rng = random.Random(f"keys-{vo}-{k}")
@@ -319,8 +319,8 @@ def load(url: str, backend: str, vo: str, group: str, k: int, job_queue: Sequenc
 
 def job_row(vo: str, group: str, i: int, spec: QueueSpec, prio: int, now: datetime
              ) -> dict[str, Any]:
-    from taskqueue.models import jobs_table
-    from taskqueue.states import JobStatus
+    from taskqueue.core.states import JobStatus
+    from taskqueue.db.models import jobs_table
 
     return queue_ops.with_defaults(jobs_table, {
         "vo": vo, "owner": spec.owner, "owner_group": group,
@@ -337,7 +337,7 @@ def _insert_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: S
                  spec_of: Callable[[int], QueueSpec] = queue_spec) -> None:
     from sqlalchemy import insert
 
-    from taskqueue.models import history_table, jobs_table, tq_jobs_table
+    from taskqueue.db.models import history_table, jobs_table, tq_jobs_table
 
     conn = session.connection()
     rows = [job_row(vo, group, i, spec_of(job_queue[i]), priority[i], now) for i in numbers]
@@ -382,9 +382,9 @@ def _copy_jobs(session: Any, vo: str, group: str, numbers: range, job_queue: Seq
 
 def recompute(url: str, vos: Sequence[str], groups: Sequence[str]) -> None:
     """The fair share, once, as the priority agent would after the load."""
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.settings import Settings
-    from taskqueue.shares import recompute_priorities
+    from taskqueue.core.settings import Settings
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.queues.shares import recompute_priorities
 
     engine = make_engine(url)
     try:
@@ -398,8 +398,8 @@ def recompute(url: str, vos: Sequence[str], groups: Sequence[str]) -> None:
 def waiting_in(url: str, vos: Sequence[str]) -> int:
     from sqlalchemy import func, select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import jobs_table
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import jobs_table
 
     engine = make_engine(url)
     try:
@@ -451,8 +451,8 @@ def job_ids_by_number(url: str, n: int) -> list[int]:
     """The database ids of the workload's jobs, in job order (loaded in that order)."""
     from sqlalchemy import select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import jobs_table
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import jobs_table
 
     engine = make_engine(url)
     try:
@@ -470,8 +470,8 @@ def matched_in_database(url: str) -> dict[str, int]:
     """Jobs Matched in the workload's VO and in the background VOs (which must be none)."""
     from sqlalchemy import func, select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import jobs_table
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import jobs_table
 
     engine = make_engine(url)
     c = jobs_table.c
@@ -697,10 +697,10 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
                      result: ClaimerResult) -> None:
     from sqlalchemy import event, text
 
-    from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-    from taskqueue.errors import ConflictError
-    from taskqueue.pilotmatch import SERVER_CLAIMS, MatchDatabase
-    from taskqueue.resources import parse_resource
+    from taskqueue.core.errors import ConflictError
+    from taskqueue.core.resources import parse_resource
+    from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
+    from taskqueue.pilots.pilotmatch import SERVER_CLAIMS, MatchDatabase
 
     engine = make_engine(spec.url, pool_size=spec.threads)
     factory = make_session_factory(engine)
@@ -862,9 +862,9 @@ def _cpu_of(pids: list[int]) -> float | None:
 
 def _match_as_the_matcher(db: Any, *, resource: Any, now: datetime, count: int,
                           rng: random.Random) -> list[int]:
-    """What the matcher's match endpoint runs (matcher/pilots.py): taskqueue.pilotmatch."""
+    """What the matcher's match endpoint runs (matcher/pilots.py): taskqueue.pilots.pilotmatch."""
     from optimizers.classads import expression_check
-    from taskqueue.pilotmatch import match_for_pilot
+    from taskqueue.pilots.pilotmatch import match_for_pilot
 
     answer = match_for_pilot(db, resource, now=now, count=count, rng=rng,
                              expression_check=expression_check(resource))
@@ -873,7 +873,7 @@ def _match_as_the_matcher(db: Any, *, resource: Any, now: datetime, count: int,
 
 def _claim_jobs_only(session: Any, *, resource: Any, now: datetime, count: int,
                      rng: random.Random) -> list[int]:
-    from taskqueue.matching import claim_jobs
+    from taskqueue.matching.claim import claim_jobs
 
     return [c.job_id for c in claim_jobs(session, resource, now=now, count=count, rng=rng)]
 
@@ -1166,8 +1166,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="comma list of jobs asked for per claim (default 1)")
     parser.add_argument("--path", choices=("matcher", "claim_jobs"), default="matcher",
                         help="in process: what the matcher's match endpoint runs "
-                             "(taskqueue.pilotmatch.match_for_pilot, default), or claim_jobs "
-                             "alone")
+                             "(taskqueue.pilots.pilotmatch.match_for_pilot, default), or "
+                             "claim_jobs alone")
     parser.add_argument("--claims", type=int, default=None,
                         help="claims per measurement (default: as many as jobs)")
     parser.add_argument("--seconds", type=float, default=120.0,

@@ -51,8 +51,8 @@ def load_ended(url: str, backend: str, n: int, *, chunk: int = 20_000) -> float:
     """``n`` jobs of ``benchpurge`` that ended as Done 40 days ago, with their history."""
     from sqlalchemy import insert
 
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.models import history_table, jobs_table
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import history_table, jobs_table
 
     ps.clear_vos(url, [PURGE_VO])
     now = datetime.now(UTC)
@@ -117,7 +117,7 @@ def vacuum(url: str, backend: str) -> None:
         return
     from sqlalchemy import text
 
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     engine = make_engine(url, statement_timeout=0)
     try:
@@ -130,8 +130,8 @@ def vacuum(url: str, backend: str) -> None:
 def ended_left(url: str) -> int:
     from sqlalchemy import func, select
 
-    from taskqueue.database import make_engine
-    from taskqueue.models import jobs_table
+    from taskqueue.db.database import make_engine
+    from taskqueue.db.models import jobs_table
 
     engine = make_engine(url)
     try:
@@ -150,8 +150,8 @@ def purger(url: str, batch: int, pause: float, started: Any, go: Any, stop: Any,
 
     from agents.context import AgentContext
     from agents.purge import purge_ended_jobs
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.settings import Settings
+    from taskqueue.core.settings import Settings
+    from taskqueue.db.database import make_engine, make_session_factory
 
     base = Settings()
     settings = replace(base, database=replace(base.database, url=url),

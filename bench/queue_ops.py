@@ -66,11 +66,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import ColumnDefault
 
-from taskqueue.database import is_retryable, make_engine, make_session_factory
-from taskqueue.definitions import JobRequirements, TaskQueueDefinition
-from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.matching import claim_jobs, matching_queues
-from taskqueue.models import (
+from taskqueue.core.definitions import JobRequirements, TaskQueueDefinition
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import is_retryable, make_engine, make_session_factory
+from taskqueue.db.models import (
     TaskQueue,
     TaskQueueJob,
     history_table,
@@ -79,11 +80,10 @@ from taskqueue.models import (
     tq_jobs_table,
     tq_tags_table,
 )
-from taskqueue.queues import INITIAL_PRIORITY, QueueEntry, enqueue_jobs
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.settings import Settings
-from taskqueue.shares import recompute_priorities, virtual_time
-from taskqueue.states import JobStatus
+from taskqueue.matching.claim import claim_jobs, matching_queues
+from taskqueue.queues.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.queues.shares import recompute_priorities, virtual_time
+from taskqueue.queues.taskqueues import INITIAL_PRIORITY, QueueEntry, enqueue_jobs
 
 _HERE = Path(__file__).resolve().parent
 

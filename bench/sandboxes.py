@@ -31,8 +31,8 @@ from kit import proc_cpu, upgrade_schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.archive import Member, pack
-from taskqueue.sandboxstore import S3Store
-from taskqueue.settings import SandboxSettings
+from taskqueue.core.settings import SandboxSettings
+from taskqueue.files.sandboxstore import S3Store
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -31,7 +31,7 @@ from submit import SECRET, SINGLE_JDL, base_url_for
 from gridpilot.server import worker_app
 from matcher.auth import issue_token
 from matcher.runtime import runtime_of
-from taskqueue.settings import load_settings
+from taskqueue.core.settings import load_settings
 
 _HERE = Path(__file__).resolve().parent
 

@@ -76,7 +76,7 @@ def wide_spec(q: int) -> Any:
                         platform=ps.PLATFORMS[q % 3], tags=tags)
 
 def scalar(url: str, sql: str, **params: Any) -> Any:
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     engine = make_engine(url, statement_timeout=0)
     try:
@@ -131,7 +131,7 @@ def bulk_submission(url: str, calibration: dict[str, Any], tmp: Path) -> None:
     from gridpilot.server import worker_app
     from matcher.auth import issue_token
     from matcher.runtime import runtime_of
-    from taskqueue.settings import load_settings
+    from taskqueue.core.settings import load_settings
 
     settings = load_settings(None, {
         "GRIDPILOT_DATABASE_URL": url, "GRIDPILOT_AUTH_SECRET": SUBMIT_SECRET,
@@ -164,7 +164,7 @@ def bulk_submission(url: str, calibration: dict[str, Any], tmp: Path) -> None:
 def jobs_scans(url: str) -> tuple[int, int]:
     """Sequential scans of the jobs table, and the rows they read, so far."""
     row = None
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     engine = make_engine(url)
     try:
@@ -181,7 +181,8 @@ def sites_file(tmp: Path) -> Path:
     claimed one and lhcb (the bulk submission's) with every platform, tag and CPU time of the
     workload, through one CE that names no Executor (so the director starts no pilot). The
     queues differ as a grid's do, in CPU time (3 values), processors (2) and memory (4): 24
-    distinct descriptions per VO, each matched once in the agents' one pass (taskqueue.reach)."""
+    distinct descriptions per VO, each matched once in the agents' one pass
+    (taskqueue.matching.reach)."""
     tags = sorted({*ps.ALL_TAGS, *(f"tag{t:03d}" for t in range(TAGS_N))})
     lines = []
     for n in range(SITES_N):
@@ -203,8 +204,8 @@ def agent_turns(url: str, tmp: Path, target: float, resources: Path) -> None:
     so that its backends' statistics reach pg_stat_user_tables)."""
     from agents.context import AgentContext
     from agents.runner import LOOP_NAMES, Agents
-    from taskqueue.database import make_engine, make_session_factory
-    from taskqueue.settings import Settings
+    from taskqueue.core.settings import Settings
+    from taskqueue.db.database import make_engine, make_session_factory
 
     base = Settings()
     settings = replace(base, database=replace(base.database, url=url),
@@ -268,7 +269,7 @@ def dashboard_pages(url: str, repeat: int, target_ms: float) -> None:
 
 
 def disk_and_memory(url: str) -> None:
-    from taskqueue.database import make_engine
+    from taskqueue.db.database import make_engine
 
     engine = make_engine(url, statement_timeout=0)
     try:

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from matcher.auth import principal_from_header
 from matcher.idp import IdentityProviders
-from taskqueue.settings import IssuerSettings
+from taskqueue.core.settings import IssuerSettings
 from taskqueue.tokens import issue_token
 
 SECRET = secrets.token_urlsafe(32)

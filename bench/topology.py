@@ -54,7 +54,7 @@ from kit import log, machine_cpu_seconds, proc_stat, tree_cpu_seconds
 from sqlalchemy import text
 
 from matcher.auth import issue_token
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 
 _HERE = Path(__file__).resolve().parent
 

@@ -17,13 +17,13 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from gridpilot import schema
 from gridpilot.examples import EXAMPLES, example_text
-from taskqueue.database import engine_for, make_session_factory, run_in_transaction
-from taskqueue.errors import ConfigurationError, GridpilotError
-from taskqueue.queues import delete_empty_queues
-from taskqueue.settings import Settings, load_settings
-from taskqueue.shares import recompute_priorities
-from taskqueue.states import JobStatus
-from taskqueue.submitpools import delete_unused_submit_pools
+from taskqueue.core.errors import ConfigurationError, GridpilotError
+from taskqueue.core.settings import Settings, load_settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import engine_for, make_session_factory, run_in_transaction
+from taskqueue.queues.shares import recompute_priorities
+from taskqueue.queues.submitpools import delete_unused_submit_pools
+from taskqueue.queues.taskqueues import delete_empty_queues
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -190,7 +190,7 @@ def director_retry(settings: Settings, queue: str, by: str | None) -> None:
     cycle: its back-off ends, whether its submissions or the polls of its CE failed."""
     import getpass
 
-    from taskqueue.pilots import retry_queue
+    from taskqueue.pilots.records import retry_queue
 
     parts = queue.split("/")
     if len(parts) != 3 or not all(p.strip() for p in parts):
@@ -215,7 +215,7 @@ def sandboxes() -> None:
 @_friendly
 def sandboxes_usage(settings: Settings) -> None:
     """Sandboxes stored and their size, per VO."""
-    from taskqueue.sandboxes import usage_by_vo
+    from taskqueue.files.sandboxes import usage_by_vo
 
     factory = make_session_factory(engine_for(settings.database))
     rows = run_in_transaction(factory, usage_by_vo)
@@ -265,7 +265,7 @@ def replicas_add(settings: Settings, vo: str, se: str | None, lfns: tuple[str, .
     """Register replicas: LFNS at --se, and/or the 'LFN SE' lines of --from."""
     from optimizers.datalocation import unknown_storage
     from optimizers.resources import load_resources
-    from taskqueue.replicas import add_replicas
+    from taskqueue.files.replicas import add_replicas
 
     pairs = _replica_lines(source) if source is not None else []
     if lfns:
@@ -310,7 +310,7 @@ def _replica_lines(source: Any) -> list[tuple[str, str]]:
 @_friendly
 def replicas_remove(settings: Settings, vo: str, se: str | None, lfns: tuple[str, ...]) -> None:
     """Forget the replicas of LFNS (at --se only, when given)."""
-    from taskqueue.replicas import remove_replicas
+    from taskqueue.files.replicas import remove_replicas
 
     factory = make_session_factory(engine_for(settings.database))
     removed = run_in_transaction(factory, lambda s: remove_replicas(s, vo, lfns, se=se))
@@ -328,7 +328,7 @@ def replicas_remove(settings: Settings, vo: str, se: str | None, lfns: tuple[str
 def replicas_list(settings: Settings, vo: str, se: str | None, prefix: str | None,
                   limit: int, lfns: tuple[str, ...]) -> None:
     """List replicas (LFN and storage element), of LFNS or all."""
-    from taskqueue.replicas import list_replicas
+    from taskqueue.files.replicas import list_replicas
 
     factory = make_session_factory(engine_for(settings.database))
     rows = run_in_transaction(factory, lambda s: list_replicas(

@@ -45,12 +45,12 @@ from gridpilot.reports import queue_table
 from matcher.auth import issue_token
 from optimizers.chain import Identity
 from pilot.features import write_features
-from taskqueue.activity import record_activity
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import Job, Pilot, TaskQueueJob
-from taskqueue.sandboxstore import S3Store
-from taskqueue.settings import Settings
-from taskqueue.states import FINAL_STATES
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import FINAL_STATES
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import Job, Pilot, TaskQueueJob
+from taskqueue.files.sandboxstore import S3Store
+from taskqueue.pilots.activity import record_activity
 
 VO = "lhcb"
 SUBMITTERS = (Identity(VO, "alice", "lhcb_user"), Identity(VO, "bob", "lhcb_user"),

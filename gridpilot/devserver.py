@@ -13,7 +13,7 @@ from pathlib import Path
 
 import requests
 
-from taskqueue.errors import GridpilotError
+from taskqueue.core.errors import GridpilotError
 
 
 def free_port() -> int:

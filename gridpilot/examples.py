@@ -8,7 +8,7 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from taskqueue.errors import ConfigurationError
+from taskqueue.core.errors import ConfigurationError
 
 #: Example name → file name.
 EXAMPLES = {"gridpilot": "gridpilot.toml", "resources": "resources.toml"}

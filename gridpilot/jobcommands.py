@@ -25,14 +25,14 @@ from optimizers.datalocation import catalogue_for
 from optimizers.description import JobDescriptionError, description_warnings
 from optimizers.jobexplain import explain_every_queue, explain_job
 from optimizers.resources import load_resources
-from taskqueue.buckets import memory_text
-from taskqueue.database import engine_for, make_session_factory, run_in_transaction
-from taskqueue.errors import InvalidInputError, NotFoundError
-from taskqueue.models import (
+from taskqueue.core.buckets import memory_text
+from taskqueue.core.errors import InvalidInputError, NotFoundError
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import engine_for, make_session_factory, run_in_transaction
+from taskqueue.db.models import (
     Job,
 )
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.settings import Settings
 
 
 def _factory(settings: Settings) -> sessionmaker[Session]:

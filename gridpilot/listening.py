@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from taskqueue.errors import ConfigurationError
+from taskqueue.core.errors import ConfigurationError
 
 #: How long the check waits for the service it belongs to to answer, in seconds.
 STARTUP_PATIENCE = 120.0

@@ -5,8 +5,8 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from taskqueue.buckets import memory_text
-from taskqueue.models import (
+from taskqueue.core.buckets import memory_text
+from taskqueue.db.models import (
     Job,
     JobStatusHistory,
     TaskQueue,

@@ -13,8 +13,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 import migrations
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import DatabaseSettings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import DatabaseSettings
 
 UPGRADE_HINT = "run `gridpilot db upgrade` first"
 #: What each database says of a table that is not there.
@@ -51,7 +51,7 @@ def require_schema(database: DatabaseSettings) -> None:
     url = database.url
     require_sqlite_file(url)
     shown = make_url(url).render_as_string(hide_password=True)
-    from taskqueue.database import engine_for
+    from taskqueue.db.database import engine_for
 
     engine = engine_for(database, pool_size=1)
     try:

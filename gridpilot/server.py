@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from gridpilot.listening import check_port_free, split_bind
 from matcher import create_app
 from matcher.app import metrics_dir
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 
 
 class MatcherServer(BaseApplication):  # type: ignore[misc]

@@ -5,7 +5,7 @@ When the database hangs, every request thread may be waiting for it, and a balan
 check queued behind them would time out: the balancer would then see a process that does not
 answer instead of one that answers 503 at once. So each worker has a second pool of one thread
 that serves only ``GET /healthz`` (and ``HEAD``), which answers within its own deadline
-whatever the database does (taskqueue.health).
+whatever the database does (taskqueue.db.health).
 
 A request is sent to that thread when its bytes, read without taking them from the socket
 (``MSG_PEEK``), are such a request's whole head, with no body: the thread then never waits
@@ -39,8 +39,8 @@ from typing import Any
 from gunicorn.workers.gthread import ThreadWorker
 
 from matcher.service import REQUEST_THREADS_STUCK
-from taskqueue import health
-from taskqueue.statementdeadline import Limits, socket_deadline
+from taskqueue.db import health
+from taskqueue.db.statementdeadline import Limits, socket_deadline
 
 #: Request lines served by the kept thread (followed by a space or a query).
 HEALTH_REQUESTS = (b"GET /healthz", b"HEAD /healthz")

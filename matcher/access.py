@@ -1,13 +1,13 @@
 """Who may act on which job: users on their own, operators on their VO's, pilots on the jobs
-they were given (checked in taskqueue.pilotreports)."""
+they were given (checked in taskqueue.pilots.pilotreports)."""
 
 from __future__ import annotations
 
 from matcher.auth import OPERATOR, USER, Principal
 from matcher.problems import Problem
-from taskqueue.database import Session
-from taskqueue.errors import NotFoundError
-from taskqueue.models import Job
+from taskqueue.core.errors import NotFoundError
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job
 
 
 def accessible_job(session: Session, principal: Principal, job_id: int) -> Job:

@@ -24,7 +24,7 @@ from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics, private_directory
 from matcher.proxies import TrustedProxies
 from matcher.runtime import EXTENSION, Runtime, runtime_of
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 
 
 def create_app(settings: Settings) -> Flask:

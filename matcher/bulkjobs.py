@@ -18,9 +18,9 @@ from matcher.api import JSON, Call, endpoint
 from matcher.auth import OPERATOR, USER, Principal
 from matcher.problems import status_of
 from optimizers.chain import optimize_received
-from taskqueue.database import Session
-from taskqueue.errors import GridpilotError
-from taskqueue.jobcontrol import (
+from taskqueue.core.errors import GridpilotError
+from taskqueue.db.database import Session
+from taskqueue.queues.jobcontrol import (
     delete_job,
     kill_job,
     owners_of,

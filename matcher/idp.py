@@ -26,7 +26,7 @@ from typing import Any
 
 import jwt
 
-from taskqueue.settings import IssuerSettings
+from taskqueue.core.settings import IssuerSettings
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ from matcher.access import accessible_job
 from matcher.auth import Principal
 from matcher.runtime import Runtime
 from optimizers.chain import optimize_received
-from taskqueue.database import Session
-from taskqueue.jobcontrol import kill_job, reschedule_job
-from taskqueue.models import Job
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job
+from taskqueue.queues.jobcontrol import kill_job, reschedule_job
 
 
 def kill(session: Session, principal: Principal, job_id: int, *, now: datetime,

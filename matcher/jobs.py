@@ -17,17 +17,17 @@ from matcher.submitsandboxes import check_inputs, input_sandboxes, link_inputs
 from matcher.views import iso, job_summary
 from optimizers.chain import Identity, submissions_from_text, submit
 from optimizers.description import description_warnings
-from taskqueue.database import Session
-from taskqueue.jobcontrol import delete_job
-from taskqueue.jobs import (
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import Session
+from taskqueue.files.sandboxes import INPUT, OUTPUT, job_sandboxes
+from taskqueue.queues.jobcontrol import delete_job
+from taskqueue.queues.jobs import (
     JobFilter,
     count_jobs_by_status,
     find_jobs,
     job_history,
 )
-from taskqueue.queues import WAITING_MINOR_STATUS
-from taskqueue.sandboxes import INPUT, OUTPUT, job_sandboxes
-from taskqueue.states import JobStatus
+from taskqueue.queues.taskqueues import WAITING_MINOR_STATUS
 
 bp = Blueprint("jobs", __name__, url_prefix="/api/v1/jobs")
 OWNERS = (USER, OPERATOR)

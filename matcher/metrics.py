@@ -24,7 +24,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.mmap_dict import MmapedDict
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from taskqueue.errors import ConfigurationError
+from taskqueue.core.errors import ConfigurationError
 
 #: Upper bounds of the latency histogram, in seconds.
 LATENCY_BUCKETS: tuple[float, ...] = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,

@@ -13,8 +13,10 @@ from matcher.api import JSON, Call, endpoint
 from matcher.auth import OPERATOR
 from matcher.problems import Problem
 from matcher.views import iso
-from taskqueue.database import Session
-from taskqueue.limits import (
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import Session
+from taskqueue.db.models import SiteBan, SiteLimit
+from taskqueue.matching.limits import (
     LimitSpec,
     ban_site,
     delete_limit,
@@ -23,9 +25,7 @@ from taskqueue.limits import (
     site_limits,
     unban_site,
 )
-from taskqueue.models import SiteBan, SiteLimit
-from taskqueue.settings import Settings
-from taskqueue.shares import reset_share, set_share, share_table
+from taskqueue.queues.shares import reset_share, set_share, share_table
 
 bp = Blueprint("operator", __name__, url_prefix="/api/v1")
 ONLY = (OPERATOR,)

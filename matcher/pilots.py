@@ -22,19 +22,22 @@ from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
 from pilot import protocol
 from pilot.protocol import JobPayload
-from taskqueue.database import Session
-from taskqueue.errors import ConflictError, NotFoundError
-from taskqueue.models import Job
-from taskqueue.pilotlogs import STORED, PilotLog, part_for_owner, request_kill, unpack_log
-from taskqueue.pilotmatch import match_for_pilot
-from taskqueue.pilotreports import (
+from taskqueue.core.errors import ConflictError, NotFoundError
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job
+from taskqueue.files.sandboxes import attach_output
+from taskqueue.pilots.pilotlogs import STORED, PilotLog, part_for_owner, request_kill, unpack_log
+from taskqueue.pilots.pilotmatch import match_for_pilot
+from taskqueue.pilots.pilotreports import (
     Beat,
     StatusReport,
     heartbeat,
     pilot_command,
     report_status,
 )
-from taskqueue.pilots import (
+from taskqueue.pilots.records import (
     FINAL_PILOT_STATES,
     PILOT_STATES,
     PilotFilter,
@@ -46,10 +49,7 @@ from taskqueue.pilots import (
     register_pilot,
     runs_of_pilot,
 )
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.sandboxes import attach_output
-from taskqueue.states import JobStatus
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.queues.submitpools import get_submit_pools_for_queue
 
 bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
 

@@ -10,7 +10,7 @@ from typing import Any
 from flask import Flask, Response, json
 from werkzeug.exceptions import HTTPException
 
-from taskqueue.errors import (
+from taskqueue.core.errors import (
     ConfigurationError,
     ConflictError,
     DatabaseUnavailableError,

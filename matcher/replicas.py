@@ -13,7 +13,7 @@ from matcher.api import JSON, Call, Param, endpoint
 from matcher.auth import OPERATOR, USER
 from matcher.views import iso
 from optimizers.datalocation import unknown_storage
-from taskqueue.replicas import add_replicas, list_replicas, remove_replicas
+from taskqueue.files.replicas import add_replicas, list_replicas, remove_replicas
 
 bp = Blueprint("replicas", __name__, url_prefix="/api/v1/replicas")
 

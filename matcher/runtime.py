@@ -20,17 +20,17 @@ from matcher.metrics import Metrics
 from optimizers.chain import ChainContext
 from optimizers.datalocation import ReplicaCatalogue, catalogue_for
 from optimizers.resources import ResourcesConfig, load_resources
-from taskqueue.database import (
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import (
     Session,
     SessionFactory,
     engine_for,
     make_session_factory,
     run_in_transaction,
 )
-from taskqueue.health import HealthProbe
-from taskqueue.pilotmatch import MatchDatabase, open_match_database
-from taskqueue.sandboxstore import SandboxStore, open_store
-from taskqueue.settings import Settings
+from taskqueue.db.health import HealthProbe
+from taskqueue.files.sandboxstore import SandboxStore, open_store
+from taskqueue.pilots.pilotmatch import MatchDatabase, open_match_database
 
 T = TypeVar("T")
 EXTENSION = "gridpilot"
@@ -71,7 +71,7 @@ class Runtime:
         return self._factory
 
     def match_database(self) -> MatchDatabase:
-        """Where this process's matches run (taskqueue.pilotmatch): its sessions, and on a
+        """Where this process's matches run (taskqueue.pilots.pilotmatch): its sessions, and on a
         database with a claim function an engine in autocommit for it."""
         cached = self._match_db
         if cached is None or cached[0] != os.getpid():
@@ -83,7 +83,7 @@ class Runtime:
         return cached[1]
 
     def health(self) -> HealthProbe:
-        """The process's database health check (taskqueue.health)."""
+        """The process's database health check (taskqueue.db.health)."""
         with self._lock:
             if self._health is None or self._health[0] != os.getpid():
                 self._health = (os.getpid(), HealthProbe(self.settings.database))
@@ -91,7 +91,7 @@ class Runtime:
 
     def database_answers(self) -> bool:
         """Whether the database answers the health check: asked about a request's statement
-        that runs long, which is given up when it does not (taskqueue.statementdeadline)."""
+        that runs long, which is given up when it does not (taskqueue.db.statementdeadline)."""
         return self.health().check() is None
 
     def dispose(self) -> None:

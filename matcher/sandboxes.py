@@ -20,9 +20,9 @@ from matcher import schemas
 from matcher.api import ARCHIVE, JSON, Call, Param, endpoint
 from matcher.auth import OPERATOR, PILOT, USER, Principal
 from matcher.problems import Problem
-from taskqueue.database import Session
-from taskqueue.errors import NotFoundError
-from taskqueue.sandboxes import (
+from taskqueue.core.errors import NotFoundError
+from taskqueue.db.database import Session
+from taskqueue.files.sandboxes import (
     Uploader,
     check_quota,
     find_sandbox,
@@ -33,7 +33,7 @@ from taskqueue.sandboxes import (
     register_sandbox,
     usage_by_vo,
 )
-from taskqueue.sandboxstore import UploadTicket
+from taskqueue.files.sandboxstore import UploadTicket
 
 log = logging.getLogger(__name__)
 bp = Blueprint("sandboxes", __name__, url_prefix="/api/v1/sandboxes")

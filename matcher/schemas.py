@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from pilot.protocol import KILL, NO_MATCH_REASONS, PEEK_CHARS, REPORT_TAIL_CHARS
-from taskqueue.pilotreports import REPORTABLE
-from taskqueue.pilots import PILOT_STATES
+from taskqueue.pilots.pilotreports import REPORTABLE
+from taskqueue.pilots.records import PILOT_STATES
 
 Schema = dict[str, Any]
 
@@ -263,7 +263,7 @@ SANDBOX_USAGE = obj({"vos": {"type": "array", "items": obj(
 #: Control characters and Unicode white space, spelled out (a generator may read \s as ASCII).
 _SPACE_OR_CONTROL = ("\\x00-\\x20\\x7f\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029"
                      "\\u202f\\u205f\\u3000")
-#: As taskqueue.replicas reads them: an absolute path without spaces, control characters or
+#: As taskqueue.files.replicas reads them: an absolute path without spaces, control characters or
 #: an empty component (with or without LFN:), and a name of letters, digits and ._:+-.
 LFN: Schema = {"type": "string", "minLength": 1, "maxLength": 1024,
                "pattern": "^([Ll][Ff][Nn]:)?((/[^/" + _SPACE_OR_CONTROL + "]+)+/?|/)$",

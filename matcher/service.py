@@ -14,9 +14,9 @@ from matcher.openapi import document
 from matcher.problems import Problem
 from matcher.runtime import Runtime
 from matcher.sandboxes import sandbox_gauges
-from taskqueue.database import Session
-from taskqueue.errors import DatabaseUnavailableError
-from taskqueue.queues import waiting_counts
+from taskqueue.core.errors import DatabaseUnavailableError
+from taskqueue.db.database import Session
+from taskqueue.queues.taskqueues import waiting_counts
 from taskqueue.scrapes import scraper_admitted
 
 bp = Blueprint("service", __name__)
@@ -42,7 +42,7 @@ def healthz(call: Call) -> dict[str, str]:
         raise Problem(503, f"this worker's request threads have had no room for another "
                            f"request for {stuck:.0f} s (more than matcher.starved_after, "
                            f"{starved_after:g} s): send requests to another instance")
-    # Within a second, even when the database hangs (taskqueue.health).
+    # Within a second, even when the database hangs (taskqueue.db.health).
     trouble = call.runtime.health().check()
     if trouble is not None:
         raise Problem(503, trouble)

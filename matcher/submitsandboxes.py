@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from matcher.problems import Problem
 from optimizers.chain import Identity, Submission
 from pilot.archive import PREFIX, is_sandbox_id
-from taskqueue.database import Session
-from taskqueue.sandboxes import INPUT, reference, unusable_inputs
+from taskqueue.db.database import Session
+from taskqueue.files.sandboxes import INPUT, reference, unusable_inputs
 
 #: For each job of a submission (by its place in the bulk, None for a single job), the
 #: The sandbox ids each submission's InputSandbox lists, in the order of the submissions (not

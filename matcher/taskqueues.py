@@ -15,10 +15,10 @@ from matcher.pilots import pilot_resource
 from matcher.problems import Problem
 from optimizers.classads import expression_check
 from optimizers.jobexplain import explain_every_queue, explain_job
-from taskqueue.database import Session
-from taskqueue.matching import matching_queues
-from taskqueue.queues import queue_page
-from taskqueue.resources import parse_resource
+from taskqueue.core.resources import parse_resource
+from taskqueue.db.database import Session
+from taskqueue.matching.claim import matching_queues
+from taskqueue.queues.taskqueues import queue_page
 
 bp = Blueprint("taskqueues", __name__, url_prefix="/api/v1/taskqueues")
 

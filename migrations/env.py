@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection, engine_from_config, pool
 
-from taskqueue.models import Base
+from taskqueue.db.models import Base
 
 config = context.config
 target_metadata = Base.metadata

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 ${imports if imports else ""}
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = ${repr(up_revision)}
 down_revision: str | None = ${repr(down_revision)}

@@ -40,11 +40,15 @@ from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason, serves_vo
-from taskqueue.bulk import insert_rows
-from taskqueue.database import Session
-from taskqueue.definitions import JobRequirements
-from taskqueue.errors import InvalidRequirementsError
-from taskqueue.jobs import (
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.errors import InvalidRequirementsError
+from taskqueue.core.resources import Resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.bulk import insert_rows
+from taskqueue.db.database import Session
+from taskqueue.db.models import tq_jobs_table
+from taskqueue.queues.jobs import (
     NewJob,
     Passage,
     add_jobs,
@@ -52,8 +56,8 @@ from taskqueue.jobs import (
     lock_received_jobs,
     name_jobs,
 )
-from taskqueue.models import tq_jobs_table
-from taskqueue.queues import (
+from taskqueue.queues.submitpools import canonical_text, set_pool_queues, store_submit_pool
+from taskqueue.queues.taskqueues import (
     WAITING_MINOR_STATUS,
     QueueEntry,
     enqueue_jobs,
@@ -62,10 +66,6 @@ from taskqueue.queues import (
     plan_queues,
     refill_of,
 )
-from taskqueue.resources import Resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
-from taskqueue.submitpools import canonical_text, set_pool_queues, store_submit_pool
 
 SOURCE = "optimizer"
 

@@ -32,7 +32,7 @@ from optimizers.expressions import (
     attributes_read,
     conjuncts,
 )
-from taskqueue.resources import Resource
+from taskqueue.core.resources import Resource
 
 os.environ.setdefault("CONDOR_CONFIG", "/dev/null")
 import classad2
@@ -116,7 +116,7 @@ def _ad_value(value: Any) -> bool:
 
 
 def expression_check(resource: Resource) -> Callable[[str], bool]:
-    """A check for taskqueue.matching: does ``resource`` satisfy an expression's text?
+    """A check for taskqueue.matching.claim: does ``resource`` satisfy an expression's text?
 
     The resource's ad is built on the first expression to evaluate: most matches meet no
     queue with an expression, and each ad costs time and some never-freed native memory."""

@@ -7,7 +7,7 @@ both given per site in the resources configuration (in its VO sections for one V
 whose files have no replica at all fails, naming them.
 
 Replicas are looked up through :class:`ReplicaCatalogue`: gridpilot's own catalogue in its
-database (:class:`DatabaseCatalogue`, taskqueue.replicas) is the one there is; another (Rucio)
+database (:class:`DatabaseCatalogue`, taskqueue.files.replicas) is the one there is; another (Rucio)
 is a class with the same method, chosen where the chain's context is built.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from optimizers.resources import ResourcesConfig, Site
-from taskqueue.database import Session
-from taskqueue.replicas import replica_sites
-from taskqueue.settings import CatalogueSettings
+from taskqueue.core.settings import CatalogueSettings
+from taskqueue.db.database import Session
+from taskqueue.files.replicas import replica_sites
 
 #: Site parameters: the storage elements at the site, and those it reads from nearby.
 LOCAL_SE = "SE"
@@ -46,7 +46,7 @@ class ReplicaCatalogue(Protocol):
 
 @dataclass(frozen=True)
 class DatabaseCatalogue:
-    """gridpilot's replica catalogue, in its database (taskqueue.replicas)."""
+    """gridpilot's replica catalogue, in its database (taskqueue.files.replicas)."""
 
     name: str = "gridpilot's replica catalogue"
 

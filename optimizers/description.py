@@ -30,10 +30,10 @@ from optimizers.parametric import (
     substitute,
     templated,
 )
-from taskqueue.definitions import DEFAULT_JOB_TYPE
-from taskqueue.errors import InvalidInputError, InvalidRequirementsError
-from taskqueue.replicas import normal_lfn
-from taskqueue.submitpools import canonical_requirements
+from taskqueue.core.definitions import DEFAULT_JOB_TYPE
+from taskqueue.core.errors import InvalidInputError, InvalidRequirementsError
+from taskqueue.files.replicas import normal_lfn
+from taskqueue.queues.submitpools import canonical_requirements
 
 __all__ = ["MAX_EXPANDED_BYTES", "MAX_PARAMETER", "MAX_PARAMETRIC_JOBS", "JobDescriptionError",
            "Raw"]
@@ -85,7 +85,7 @@ class JobDescription:
     max_processors: int | None = None
     #: Memory in MB; 0 for no requirement.
     memory: int = 0
-    #: RFC 7 requirements section, canonicalised (see taskqueue.submitpools).
+    #: RFC 7 requirements section, canonicalised (see taskqueue.queues.submitpools).
     requirements: Mapping[str, Any] | None = None
     #: A gLite-style ClassAd Requirements expression, as canonical ClassAd text.
     requirements_expression: str | None = None

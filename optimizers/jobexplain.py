@@ -12,16 +12,16 @@ from optimizers.datalocation import DatabaseCatalogue, ReplicaCatalogue, explain
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, explain_requirements, serves_vo
-from taskqueue.database import Session
-from taskqueue.definitions import JobRequirements, TaskQueueDefinition
-from taskqueue.errors import InvalidInputError
-from taskqueue.explain import RuleResult, explain_match
-from taskqueue.limits import site_bans
-from taskqueue.models import Job, SubmitPool
-from taskqueue.queues import waiting_definition
-from taskqueue.resources import Resource
-from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue, submit_pool_id
+from taskqueue.core.definitions import JobRequirements, TaskQueueDefinition
+from taskqueue.core.errors import InvalidInputError
+from taskqueue.core.resources import Resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job, SubmitPool
+from taskqueue.matching.explain import RuleResult, explain_match
+from taskqueue.matching.limits import site_bans
+from taskqueue.queues.submitpools import get_submit_pools_for_queue, submit_pool_id
+from taskqueue.queues.taskqueues import waiting_definition
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def explain_every_queue(session: Session, settings: Settings, resources: Resourc
 
 def _site_mask_rule(session: Session, vo: str, resource: Resource
                     ) -> tuple[list[RuleResult], Resource]:
-    """The site mask as the matcher applies it (taskqueue.limits.claim_for_pilot): a
+    """The site mask as the matcher applies it (taskqueue.matching.limits.claim_for_pilot): a
     resource whose every site is banned for the VO gets no job; one with some sites banned
     is matched for the others. The rule (when a site of the resource is banned) and the
     resource the other rules judge."""

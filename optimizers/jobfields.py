@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskqueue.errors import InvalidInputError
+from taskqueue.core.errors import InvalidInputError
 
 Raw = dict[str, tuple[str, Any]]
 #: The fields of a parametric description; a named sequence adds ``.NAME`` (Parameters.A).

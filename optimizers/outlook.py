@@ -2,7 +2,7 @@
 queue presents (its parameters and SubmitPools) matched against the task queues, ClassAd
 expressions included, as the matcher would. For the dashboard's queue snapshot and pages and
 the watchdog's search for jobs no queue can run; all queues are matched in one pass
-(taskqueue.reach)."""
+(taskqueue.matching.reach)."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from collections.abc import Iterable, Mapping
 from optimizers.classads import expression_check
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, serves_vo
-from taskqueue.database import Session
-from taskqueue.matching import ExpressionCheck
-from taskqueue.reach import Reach, reach
-from taskqueue.resources import Resource
-from taskqueue.sitestatus import VoQueueKey
-from taskqueue.submitpools import submit_pools_by_queue
+from taskqueue.core.resources import Resource
+from taskqueue.db.database import Session
+from taskqueue.matching.claim import ExpressionCheck
+from taskqueue.matching.reach import Reach, reach
+from taskqueue.pilots.sitestatus import VoQueueKey
+from taskqueue.queues.submitpools import submit_pools_by_queue
 
 
 def described_queues(session: Session, config: ResourcesConfig, vos: Iterable[str]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from optimizers.resources import ResourcesConfig, Value
-from taskqueue.resources import Resource, parse_resource
+from taskqueue.core.resources import Resource, parse_resource
 
 #: Seconds a director's pilot keeps free before its wall limit (its ``--margin``).
 PILOT_MARGIN = 60

@@ -36,7 +36,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, NoReturn, overload
 
-from taskqueue.errors import ConfigurationError, InvalidRequirementsError, NotFoundError
+from taskqueue.core.errors import ConfigurationError, InvalidRequirementsError, NotFoundError
 
 Scalar = str | int | float
 Value = Scalar | tuple[Scalar, ...]

@@ -14,9 +14,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from taskqueue.database import Session
-from taskqueue.errors import CatalogueUnavailableError
-from taskqueue.settings import CatalogueSettings
+from taskqueue.core.errors import CatalogueUnavailableError
+from taskqueue.core.settings import CatalogueSettings
+from taskqueue.db.database import Session
 
 #: DIDs asked for per call (Rucio's bulk replica lookup).
 _CHUNK = 500

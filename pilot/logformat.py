@@ -2,7 +2,7 @@
 record a line, the further lines of a message indented, and a record that concerns one job
 marked with its id (``[job 42]`` after the logger's name). The service shows each user the
 records of their own jobs and the pilot-wide ones that name no other job
-(taskqueue.pilotlogs.part_for_owner); operators read all of it.
+(taskqueue.pilots.pilotlogs.part_for_owner); operators read all of it.
 
 A record names a job's executable, files or processes only with that job's mark."""
 

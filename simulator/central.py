@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from simulator.config import Scenario
-from taskqueue.buckets import cpu_time_bucket, significant_bits_bucket
+from taskqueue.core.buckets import cpu_time_bucket, significant_bits_bucket
 
 
 @dataclass(slots=True)
@@ -84,8 +84,8 @@ class ModelQueue:
 
 
 class VoQueues:
-    """The matcher as a model (``taskqueue.matching``): task queues keyed by cores, CPU-time
-    bucket (of the CPU time per core, ``taskqueue.definitions``) and memory bucket; a request
+    """The matcher as a model (``taskqueue.matching.claim``): task queues keyed by cores, CPU-time
+    bucket (of the CPU time per core, ``taskqueue.core.definitions``) and memory bucket; a request
     matches the non-empty queues whose cores, CPU time and memory it can hold; the draw is the
     matcher's race of exponential clocks (the matching queue with the smallest key is drawn,
     and its key advances by an Exp(priority) step, all priorities equal; a queue that becomes

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from taskqueue.settings import DEFAULT_CPU_SEGMENTS
+from taskqueue.core.settings import DEFAULT_CPU_SEGMENTS
 
 HOUR = 3600.0
 DAY = 86400.0

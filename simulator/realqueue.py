@@ -1,7 +1,7 @@
 """The real task queues as a simulation's central queue: each simulated job is stored and
 queued by the task-queue package on an SQLite file, and each match request of a simulated
 pilot is the resource description the real pilot builds (:class:`pilot.resource.NodeDescription`)
-claimed with :func:`taskqueue.matching.claim_jobs`, as the matcher's Python path does. Slow (a
+claimed with :func:`taskqueue.matching.claim.claim_jobs`, as the matcher's Python path does. Slow (a
 transaction per request) and meant for small scenarios: it is what the model of
 :class:`simulator.central.ModelQueue` is checked against."""
 
@@ -17,15 +17,15 @@ from sqlalchemy import Engine
 from pilot.resource import NodeDescription
 from simulator.central import Job
 from simulator.config import Scenario
-from taskqueue.buckets import significant_bits_bucket
-from taskqueue.database import make_session_factory
-from taskqueue.definitions import JobRequirements
-from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.matching import claim_jobs
-from taskqueue.queues import QueueEntry, enqueue_jobs
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings, TaskQueueSettings
-from taskqueue.states import JobStatus
+from taskqueue.core.buckets import significant_bits_bucket
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings, TaskQueueSettings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import make_session_factory
+from taskqueue.matching.claim import claim_jobs
+from taskqueue.queues.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.queues.taskqueues import QueueEntry, enqueue_jobs
 
 #: The simulated time 0.
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

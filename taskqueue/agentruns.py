@@ -14,7 +14,7 @@ from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from taskqueue.models import AgentRun
+from taskqueue.db.models import AgentRun
 
 
 def start_run(session: Session, name: str, *, holder: str, now: datetime, interval: int,

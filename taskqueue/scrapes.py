@@ -7,7 +7,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 
-from taskqueue.settings import MatcherSettings
+from taskqueue.core.settings import MatcherSettings
 
 
 def scraper_admitted(settings: MatcherSettings, authorization: str, peer: str | None) -> bool:

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import delete
 from sqlalchemy.orm import Session
 
-from taskqueue.models import DashboardSignOut
+from taskqueue.db.models import DashboardSignOut
 
 
 def record_sign_out(session: Session, session_id: str, *, expires_at: datetime,

@@ -21,10 +21,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from gridpilot import schema
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import Base
-from taskqueue.pilotmatch import MatchDatabase
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import Base
+from taskqueue.pilots.pilotmatch import MatchDatabase
 from tests import helpers
 
 SERVER_ENV = {"postgresql": "GRIDPILOT_TEST_POSTGRES_URL", "mariadb": "GRIDPILOT_TEST_MARIADB_URL"}
@@ -49,7 +49,7 @@ class Database:
     url: str
     engine: Engine
     factory: sessionmaker[Session]
-    #: Where taskqueue.pilotmatch runs a match (the claim function's autocommit engine on a
+    #: Where taskqueue.pilots.pilotmatch runs a match (the claim function's autocommit engine on a
     #: server).
     matches: MatchDatabase
 
@@ -101,8 +101,8 @@ def database(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
         next(urls, None)
 
 
-#: How the matching tests claim: taskqueue.matching.claim_jobs in the test's transaction, or
-#: the matcher's entry point taskqueue.pilotmatch.match_for_pilot (on PostgreSQL and MariaDB,
+#: How the matching tests claim: taskqueue.matching.claim.claim_jobs in the test's transaction, or
+#: the matcher's entry point taskqueue.pilots.pilotmatch.match_for_pilot (on PostgreSQL and MariaDB,
 #: the database's claim function) after the test's earlier transactions committed.
 CLAIM_ENTRIES = ("claim_jobs", "match_for_pilot")
 
@@ -185,7 +185,7 @@ def sandbox_settings(request: pytest.FixtureRequest, settings: Settings,
                      tmp_path: Path) -> Settings:
     """The test's settings with each sandbox store: a local folder of its own, or a bucket of
     its own on the moto server."""
-    from taskqueue.sandboxstore import S3Store
+    from taskqueue.files.sandboxstore import S3Store
 
     if request.param == "local":
         return replace(settings, sandboxes=replace(

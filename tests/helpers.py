@@ -13,14 +13,14 @@ import pytest
 from sqlalchemy.orm import Session
 
 from optimizers.description import JobDescriptionError
-from taskqueue.definitions import JobRequirements
-from taskqueue.jobs import NewJob, add_jobs, apply_transition
-from taskqueue.matching import Claim, ExpressionCheck, claim_jobs
-from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
-from taskqueue.queues import QueueEntry, enqueue_jobs
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.matching.claim import Claim, ExpressionCheck, claim_jobs
+from taskqueue.pilots.pilotmatch import MatchDatabase, match_for_pilot
+from taskqueue.queues.jobs import NewJob, add_jobs, apply_transition
+from taskqueue.queues.taskqueues import QueueEntry, enqueue_jobs
 
 
 def requirements(**kw: Any) -> JobRequirements:
@@ -55,7 +55,8 @@ def claim(session: Session, now: datetime, count: int = 1, rng: random.Random | 
           expression_check: ExpressionCheck | None = None, **resource: Any) -> list[Claim]:
     """Claim jobs for a resource (vo lhcb, pilot-1 unless given): in ``session`` with
     claim_jobs, or, under the ``claim_entry`` fixture's "match_for_pilot", through
-    taskqueue.pilotmatch in transactions of its own (``session`` must hold no change then)."""
+    taskqueue.pilots.pilotmatch in transactions of its own (``session`` must hold no change
+    then)."""
     resource.setdefault("vo", "lhcb")
     resource.setdefault("pilot_reference", "pilot-1")
     if CLAIM_VIA is not None and CLAIM_VIA[0] == "match_for_pilot":

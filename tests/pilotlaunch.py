@@ -16,8 +16,8 @@ from agents.context import AgentContext
 from agents.director import Director, QueueTarget
 from pilot.cli import parser, pilot_options
 from pilot.loop import Pilot
-from taskqueue.database import SessionFactory
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import SessionFactory
 
 #: The pilot's clock: it starts at this time and asks for its first job at once.
 START = 1_800_000_000.0

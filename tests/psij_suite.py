@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from gridpilot import schema  # noqa: E402
 from gridpilot.devserver import matcher_server  # noqa: E402
-from taskqueue.database import make_engine  # noqa: E402
+from taskqueue.db.database import make_engine  # noqa: E402
 from taskqueue.tokens import issue_token  # noqa: E402
 from tests.helpers import write_token_file  # noqa: E402
 

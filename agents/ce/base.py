@@ -62,7 +62,7 @@ class CEPilot:
 
 @dataclass(frozen=True)
 class CEState:
-    """What a CE says of one pilot: its status among taskqueue.pilots.PILOT_STATES, why (for
+    """What a CE says of one pilot: its status among taskqueue.pilots.records.PILOT_STATES, why (for
     Failed, Aborted and Lost), and its exit code when it ended and the CE knows it."""
 
     status: str

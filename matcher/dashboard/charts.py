@@ -8,7 +8,7 @@ import math
 from datetime import datetime
 from html import escape
 
-from taskqueue.activity import Series
+from taskqueue.pilots.activity import Series
 
 WIDTH, HEIGHT = 760, 230
 LEFT, RIGHT, TOP, BOTTOM = 56, 16, 14, 30

@@ -16,12 +16,12 @@ from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
 from optimizers.jobexplain import explain_every_queue, explain_job
 from optimizers.resources import ResourcesConfig, serves_vo
-from taskqueue.database import Session
-from taskqueue.errors import GridpilotError
-from taskqueue.jobs import JobFilter, find_jobs, job_history
-from taskqueue.models import Job
-from taskqueue.queues import task_queue_of
-from taskqueue.states import FINAL_STATES, JobStatus, is_allowed
+from taskqueue.core.errors import GridpilotError
+from taskqueue.core.states import FINAL_STATES, JobStatus, is_allowed
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job
+from taskqueue.queues.jobs import JobFilter, find_jobs, job_history
+from taskqueue.queues.taskqueues import task_queue_of
 
 FILTERS = ("status", "owner", "owner_group", "site", "job_type", "job_name", "job_group")
 STATUSES = tuple(s.value for s in JobStatus)

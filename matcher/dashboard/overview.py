@@ -10,7 +10,10 @@ from flask import Response, redirect, request, url_for
 from matcher.dashboard.charts import bar, line_chart
 from matcher.dashboard.web import Page, bp, page, render
 from matcher.problems import Problem
-from taskqueue.activity import (
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import Session
+from taskqueue.matching.limits import site_bans
+from taskqueue.pilots.activity import (
     HOUR,
     MINUTE,
     activity_series,
@@ -21,9 +24,6 @@ from taskqueue.activity import (
     site_totals,
     status_series,
 )
-from taskqueue.database import Session
-from taskqueue.limits import site_bans
-from taskqueue.states import JobStatus
 
 #: The time ranges the charts offer: how far back, and the tier of rows they read.
 RANGES: dict[str, tuple[timedelta, int]] = {

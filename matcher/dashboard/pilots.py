@@ -13,11 +13,11 @@ from matcher.dashboard.taskqueues import int_arg, text_arg
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.pilots import read_log
 from matcher.problems import Problem
-from taskqueue.database import Session
-from taskqueue.errors import ConflictError, NotFoundError
-from taskqueue.models import DirectorQueue
-from taskqueue.pilotlogs import request_kill
-from taskqueue.pilots import (
+from taskqueue.core.errors import ConflictError, NotFoundError
+from taskqueue.db.database import Session
+from taskqueue.db.models import DirectorQueue
+from taskqueue.pilots.pilotlogs import request_kill
+from taskqueue.pilots.records import (
     ALIVE_STATES,
     FINAL_PILOT_STATES,
     PILOT_STATES,
@@ -27,7 +27,7 @@ from taskqueue.pilots import (
     pilot_of_vo,
     runs_of_pilot,
 )
-from taskqueue.sitestatus import queue_states
+from taskqueue.pilots.sitestatus import queue_states
 
 FILTERS = ("site", "ce", "queue", "status")
 LIMITS = {"site": 128, "ce": 255, "queue": 128, "status": 32}

@@ -12,12 +12,18 @@ from matcher.dashboard.charts import bar
 from matcher.dashboard.overview import STALE
 from matcher.dashboard.web import Page, bp, page, render, safe_next
 from matcher.problems import Problem
-from taskqueue.activity import SiteTotals, site_totals
-from taskqueue.database import Session
-from taskqueue.limits import ban_site, site_bans, unban_site
-from taskqueue.models import DirectorQueue, SiteBan
-from taskqueue.pilots import ALIVE_STATES, retry_queue
-from taskqueue.sitestatus import LimitUsage, QueueState, director_states, limit_usage, queue_states
+from taskqueue.db.database import Session
+from taskqueue.db.models import DirectorQueue, SiteBan
+from taskqueue.matching.limits import ban_site, site_bans, unban_site
+from taskqueue.pilots.activity import SiteTotals, site_totals
+from taskqueue.pilots.records import ALIVE_STATES, retry_queue
+from taskqueue.pilots.sitestatus import (
+    LimitUsage,
+    QueueState,
+    director_states,
+    limit_usage,
+    queue_states,
+)
 
 #: Longest site name (the column's) and reason accepted from the forms.
 MAX_SITE, MAX_REASON = 128, 255

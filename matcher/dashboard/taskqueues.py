@@ -11,12 +11,12 @@ from flask import Response, request
 from matcher.dashboard.web import Page, bp, page, query_url, render
 from matcher.problems import Problem
 from optimizers.outlook import queue_reach
-from taskqueue.database import Session
-from taskqueue.errors import NotFoundError
-from taskqueue.models import SubmitPool
-from taskqueue.queues import next_jobs, queue_page
-from taskqueue.shares import share_table
-from taskqueue.submitpools import queues_of_pool
+from taskqueue.core.errors import NotFoundError
+from taskqueue.db.database import Session
+from taskqueue.db.models import SubmitPool
+from taskqueue.queues.shares import share_table
+from taskqueue.queues.submitpools import queues_of_pool
+from taskqueue.queues.taskqueues import next_jobs, queue_page
 
 #: Jobs shown on a task queue's page: the next ones its pilots would get.
 NEXT_JOBS = 20

@@ -21,8 +21,8 @@ from matcher.dashboard.session import Viewer
 from matcher.idp import CANCEL, MODIFY
 from matcher.problems import Problem, status_of
 from matcher.runtime import Runtime, runtime_of
-from taskqueue.buckets import memory_text
-from taskqueue.errors import GridpilotError
+from taskqueue.core.buckets import memory_text
+from taskqueue.core.errors import GridpilotError
 from taskqueue.signouts import is_signed_out
 
 bp = Blueprint("ui", __name__, url_prefix="/ui", template_folder="templates",

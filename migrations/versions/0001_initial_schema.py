@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -35,8 +35,8 @@ def upgrade() -> None:
         sa.Column("ce", sa.String(length=255), nullable=False),
         sa.Column("queue", sa.String(length=128), nullable=False),
         sa.Column("status", sa.String(length=32), nullable=False),
-        sa.Column("submitted_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.Column("last_seen_at", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("submitted_at", taskqueue.db.models.UTCDateTime(), nullable=False),
+        sa.Column("last_seen_at", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_pilots")),
         sa.UniqueConstraint("reference", name=op.f("uq_pilots_reference")),
     )
@@ -51,8 +51,8 @@ def upgrade() -> None:
         "submit_pools",
         sa.Column("id", sa.String(length=64), nullable=False),
         sa.Column("requirements", sa.Text(), nullable=False),
-        sa.Column("created_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.Column("updated_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("created_at", taskqueue.db.models.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_submit_pools")),
     )
     op.create_table(
@@ -79,10 +79,10 @@ def upgrade() -> None:
         sa.Column("submit_pool", sa.String(length=64), nullable=True),
         sa.Column("site", sa.String(length=128), nullable=True),
         sa.Column("pilot_reference", sa.String(length=255), nullable=True),
-        sa.Column("submitted_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.Column("started_at", taskqueue.models.UTCDateTime(), nullable=True),
-        sa.Column("ended_at", taskqueue.models.UTCDateTime(), nullable=True),
-        sa.Column("heartbeat_at", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("submitted_at", taskqueue.db.models.UTCDateTime(), nullable=False),
+        sa.Column("started_at", taskqueue.db.models.UTCDateTime(), nullable=True),
+        sa.Column("ended_at", taskqueue.db.models.UTCDateTime(), nullable=True),
+        sa.Column("heartbeat_at", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.Column("reschedule_count", sa.Integer(), nullable=False),
         sa.ForeignKeyConstraint(
             ["submit_pool"],
@@ -105,7 +105,7 @@ def upgrade() -> None:
         sa.Column("site", sa.String(length=128), nullable=False),
         sa.Column("ce", sa.String(length=255), nullable=False),
         sa.Column("queue", sa.String(length=128), nullable=False),
-        sa.Column("refreshed_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("refreshed_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(
             ["pool_id"],
             ["submit_pools.id"],
@@ -144,8 +144,8 @@ def upgrade() -> None:
         sa.Column("jobs_inserted", sa.BigInteger(), nullable=False),
         sa.Column("active", sa.Integer(), nullable=False),
         sa.Column("draw_key", sa.Float(), nullable=False),
-        sa.Column("created_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.Column("emptied_at", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("created_at", taskqueue.db.models.UTCDateTime(), nullable=False),
+        sa.Column("emptied_at", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.ForeignKeyConstraint(
             ["submit_pool"],
             ["submit_pools.id"],
@@ -174,7 +174,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
-        sa.Column("at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.Column("status", sa.String(length=16), nullable=False),
         sa.Column("minor_status", sa.String(length=255), nullable=False),
         sa.Column("source", sa.String(length=64), nullable=False),

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column("owner_group", sa.String(length=128), nullable=False),
         sa.Column("share", sa.Float(), nullable=False),
         sa.Column("updated_by", sa.String(length=255), nullable=False),
-        sa.Column("updated_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("updated_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("vo", "owner_group", name=op.f("pk_group_shares")),
     )
     op.create_table(
@@ -37,7 +37,7 @@ def upgrade() -> None:
         sa.Column("site", sa.String(length=128), nullable=False),
         sa.Column("reason", sa.String(length=255), nullable=False),
         sa.Column("banned_by", sa.String(length=255), nullable=False),
-        sa.Column("banned_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("banned_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("vo", "site", name=op.f("pk_site_bans")),
     )
     op.create_table(
@@ -55,8 +55,8 @@ def upgrade() -> None:
         sa.Column("value", sa.String(length=128), nullable=False),
         sa.Column("max_running", sa.Integer(), nullable=True),
         sa.Column("matching_delay", sa.Integer(), nullable=True),
-        sa.Column("last_matched_at", taskqueue.models.UTCDateTime(), nullable=True),
-        sa.Column("updated_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("last_matched_at", taskqueue.db.models.UTCDateTime(), nullable=True),
+        sa.Column("updated_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_site_limits")),
         sa.UniqueConstraint(
             "vo",

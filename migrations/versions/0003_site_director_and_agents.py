@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -55,8 +55,8 @@ def upgrade() -> None:
     op.create_table(
         "agent_runs",
         sa.Column("name", sa.String(length=64), nullable=False),
-        sa.Column("started_at", taskqueue.models.UTCDateTime(), nullable=False),
-        sa.Column("finished_at", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("started_at", taskqueue.db.models.UTCDateTime(), nullable=False),
+        sa.Column("finished_at", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.Column("holder", sa.String(length=255), nullable=False),
         sa.Column("summary", sa.String(length=255), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_agent_runs")),
@@ -67,9 +67,9 @@ def upgrade() -> None:
         sa.Column("ce", sa.String(length=255), nullable=False),
         sa.Column("queue", sa.String(length=128), nullable=False),
         sa.Column("failures", sa.Integer(), nullable=False),
-        sa.Column("skip_until", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("skip_until", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.Column("last_error", sa.String(length=255), nullable=False),
-        sa.Column("last_cycle_at", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("last_cycle_at", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("site", "ce", "queue", name=op.f("pk_director_queues")),
     )
     with op.batch_alter_table("pilots", schema=None) as batch_op:
@@ -78,7 +78,8 @@ def upgrade() -> None:
         batch_op.add_column(
             sa.Column("reason", sa.String(length=255), nullable=False, server_default="")
         )
-        batch_op.add_column(sa.Column("updated_at", taskqueue.models.UTCDateTime(), nullable=True))
+        batch_op.add_column(sa.Column("updated_at", taskqueue.db.models.UTCDateTime(),
+                                      nullable=True))
         batch_op.create_index(
             batch_op.f("ix_pilots_status_executor"), ["status", "executor"], unique=False
         )

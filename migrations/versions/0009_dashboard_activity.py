@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -26,7 +26,7 @@ def upgrade() -> None:
     op.create_table(
         "job_counts",
         sa.Column("period", sa.Integer(), nullable=False),
-        sa.Column("at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.Column("vo", sa.String(length=64), nullable=False),
         sa.Column("dimension", sa.String(length=16), nullable=False),
         sa.Column("value", sa.String(length=128), nullable=False),
@@ -37,7 +37,7 @@ def upgrade() -> None:
     op.create_table(
         "site_activity",
         sa.Column("period", sa.Integer(), nullable=False),
-        sa.Column("start", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("start", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.Column("vo", sa.String(length=64), nullable=False),
         sa.Column("site", sa.String(length=128), nullable=False),
         sa.Column("matched", sa.Integer(), nullable=False),
@@ -51,13 +51,13 @@ def upgrade() -> None:
         sa.Column("site", sa.String(length=128), nullable=False),
         sa.Column("ce", sa.String(length=255), nullable=False),
         sa.Column("queue", sa.String(length=128), nullable=False),
-        sa.Column("at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.Column("configured", sa.Integer(), nullable=False),
         sa.Column("running", sa.Integer(), nullable=False),
         sa.Column("waiting_for", sa.Integer(), nullable=True),
         sa.Column("task_queues", sa.Integer(), nullable=True),
         sa.Column("pilots", sa.Text(), nullable=False),
-        sa.Column("last_pilot_seen", taskqueue.models.UTCDateTime(), nullable=True),
+        sa.Column("last_pilot_seen", taskqueue.db.models.UTCDateTime(), nullable=True),
         sa.PrimaryKeyConstraint("vo", "site", "ce", "queue", name=op.f("pk_queue_status")),
     )
     with op.batch_alter_table("job_status_history", schema=None) as batch_op:

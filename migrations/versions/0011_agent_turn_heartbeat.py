@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0011"
 down_revision: str | None = "0009"
@@ -22,7 +22,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("agent_runs", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("renewed_at", taskqueue.models.UTCDateTime(),
+        batch_op.add_column(sa.Column("renewed_at", taskqueue.db.models.UTCDateTime(),
                                       nullable=True))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0012"
 down_revision: str | None = "0011"
@@ -26,7 +26,7 @@ def upgrade() -> None:
         "sandboxes",
         sa.Column("id", sa.String(length=80), nullable=False),
         sa.Column("size", sa.BigInteger(), nullable=False),
-        sa.Column("created_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("created_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_sandboxes")),
     )
     op.create_table(
@@ -36,7 +36,7 @@ def upgrade() -> None:
         sa.Column("owner", sa.String(length=255), nullable=False),
         sa.Column("owner_group", sa.String(length=128), nullable=False),
         sa.Column("output", sa.Integer(), nullable=False),
-        sa.Column("created_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("created_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.ForeignKeyConstraint(["sandbox_id"], ["sandboxes.id"],
                                 name=op.f("fk_sandbox_owners_sandbox_id_sandboxes"),
                                 ondelete="CASCADE"),

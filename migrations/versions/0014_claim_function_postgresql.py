@@ -1,7 +1,7 @@
 """PostgreSQL: the common claim as one database function, gridpilot_claim, so that a pilot's
 match is one round trip (draw, take the job, advance the queue's clock, the status change and
-its history, the payload columns) run in autocommit. taskqueue/pilotmatch.py calls it and
-says which cases it hands back to the Python path (taskqueue/matching.py), whose rules it
+its history, the payload columns) run in autocommit. taskqueue/pilots/pilotmatch.py calls it and
+says which cases it hands back to the Python path (taskqueue/matching/claim.py), whose rules it
 follows one for one. Other databases: nothing here.
 
 Revision ID: 0014
@@ -20,7 +20,7 @@ down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: The function's text. Its rules are those of taskqueue.matching (see there for why each
+#: The function's text. Its rules are those of taskqueue.matching.claim (see there for why each
 #: is so); every check of a value table is a correlated EXISTS fenced by OFFSET 0, so that it
 #: stays one key probe per queue the walk reaches.
 CLAIM_FUNCTION = r"""

@@ -1,7 +1,7 @@
 """MariaDB: the common claim as one stored procedure, gridpilot_claim, so that a pilot's match
 is one round trip, as migration 0014's function makes it on PostgreSQL: same inputs, same
-rules (those of taskqueue.matching, one for one), same result columns and row kinds.
-taskqueue/pilotmatch.py calls it. Other databases: nothing here.
+rules (those of taskqueue.matching.claim, one for one), same result columns and row kinds.
+taskqueue/pilots/pilotmatch.py calls it. Other databases: nothing here.
 
 What differs from PostgreSQL, and why:
 
@@ -23,7 +23,7 @@ What differs from PostgreSQL, and why:
   examines.
 - Every check of a value table is a scalar subquery (``(SELECT 1 ... LIMIT 1) IS [NOT]
   NULL``): MariaDB turns EXISTS into IN and materialises it for all queues, a scalar subquery
-  stays a dependent probe per queue (see taskqueue.matching._exists).
+  stays a dependent probe per queue (see taskqueue.matching.claim._exists).
 - The job is taken with SELECT ... FOR UPDATE SKIP LOCKED, then deleted by its key (MariaDB
   refuses a locking subquery on the table a DELETE changes); the queue's row likewise.
 - The procedure runs its own transaction (READ COMMITTED, like the Python path's sessions),

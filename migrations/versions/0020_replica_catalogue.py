@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0020"
 down_revision: str | None = "0017"
@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column("lfn_key", sa.String(length=64), nullable=False),
         sa.Column("se", sa.String(length=64), nullable=False),
         sa.Column("lfn", sa.String(length=1024), nullable=False),
-        sa.Column("registered_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("registered_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("vo", "lfn_key", "se", name=op.f("pk_file_replicas")),
     )
     with op.batch_alter_table("file_replicas", schema=None) as batch_op:

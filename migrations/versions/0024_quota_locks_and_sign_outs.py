@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0024"
 down_revision: str | None = "0023"
@@ -31,7 +31,7 @@ def upgrade() -> None:
     op.create_table(
         "dashboard_sign_outs",
         sa.Column("session_id", sa.String(length=64), nullable=False),
-        sa.Column("expires_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("expires_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("session_id", name=op.f("pk_dashboard_sign_outs")),
     )
     op.create_index(op.f("ix_dashboard_sign_outs_expires_at"), "dashboard_sign_outs",

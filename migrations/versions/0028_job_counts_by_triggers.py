@@ -6,7 +6,7 @@ Triggers on ``jobs`` add a row to ``job_count_deltas`` for every INSERT of jobs 
 change of a job's status, and triggers on ``task_queue_jobs`` one to ``tq_waiting_deltas`` for
 every job put in or taken out of a queue, in the writer's transaction: rows are only added, so
 no two writers wait on each other. The activity loop folds them into ``job_status_totals`` and
-``tq_waiting`` and deletes them (taskqueue.jobcounts). Deleting a job writes no row: a job the
+``tq_waiting`` and deletes them (taskqueue.db.jobcounts). Deleting a job writes no row: a job the
 purge removed still counts in its last status, as the dashboard counted it through
 ``purged_jobs`` before. On MariaDB a foreign key's cascade fires no trigger; the only task
 queues ever deleted are empty ones.

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0029"
 down_revision: str | None = "0028"
@@ -26,7 +26,7 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.add_column("pilots", sa.Column("heard_after_end_at", taskqueue.models.UTCDateTime(),
+    op.add_column("pilots", sa.Column("heard_after_end_at", taskqueue.db.models.UTCDateTime(),
                                       nullable=True))
     op.create_table(
         "pilot_runs",
@@ -34,7 +34,7 @@ def upgrade() -> None:
         sa.Column("pilot_reference", sa.String(length=255), nullable=False),
         sa.Column("job_id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
                   nullable=False),
-        sa.Column("started_at", taskqueue.models.UTCDateTime(), nullable=False),
+        sa.Column("started_at", taskqueue.db.models.UTCDateTime(), nullable=False),
         sa.PrimaryKeyConstraint("vo", "pilot_reference", "job_id"),
     )
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import taskqueue.models
+import taskqueue.db.models
 
 revision: str = "0031"
 down_revision: str | None = "0030"
@@ -28,11 +28,11 @@ def upgrade() -> None:
     with op.batch_alter_table("director_queues", schema=None) as batch_op:
         batch_op.add_column(sa.Column("poll_failures", sa.Integer(), server_default="0",
                                       nullable=False))
-        batch_op.add_column(sa.Column("poll_skip_until", taskqueue.models.UTCDateTime(),
+        batch_op.add_column(sa.Column("poll_skip_until", taskqueue.db.models.UTCDateTime(),
                                       nullable=True))
         batch_op.add_column(sa.Column("poll_error", sa.String(length=255), server_default="",
                                       nullable=False))
-        batch_op.add_column(sa.Column("retry_requested_at", taskqueue.models.UTCDateTime(),
+        batch_op.add_column(sa.Column("retry_requested_at", taskqueue.db.models.UTCDateTime(),
                                       nullable=True))
         batch_op.add_column(sa.Column("retry_requested_by", sa.String(length=255),
                                       server_default="", nullable=False))

@@ -13,7 +13,7 @@ from flask import Flask
 from matcher.app import create_app
 from matcher.auth import issue_token
 from matcher.runtime import runtime_of
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 from tests.api.helpers import GROUP, OTHER_VO, PILOT_REF, SITE, VO, Api
 from tests.conftest import Database
 

@@ -10,7 +10,7 @@ from typing import Any
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 
 PROBLEM = "application/problem+json"
 VO = "lhcb"

@@ -18,8 +18,8 @@ import matcher.app  # noqa: F401  (registers every blueprint, so OPERATIONS is c
 from matcher.api import OPERATIONS, Operation
 from matcher.runtime import runtime_of
 from pilot.archive import Member, pack, sandbox_id
-from taskqueue.pilotlogs import pack_log, record_log
-from taskqueue.pilots import record_new_pilots, record_submission
+from taskqueue.pilots.pilotlogs import pack_log, record_log
+from taskqueue.pilots.records import record_new_pilots, record_submission
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import (
     HELLO_JDL,

@@ -11,7 +11,7 @@ from collections import Counter
 from sqlalchemy import func, select
 
 from optimizers.description import MAX_DESCRIPTION_BYTES, MAX_PARAMETRIC_JOBS
-from taskqueue.models import Job, JobStatusHistory, TaskQueueJob
+from taskqueue.db.models import Job, JobStatusHistory, TaskQueueJob
 from tests.api.helpers import PILOT_REF, Api, assert_problem
 from tests.conftest import Database
 

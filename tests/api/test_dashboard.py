@@ -18,9 +18,9 @@ from werkzeug.test import TestResponse
 from agents.context import AgentContext
 from agents.maintenance import record_dashboard_activity
 from matcher.dashboard import session as cookies
-from taskqueue.models import DirectorQueue, Job, JobStatusHistory, SiteBan
-from taskqueue.pilots import record_ce_failure, record_submission_failure
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import DirectorQueue, Job, JobStatusHistory, SiteBan
+from taskqueue.pilots.records import record_ce_failure, record_submission_failure
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
 from tests.conftest import Database

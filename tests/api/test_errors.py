@@ -14,7 +14,7 @@ import pytest
 from flask import Flask
 
 from matcher.auth import issue_token
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 from tests.api.conftest import SECRET
 from tests.api.helpers import HELLO_JDL, PILOT_REF, SITE, VO, Api, assert_problem
 

@@ -41,7 +41,7 @@ def test_a_pilot_naming_a_thousand_sites_is_matched(client: Api, user_token: str
                                                     pilot_token: str) -> None:
     """The schema takes up to 1,000 sites. One OR term per site passed SQLite's expression
     depth of 1,000 near that many sites (the match was answered 503); above MANY_SITES the
-    claim's site condition is one set term (taskqueue.matching._sites_allow)."""
+    claim's site condition is one set term (taskqueue.matching.claim._sites_allow)."""
     (job_id,) = client.submit_jdl(user_token, 'Executable = "x"; CPUTime = 600;')
     assert [j["job_id"] for j in client.match(
         pilot_token, site=SITES, pilot_reference=PILOT_REF)["jobs"]] == [job_id]

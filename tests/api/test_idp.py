@@ -27,8 +27,8 @@ from flask.testing import FlaskClient
 
 from matcher.idp import IdentityProviders
 from matcher.runtime import runtime_of
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import IssuerSettings, Settings, load_settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import IssuerSettings, Settings, load_settings
 from tests.api.conftest import TokenMaker
 from tests.api.helpers import HELLO_JDL, VO, assert_problem
 from tests.api.test_dashboard import csrf_of

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from flask import Flask
 
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 from tests.api.conftest import SECRET
 from tests.api.helpers import GROUP, HELLO_JDL, PILOT_REF, SITE, VO, Api, assert_problem
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from taskqueue.models import Job
+from taskqueue.db.models import Job
 from tests.api.conftest import TokenMaker
 from tests.api.helpers import OTHER_VO, PILOT_REF, SITE, VO, Api, assert_problem
 from tests.conftest import Database

@@ -17,8 +17,8 @@ import pytest
 from flask import Flask
 
 from matcher.metrics import Metrics
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import MatcherSettings, Settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import MatcherSettings, Settings
 from tests.api.helpers import Api, assert_problem
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ from typing import Any
 from flask import Flask
 
 from matcher.runtime import runtime_of
-from taskqueue.pilotlogs import record_ce_state
+from taskqueue.pilots.pilotlogs import record_ce_state
 from tests.api.helpers import SITE, Api, assert_problem
 from tests.api.test_dashboard import page, sign_in
 from tests.api.test_pilot_logs import CE, QUEUE, director_pilot

@@ -9,8 +9,8 @@ from functools import partial
 from flask import Flask
 
 from matcher.runtime import runtime_of
-from taskqueue.pilotlogs import pack_log, record_ce_state, record_log
-from taskqueue.pilots import PilotInfo, record_new_pilots, record_submission, register_pilot
+from taskqueue.pilots.pilotlogs import pack_log, record_ce_state, record_log
+from taskqueue.pilots.records import PilotInfo, record_new_pilots, record_submission, register_pilot
 from tests.api.helpers import OTHER_VO, SITE, Api, assert_problem
 
 CE, QUEUE = "ce503.cern.ch", "condor"

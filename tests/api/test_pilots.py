@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from taskqueue.settings import Settings
-from taskqueue.stalled import lock_jobs_of_dead_pilots
+from taskqueue.core.settings import Settings
+from taskqueue.queues.stalled import lock_jobs_of_dead_pilots
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, OTHER_VO, PILOT_REF, SITE, VO, Api, assert_problem
 from tests.conftest import Database

@@ -16,8 +16,8 @@ from flask.testing import FlaskClient
 
 from matcher.dashboard import session as cookies
 from matcher.proxies import TrustedProxies, address_in, networks
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import MatcherSettings, Settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import MatcherSettings, Settings
 from tests.api.helpers import bearer
 from tests.api.test_dashboard import cookie_header, csrf_of
 

@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from taskqueue.models import FileReplica
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import FileReplica
 from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
 from tests.conftest import Database
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pilot.archive import Member, pack, sandbox_id
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 from tests.api.conftest import TokenMaker
 from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
 
@@ -245,7 +245,7 @@ def test_object_storage_moves_the_bytes_through_presigned_urls(
 
     import requests
 
-    from taskqueue.sandboxstore import S3Store
+    from taskqueue.files.sandboxstore import S3Store
 
     settings = replace(api_settings, sandboxes=replace(
         api_settings.sandboxes, backend="s3", endpoint_url=moto_endpoint,

@@ -31,7 +31,7 @@ from matcher import create_app
 from matcher.api import OPERATIONS
 from matcher.auth import issue_token
 from matcher.runtime import runtime_of
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
 from tests.conftest import Database
 
 ROOT = Path(__file__).resolve().parents[2]

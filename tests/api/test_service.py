@@ -13,7 +13,7 @@ from matcher.api import OPERATIONS
 from matcher.app import create_app
 from matcher.openapi import openapi_path
 from matcher.runtime import runtime_of
-from taskqueue.settings import DatabaseSettings, Settings
+from taskqueue.core.settings import DatabaseSettings, Settings
 from tests.api.helpers import PILOT_REF, SITE, Api, assert_problem
 
 IGNORED_METHODS = {"HEAD", "OPTIONS"}

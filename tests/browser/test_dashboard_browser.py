@@ -24,8 +24,8 @@ from sqlalchemy import func, select
 
 from gridpilot.devserver import matcher_server
 from matcher.auth import issue_token
-from taskqueue.limits import RUNNING_STATES
-from taskqueue.models import Job, Pilot, TaskQueueJob
+from taskqueue.db.models import Job, Pilot, TaskQueueJob
+from taskqueue.matching.limits import RUNNING_STATES
 from tests.conftest import Database
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The dashboard's counters and snapshots (taskqueue.activity) on every backend."""
+"""The dashboard's counters and snapshots (taskqueue.pilots.activity) on every backend."""
 
 from __future__ import annotations
 
@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import insert, select
 
-from taskqueue.activity import (
+from taskqueue.db.models import (
+    history_table,
+    job_counts_table,
+    jobs_table,
+    pilots_table,
+    site_activity_table,
+)
+from taskqueue.pilots.activity import (
     DAY,
     HOUR,
     MINUTE,
@@ -21,14 +28,7 @@ from taskqueue.activity import (
     site_totals,
     status_series,
 )
-from taskqueue.models import (
-    history_table,
-    job_counts_table,
-    jobs_table,
-    pilots_table,
-    site_activity_table,
-)
-from taskqueue.sitestatus import queue_states, record_queue_status
+from taskqueue.pilots.sitestatus import queue_states, record_queue_status
 from tests.conftest import Database
 
 NOW = datetime(2026, 11, 22, 12, 0, 30, tzinfo=UTC)

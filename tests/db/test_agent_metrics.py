@@ -18,10 +18,10 @@ from agents.context import AgentContext
 from agents.metrics import AgentMetrics, MetricsServer
 from agents.runner import Agents
 from taskqueue.agentruns import finish_run, start_run
-from taskqueue.database import Session, run_in_transaction
-from taskqueue.errors import ConfigurationError
-from taskqueue.models import DirectorQueue, Pilot
-from taskqueue.settings import DatabaseSettings, Settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import DatabaseSettings, Settings
+from taskqueue.db.database import Session, run_in_transaction
+from taskqueue.db.models import DirectorQueue, Pilot
 from tests.api.test_service import samples, value
 from tests.conftest import Database
 
@@ -106,7 +106,7 @@ def test_a_database_that_does_not_answer_is_said(settings: Settings) -> None:
         closed = s.getsockname()[1]
     dead = replace(settings, database=DatabaseSettings(
         url=f"postgresql+psycopg://postgres@127.0.0.1:{closed}/gone", connect_timeout=1))
-    from taskqueue.database import engine_for, make_session_factory
+    from taskqueue.db.database import engine_for, make_session_factory
 
     factory = make_session_factory(engine_for(dead.database))
     metrics = AgentMetrics(AgentContext(dead, factory), {"watchdog": 60})

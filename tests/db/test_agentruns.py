@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from taskqueue.agentruns import finish_run, renew_run, start_run
-from taskqueue.database import run_in_transaction
+from taskqueue.db.database import run_in_transaction
 from tests.conftest import Database
 
 LEASE = 90

@@ -1,4 +1,4 @@
-"""taskqueue.bulk's many-row inserts (an unnest on PostgreSQL, one JSON document on MariaDB,
+"""taskqueue.db.bulk's many-row inserts (an unnest on PostgreSQL, one JSON document on MariaDB,
 executemany on SQLite) store every value as a one-row INSERT would, and hand the ids back in
 the rows' order."""
 
@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import DBAPIError
 
-from taskqueue.bulk import insert_rows, insert_rows_returning_ids
-from taskqueue.models import history_table, jobs_table
+from taskqueue.db.bulk import insert_rows, insert_rows_returning_ids
+from taskqueue.db.models import history_table, jobs_table
 from tests.conftest import Database
 
 HOSTILE = ["plain", "quote ' and \" both", "back\\slash \\\\ and \\u00e9 as text", "émoji 🚀 ünï",

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from taskqueue.models import Pilot
-from taskqueue.pilotlogs import record_ce_state, record_log
-from taskqueue.pilots import PilotInfo, record_ce_failure, register_pilot, storable
+from taskqueue.db.models import Pilot
+from taskqueue.pilots.pilotlogs import record_ce_state, record_log
+from taskqueue.pilots.records import PilotInfo, record_ce_failure, register_pilot, storable
 from tests.conftest import Database
 
 

@@ -20,12 +20,12 @@ from optimizers.classads import expression_check
 from optimizers.description import JobDescriptionError
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, parse_resources
-from taskqueue.definitions import JobRequirements
-from taskqueue.jobs import NewJob, add_jobs, job_history
-from taskqueue.matching import claim_jobs
-from taskqueue.models import Job, SubmitPool, TaskQueue
-from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import Job, SubmitPool, TaskQueue
+from taskqueue.matching.claim import claim_jobs
+from taskqueue.queues.jobs import NewJob, add_jobs, job_history
+from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from tests.conftest import Database
 
 GRID = """

@@ -1,4 +1,4 @@
-"""The matcher's entry point, taskqueue.pilotmatch.match_for_pilot: on PostgreSQL the
+"""The matcher's entry point, taskqueue.pilots.pilotmatch.match_for_pilot: on PostgreSQL the
 database's claim function (migration 0014) does the common claim in one call; what it hands
 back (expression queues, sites with limits) goes through the Python path. The matching rules
 themselves run through both entry points in test_matching_rules, test_queues, test_grid_ce and
@@ -15,9 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select, text, update
 
-from taskqueue.database import make_engine
-from taskqueue.errors import ConflictError, DatabaseUnavailableError
-from taskqueue.limits import (
+from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine
+from taskqueue.db.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
+from taskqueue.matching.limits import (
     NO_MATCH_LIMITS,
     NO_MATCH_NO_JOB,
     NO_MATCH_SITE_BANNED,
@@ -25,10 +28,7 @@ from taskqueue.limits import (
     ban_site,
     set_limit,
 )
-from taskqueue.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
-from taskqueue.pilotmatch import SERVER_CLAIMS, MatchAnswer, MatchDatabase, match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.pilots.pilotmatch import SERVER_CLAIMS, MatchAnswer, MatchDatabase, match_for_pilot
 from tests.conftest import BACKENDS, Database
 from tests.helpers import claim, requirements, submit
 

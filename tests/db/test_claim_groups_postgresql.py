@@ -1,6 +1,6 @@
 """PostgreSQL: the claims that threads of one matcher process make at the same time run as a
-group, one statement and one transaction (taskqueue.pilotmatch._run_group, through
-taskqueue.groupcommit): each claim still follows its own pilot's description, a job is
+group, one statement and one transaction (taskqueue.pilots.pilotmatch._run_group, through
+taskqueue.db.groupcommit): each claim still follows its own pilot's description, a job is
 claimed once, each claim from a queue advances its clock, and one claim's failure is its own.
 
 A group is formed for certain, not by luck of timing: the first claim is held in the database
@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select, text, update
 
-from taskqueue import pilotmatch
-from taskqueue.database import make_engine
-from taskqueue.errors import ConflictError, DatabaseUnavailableError
-from taskqueue.limits import NO_MATCH_NO_JOB
-from taskqueue.models import Base, Job, JobStatusHistory, TaskQueue, TaskQueueJob
-from taskqueue.pilotmatch import GROUP_LANES, MatchAnswer, MatchDatabase, match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine
+from taskqueue.db.models import Base, Job, JobStatusHistory, TaskQueue, TaskQueueJob
+from taskqueue.matching.limits import NO_MATCH_NO_JOB
+from taskqueue.pilots import pilotmatch
+from taskqueue.pilots.pilotmatch import GROUP_LANES, MatchAnswer, MatchDatabase, match_for_pilot
 from tests.conftest import BACKENDS, Database
 from tests.helpers import requirements, submit
 

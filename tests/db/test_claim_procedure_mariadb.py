@@ -6,7 +6,7 @@ call nor match another label. The procedure runs its own transaction, which must
 back whole when it fails. A CALL answers with several result sets, which must all be read for
 the pooled connection (returned without a reset) to serve the next call.
 
-The matching rules themselves, through taskqueue.pilotmatch.match_for_pilot, are tested on
+The matching rules themselves, through taskqueue.pilots.pilotmatch.match_for_pilot, are tested on
 every backend elsewhere. These tests are parametrised over the MariaDB backend alone, so that
 they are not collected for SQLite or PostgreSQL; without a MariaDB server the module is
 skipped with that reason (conftest makes a missing server an error when servers are required).
@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from sqlalchemy import select, text
 
-from taskqueue.database import make_engine
-from taskqueue.errors import ConflictError, DatabaseUnavailableError
-from taskqueue.limits import ban_site
-from taskqueue.models import jobs_table, task_queues_table, tq_jobs_table
-from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine
+from taskqueue.db.models import jobs_table, task_queues_table, tq_jobs_table
+from taskqueue.matching.limits import ban_site
+from taskqueue.pilots.pilotmatch import MatchDatabase, match_for_pilot
 from tests.conftest import BACKENDS, Database
 from tests.helpers import requirements, submit
 

@@ -11,18 +11,18 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import func, select
 
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
-from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.db.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
+from taskqueue.pilots.pilotmatch import MatchDatabase, match_for_pilot
 from tests.conftest import CLAIM_ENTRIES, Database
 from tests.helpers import claim, requirements, submit
 
 
 def _claimer(url: str, pilot: str, start_at: float, entry: str = "claim_jobs") -> list[int]:
     """Claim until the queues are dry, through claim_jobs or the matcher's entry point
-    (taskqueue.pilotmatch: the database's claim function on a server); return the ids this
+    (taskqueue.pilots.pilotmatch: the database's claim function on a server); return the ids this
     process got."""
     engine = make_engine(url, pool_size=1)
     factory = make_session_factory(engine)

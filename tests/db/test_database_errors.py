@@ -7,8 +7,8 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from taskqueue.database import LOST_AT_COMMIT, make_engine, run_in_transaction
-from taskqueue.errors import ConfigurationError, DatabaseUnavailableError
+from taskqueue.core.errors import ConfigurationError, DatabaseUnavailableError
+from taskqueue.db.database import LOST_AT_COMMIT, make_engine, run_in_transaction
 from tests.conftest import Database
 
 SECRET_JDL = '[Executable = "secret-payload-7f3a"]'

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from taskqueue.matching import _shape, _statements, claim_jobs, condition_parameters
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.matching.claim import _shape, _statements, claim_jobs, condition_parameters
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

@@ -10,11 +10,11 @@ from sqlalchemy import select
 
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_text
-from taskqueue.definitions import TaskQueueDefinition
-from taskqueue.explain import explain_match
-from taskqueue.models import TaskQueueCE
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.definitions import TaskQueueDefinition
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import TaskQueueCE
+from taskqueue.matching.explain import explain_match
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

@@ -21,11 +21,11 @@ from optimizers.chain import (
 )
 from optimizers.jobexplain import explain_job
 from optimizers.resources import ResourcesConfig, parse_resources
-from taskqueue.database import Session
-from taskqueue.errors import InvalidInputError
-from taskqueue.jobcontrol import reschedule_job
-from taskqueue.models import Job, TaskQueueJob, TaskQueueSite
-from taskqueue.replicas import (
+from taskqueue.core.errors import InvalidInputError
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import Session
+from taskqueue.db.models import Job, TaskQueueJob, TaskQueueSite
+from taskqueue.files.replicas import (
     MAX_LFN,
     add_replicas,
     list_replicas,
@@ -33,7 +33,7 @@ from taskqueue.replicas import (
     remove_replicas,
     replica_sites,
 )
-from taskqueue.settings import Settings
+from taskqueue.queues.jobcontrol import reschedule_job
 from tests.conftest import Database
 
 GRID = """

@@ -8,14 +8,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from taskqueue.definitions import JobRequirements
-from taskqueue.errors import IllegalTransitionError, NotFoundError
-from taskqueue.jobcontrol import delete_job, kill_job, reschedule_job
-from taskqueue.jobs import JobFilter, apply_transition, find_jobs, job_history, jobs_by_id
-from taskqueue.models import Job, TaskQueue, TaskQueueJob
-from taskqueue.queues import QueueEntry, enqueue_jobs
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.errors import IllegalTransitionError, NotFoundError
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.models import Job, TaskQueue, TaskQueueJob
+from taskqueue.queues.jobcontrol import delete_job, kill_job, reschedule_job
+from taskqueue.queues.jobs import JobFilter, apply_transition, find_jobs, job_history, jobs_by_id
+from taskqueue.queues.taskqueues import QueueEntry, enqueue_jobs
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

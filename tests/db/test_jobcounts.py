@@ -1,5 +1,5 @@
 """Jobs per VO and status kept by the database's triggers (migration 0028) and folded by
-taskqueue.jobcounts: after every kind of change they must equal a count of the jobs table
+taskqueue.db.jobcounts: after every kind of change they must equal a count of the jobs table
 (plus the jobs purged), and a change not yet committed is neither lost nor counted twice."""
 
 from __future__ import annotations
@@ -15,16 +15,16 @@ from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.orm import Session
 
 from gridpilot import schema
-from taskqueue import jobcounts
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.jobcontrol import kill_job, reschedule_job
-from taskqueue.jobs import apply_transition
-from taskqueue.models import Job, jobs_table, purged_jobs_table, tq_jobs_table
-from taskqueue.pilotmatch import match_for_pilot
-from taskqueue.purge import purge_batch, purged_counts
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db import jobcounts
+from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.db.models import Job, jobs_table, purged_jobs_table, tq_jobs_table
+from taskqueue.pilots.pilotmatch import match_for_pilot
+from taskqueue.queues.jobcontrol import kill_job, reschedule_job
+from taskqueue.queues.jobs import apply_transition
+from taskqueue.queues.purge import purge_batch, purged_counts
 from tests.conftest import Database, _server_database
 from tests.helpers import requirements, submit
 

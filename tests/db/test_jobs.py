@@ -7,11 +7,11 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from taskqueue.errors import ConflictError, IllegalTransitionError, NotFoundError
-from taskqueue.jobs import NewJob, add_jobs, apply_transition, job_history, set_job_status
-from taskqueue.models import Job, JobStatusHistory
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.errors import ConflictError, IllegalTransitionError, NotFoundError
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.models import Job, JobStatusHistory
+from taskqueue.queues.jobs import NewJob, add_jobs, apply_transition, job_history, set_job_status
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

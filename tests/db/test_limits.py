@@ -13,11 +13,14 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.errors import InvalidInputError, NotFoundError
-from taskqueue.jobcontrol import kill_job
-from taskqueue.jobs import apply_transition
-from taskqueue.limits import (
+from taskqueue.core.errors import InvalidInputError, NotFoundError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.db.models import Job, SiteLimit, TaskQueueJob
+from taskqueue.matching.claim import NO_EXCLUSIONS, Exclusions, claim_jobs, matching_queues
+from taskqueue.matching.limits import (
     NO_MATCH_LIMITS,
     NO_MATCH_NO_JOB,
     NO_MATCH_SITE_BANNED,
@@ -32,11 +35,8 @@ from taskqueue.limits import (
     site_limits,
     unban_site,
 )
-from taskqueue.matching import NO_EXCLUSIONS, Exclusions, claim_jobs, matching_queues
-from taskqueue.models import Job, SiteLimit, TaskQueueJob
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.queues.jobcontrol import kill_job
+from taskqueue.queues.jobs import apply_transition
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

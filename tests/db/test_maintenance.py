@@ -17,9 +17,9 @@ from sqlalchemy import select
 from agents.context import AgentContext
 from agents.maintenance import clean_up, recompute_shares, refresh_submit_pools
 from optimizers.chain import Identity, submissions_from_text, submit
-from taskqueue.models import Job, SubmitPool, SubmitPoolQueue, TaskQueue
-from taskqueue.settings import ResourcesSettings, Settings
-from taskqueue.submitpools import get_submit_pools_for_queue, store_submit_pool
+from taskqueue.core.settings import ResourcesSettings, Settings
+from taskqueue.db.models import Job, SubmitPool, SubmitPoolQueue, TaskQueue
+from taskqueue.queues.submitpools import get_submit_pools_for_queue, store_submit_pool
 from tests.conftest import Database
 from tests.helpers import claim, requirements
 from tests.helpers import submit as submit_jobs

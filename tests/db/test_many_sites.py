@@ -1,4 +1,4 @@
-"""A resource naming more sites than taskqueue.matching.MANY_SITES is matched through one set
+"""A resource naming more sites than taskqueue.matching.claim.MANY_SITES is matched through one set
 term (the per-site terms passed SQLite's expression depth near 1,000 sites). It must find
 exactly the task queues that some one of its sites finds alone."""
 
@@ -10,10 +10,10 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from taskqueue.matching import MANY_SITES, condition_parameters, queue_conditions
-from taskqueue.models import task_queues_table
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import task_queues_table
+from taskqueue.matching.claim import MANY_SITES, condition_parameters, queue_conditions
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from taskqueue.definitions import TaskQueueDefinition
-from taskqueue.explain import explain_match
-from taskqueue.matching import matching_queues
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.definitions import TaskQueueDefinition
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.matching.claim import matching_queues
+from taskqueue.matching.explain import explain_match
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 
@@ -78,7 +78,7 @@ def test_rule(db: Database, settings: Settings, now: datetime, case: str) -> Non
     pool_ids = {"p0": "0" * 64, "p1": "1" * 64}
     with db.factory.begin() as s:
         if "submit_pool" in job:
-            from taskqueue.submitpools import store_submit_pool
+            from taskqueue.queues.submitpools import store_submit_pool
             for name in pool_ids:
                 assert store_submit_pool(s, {"Tag": name}, now=now)
             job = {**job, "submit_pool": _pool_id(job["submit_pool"])}
@@ -96,13 +96,13 @@ def test_rule(db: Database, settings: Settings, now: datetime, case: str) -> Non
 
 
 def _pool_id(name: str) -> str:
-    from taskqueue.submitpools import submit_pool_id
+    from taskqueue.queues.submitpools import submit_pool_id
     return submit_pool_id({"Tag": name})
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_explanation_agrees_with_the_query(case: str) -> None:
-    """taskqueue.explain restates the SQL rules in Python; both must say the same."""
+    """taskqueue.matching.explain restates the SQL rules in Python; both must say the same."""
     job, resource, expected = CASES[case]
     job = {**job, "submit_pool": _pool_id(job["submit_pool"])} if "submit_pool" in job else job
     if "submit_pools" in resource:

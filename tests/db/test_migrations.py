@@ -11,8 +11,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, inspect
 
 from gridpilot import schema
-from taskqueue.database import make_engine
-from taskqueue.models import Base
+from taskqueue.db.database import make_engine
+from taskqueue.db.models import Base
 from tests.conftest import Database, _server_database
 from tests.helpers import HEAD_REVISION
 

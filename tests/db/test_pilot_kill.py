@@ -9,16 +9,16 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from taskqueue.errors import ForbiddenError
-from taskqueue.jobs import job_history
-from taskqueue.models import Job, Pilot
-from taskqueue.pilotlogs import record_ce_state, request_kill
-from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
-from taskqueue.pilotreports import StatusReport, report_status
-from taskqueue.pilots import PilotInfo, register_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.core.errors import ForbiddenError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.models import Job, Pilot
+from taskqueue.pilots.pilotlogs import record_ce_state, request_kill
+from taskqueue.pilots.pilotmatch import MatchDatabase, match_for_pilot
+from taskqueue.pilots.pilotreports import StatusReport, report_status
+from taskqueue.pilots.records import PilotInfo, register_pilot
+from taskqueue.queues.jobs import job_history
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

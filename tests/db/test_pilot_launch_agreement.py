@@ -13,11 +13,11 @@ from optimizers.chain import ChainContext, Identity, submissions_from_text, subm
 from optimizers.classads import expression_check
 from optimizers.jobexplain import explain_job
 from optimizers.resources import load_resources
-from taskqueue.models import Job
-from taskqueue.pilotmatch import match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import Job
+from taskqueue.pilots.pilotmatch import match_for_pilot
+from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from tests.conftest import Database
 from tests.pilotlaunch import director_pilot
 

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from taskqueue.errors import ForbiddenError, IllegalTransitionError, NotFoundError
-from taskqueue.jobcontrol import kill_job, reschedule_job
-from taskqueue.jobs import apply_transition, job_history
-from taskqueue.models import Job, Pilot
-from taskqueue.pilotreports import (
+from taskqueue.core.errors import ForbiddenError, IllegalTransitionError, NotFoundError
+from taskqueue.core.settings import Settings
+from taskqueue.core.states import JobStatus
+from taskqueue.db.models import Job, Pilot
+from taskqueue.pilots.pilotreports import (
     KILL,
     OUTPUT_TAIL_BYTES,
     Beat,
@@ -20,9 +20,9 @@ from taskqueue.pilotreports import (
     heartbeat,
     report_status,
 )
-from taskqueue.pilots import PilotInfo, register_pilot
-from taskqueue.settings import Settings
-from taskqueue.states import JobStatus
+from taskqueue.pilots.records import PilotInfo, register_pilot
+from taskqueue.queues.jobcontrol import kill_job, reschedule_job
+from taskqueue.queues.jobs import apply_transition, job_history
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

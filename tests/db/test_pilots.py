@@ -9,9 +9,10 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from taskqueue.errors import InvalidInputError
-from taskqueue.models import DirectorQueue, Job, Pilot
-from taskqueue.pilots import (
+from taskqueue.core.errors import InvalidInputError
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import DirectorQueue, Job, Pilot
+from taskqueue.pilots.records import (
     PILOT_STATES,
     PilotInfo,
     idle_pilot_streak,
@@ -19,7 +20,6 @@ from taskqueue.pilots import (
     record_submission,
     register_pilot,
 )
-from taskqueue.settings import Settings
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

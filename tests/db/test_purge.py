@@ -14,14 +14,21 @@ from sqlalchemy import func, select, update
 from agents.context import AgentContext
 from agents.purge import purge_ended_jobs
 from pilot.archive import Member, pack, sandbox_id
-from taskqueue.activity import latest_snapshot, record_activity
-from taskqueue.jobcontrol import kill_job, reschedule_job
-from taskqueue.models import Job, PilotRun, history_table, jobs_table, tq_jobs_table
-from taskqueue.pilots import record_run
-from taskqueue.purge import purge_batch, purged_counts
-from taskqueue.sandboxes import INPUT, OUTPUT, Uploader, find_sandbox, reference, register_sandbox
-from taskqueue.sandboxstore import open_store
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import Job, PilotRun, history_table, jobs_table, tq_jobs_table
+from taskqueue.files.sandboxes import (
+    INPUT,
+    OUTPUT,
+    Uploader,
+    find_sandbox,
+    reference,
+    register_sandbox,
+)
+from taskqueue.files.sandboxstore import open_store
+from taskqueue.pilots.activity import latest_snapshot, record_activity
+from taskqueue.pilots.records import record_run
+from taskqueue.queues.jobcontrol import kill_job, reschedule_job
+from taskqueue.queues.purge import purge_batch, purged_counts
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

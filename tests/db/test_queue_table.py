@@ -8,8 +8,8 @@ from datetime import datetime
 from sqlalchemy import select, update
 
 from gridpilot.reports import draw_share, queue_table
-from taskqueue.models import TaskQueue
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import TaskQueue
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

@@ -9,12 +9,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from taskqueue.matching import matching_queues
-from taskqueue.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
-from taskqueue.queues import delete_empty_queues, remove_jobs_from_queues
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings, TaskQueueSettings
-from taskqueue.shares import recompute_priorities
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings, TaskQueueSettings
+from taskqueue.db.models import Job, JobStatusHistory, TaskQueue, TaskQueueJob
+from taskqueue.matching.claim import matching_queues
+from taskqueue.queues.shares import recompute_priorities
+from taskqueue.queues.taskqueues import delete_empty_queues, remove_jobs_from_queues
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

@@ -1,5 +1,5 @@
-"""taskqueue.reach matches many resources in one pass; it must find, for each, exactly the task
-queues the matcher's conditions find for that resource alone."""
+"""taskqueue.matching.reach matches many resources in one pass; it must find, for each, exactly the
+task queues the matcher's conditions find for that resource alone."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 from sqlalchemy import select
 
 from optimizers.classads import expression_check
-from taskqueue.matching import ExpressionCheck, condition_parameters, queue_conditions
-from taskqueue.models import task_queues_table
-from taskqueue.reach import reach
-from taskqueue.resources import Resource, parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.resources import Resource, parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import task_queues_table
+from taskqueue.matching.claim import ExpressionCheck, condition_parameters, queue_conditions
+from taskqueue.matching.reach import reach
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

@@ -9,8 +9,9 @@ from sqlalchemy import update
 
 from agents.context import AgentContext
 from pilot.archive import Member, pack, sandbox_id
-from taskqueue.models import Job
-from taskqueue.sandboxes import (
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import Job
+from taskqueue.files.sandboxes import (
     INPUT,
     OUTPUT,
     Uploader,
@@ -20,8 +21,7 @@ from taskqueue.sandboxes import (
     register_sandbox,
     usage_by_vo,
 )
-from taskqueue.sandboxstore import open_store
-from taskqueue.settings import Settings
+from taskqueue.files.sandboxstore import open_store
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

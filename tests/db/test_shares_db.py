@@ -9,13 +9,13 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import func, select
 
-from taskqueue.definitions import TaskQueueDefinition
-from taskqueue.errors import InvalidInputError, NotFoundError
-from taskqueue.jobcontrol import kill_job
-from taskqueue.models import GroupShare, Job, TaskQueue
-from taskqueue.queues import queue_page, waiting_counts, waiting_definition
-from taskqueue.settings import Settings, TaskQueueSettings
-from taskqueue.shares import ShareEntry, reset_share, set_share, share_table, shares_in_force
+from taskqueue.core.definitions import TaskQueueDefinition
+from taskqueue.core.errors import InvalidInputError, NotFoundError
+from taskqueue.core.settings import Settings, TaskQueueSettings
+from taskqueue.db.models import GroupShare, Job, TaskQueue
+from taskqueue.queues.jobcontrol import kill_job
+from taskqueue.queues.shares import ShareEntry, reset_share, set_share, share_table, shares_in_force
+from taskqueue.queues.taskqueues import queue_page, waiting_counts, waiting_definition
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 

@@ -32,8 +32,8 @@ from optimizers.chain import (
     submit,
 )
 from optimizers.resources import parse_resources
-from taskqueue.jobs import NewJob, add_jobs
-from taskqueue.models import (
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import (
     Base,
     history_table,
     jobs_table,
@@ -41,8 +41,8 @@ from taskqueue.models import (
     tq_jobs_table,
     tq_sites_table,
 )
-from taskqueue.queues import remove_jobs_from_queues
-from taskqueue.settings import Settings
+from taskqueue.queues.jobs import NewJob, add_jobs
+from taskqueue.queues.taskqueues import remove_jobs_from_queues
 from tests.conftest import Database
 from tests.db.test_chain import GRID
 

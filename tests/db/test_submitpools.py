@@ -6,9 +6,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import select
 
-from taskqueue.models import SubmitPool, SubmitPoolQueue
-from taskqueue.settings import Settings
-from taskqueue.submitpools import (
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import SubmitPool, SubmitPoolQueue
+from taskqueue.queues.submitpools import (
     delete_unused_submit_pools,
     get_submit_pools_for_queue,
     set_pool_queues,

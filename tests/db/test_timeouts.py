@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from taskqueue.database import engine_for, make_engine
-from taskqueue.settings import DatabaseSettings
+from taskqueue.core.settings import DatabaseSettings
+from taskqueue.db.database import engine_for, make_engine
 from tests.conftest import Database
 
 SLEEP = {"postgresql": "SELECT pg_sleep(30)", "mariadb": "SELECT SLEEP(30)"}
@@ -64,7 +64,7 @@ def test_default_limits_and_none_for_migrations(db: Database) -> None:
 
 @pytest.mark.parametrize("name", ["connect_timeout", "pool_timeout", "statement_timeout"])
 def test_negative_timeouts_are_refused(name: str) -> None:
-    from taskqueue.errors import ConfigurationError
+    from taskqueue.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=f"database.{name} must not be negative"):
         DatabaseSettings(**{name: -1.0})  # type: ignore[arg-type]

@@ -13,12 +13,12 @@ from sqlalchemy import select
 
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
-from taskqueue.jobs import job_history
-from taskqueue.models import Job, TaskQueue, TaskQueueJob
-from taskqueue.queues import WAITING_MINOR_STATUS
-from taskqueue.settings import ResourcesSettings, Settings
-from taskqueue.states import NO_QUEUE_MINOR_STATUS
-from taskqueue.unrunnable import UnrunnableOutcome, mark_unrunnable
+from taskqueue.core.settings import ResourcesSettings, Settings
+from taskqueue.core.states import NO_QUEUE_MINOR_STATUS
+from taskqueue.db.models import Job, TaskQueue, TaskQueueJob
+from taskqueue.queues.jobs import job_history
+from taskqueue.queues.taskqueues import WAITING_MINOR_STATUS
+from taskqueue.queues.unrunnable import UnrunnableOutcome, mark_unrunnable
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 

@@ -18,14 +18,14 @@ from sqlalchemy import func, select, update
 
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.jobs import apply_transition, job_history
-from taskqueue.models import Job, JobStatusHistory, TaskQueueJob
-from taskqueue.pilotreports import Beat, StatusReport, heartbeat, report_status
-from taskqueue.pilots import PilotInfo, register_pilot
-from taskqueue.settings import ResourcesSettings, Settings
-from taskqueue.stalled import lock_silent_jobs, reschedule_silent_job
-from taskqueue.states import NO_DIRECTOR_MINOR_STATUS, JobStatus
+from taskqueue.core.settings import ResourcesSettings, Settings
+from taskqueue.core.states import NO_DIRECTOR_MINOR_STATUS, JobStatus
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import Job, JobStatusHistory, TaskQueueJob
+from taskqueue.pilots.pilotreports import Beat, StatusReport, heartbeat, report_status
+from taskqueue.pilots.records import PilotInfo, register_pilot
+from taskqueue.queues.jobs import apply_transition, job_history
+from taskqueue.queues.stalled import lock_silent_jobs, reschedule_silent_job
 from tests.conftest import Database
 from tests.helpers import claim, requirements, submit
 
@@ -141,7 +141,7 @@ def test_stalled_job_is_rescheduled_after_the_stalled_limit(db: Database, agent_
     assert "1 rescheduled" in summary
     history = history_of(db, job_id)
     # Back in its queue, which only queues without an Executor serve in the example
-    # configuration: the same turn says so in its minor status (taskqueue.unrunnable).
+    # configuration: the same turn says so in its minor status (taskqueue.queues.unrunnable).
     assert statuses(history)[-6:] == ["Stalled", "Rescheduled", "Received", "Checking",
                                       "Waiting", "Waiting"]
     assert history[-1].minor_status == NO_DIRECTOR_MINOR_STATUS

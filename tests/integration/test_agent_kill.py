@@ -14,8 +14,8 @@ from functools import partial
 from pathlib import Path
 
 from taskqueue.agentruns import start_run
-from taskqueue.database import run_in_transaction
-from taskqueue.models import AgentRun
+from taskqueue.db.database import run_in_transaction
+from taskqueue.db.models import AgentRun
 from tests.conftest import Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,8 +26,8 @@ import sys, time
 from pathlib import Path
 from agents.context import AgentContext
 from agents.runner import Agents, Loop
-from taskqueue.database import engine_for, make_session_factory
-from taskqueue.settings import load_settings
+from taskqueue.db.database import engine_for, make_session_factory
+from taskqueue.core.settings import load_settings
 import os
 
 settings = load_settings(None, os.environ)

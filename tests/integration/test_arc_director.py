@@ -38,9 +38,9 @@ from agents.director import Director, compute_elements
 from agents.pilotstatus import FollowReport, PilotFollower
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import DirectorQueue, Job, Pilot
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import DirectorQueue, Job, Pilot
 from taskqueue.tokens import issue_token
 from tests.integration.arc import LocalCe, end_jobs, local_ce, wait_for_states, write_secret
 

@@ -14,7 +14,7 @@ from agents.ce.arc import OUTPUT_FETCHES, ArcCE
 from agents.ce.arcrest import ArcRefused, ArcRestClient, ArcUnavailable, ArcUnreachable
 from agents.ce.base import CEPilot, CEUnavailable, PilotSpec
 from agents.ce.config import CEConfig
-from taskqueue.pilots import storable
+from taskqueue.pilots.records import storable
 from tests.helpers import write_token_file
 from tests.integration.hostile_ce import Lab, Reply, arex, lab, reply
 

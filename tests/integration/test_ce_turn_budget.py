@@ -25,11 +25,11 @@ from agents.director import Director, compute_elements
 from agents.pilotstatus import PilotFollower
 from gridpilot import schema
 from optimizers.chain import Identity, submissions_from_text, submit
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import DirectorQueue, Pilot
-from taskqueue.pilotlogs import STORED
-from taskqueue.pilots import record_new_pilots, record_submission
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import DirectorQueue, Pilot
+from taskqueue.pilots.pilotlogs import STORED
+from taskqueue.pilots.records import record_new_pilots, record_submission
 from tests.helpers import write_token_file
 from tests.integration.hostile_ce import VERSIONS, HostileCE, Lab, Reply, lab, reply
 

@@ -14,7 +14,7 @@ import jwt
 import requests
 
 from matcher.auth import principal_from_header
-from taskqueue.settings import load_settings
+from taskqueue.core.settings import load_settings
 from tests.conftest import Database
 from tests.helpers import HEAD_REVISION
 

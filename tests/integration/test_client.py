@@ -25,7 +25,7 @@ from pilot.client import MatcherClient
 from pilot.protocol import PEEK_CHARS
 from pilot.sandbox import Outputs
 from pilot.sandbox import upload as upload_output
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from taskqueue.tokens import issue_token
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,8 +15,8 @@ from agents.runner import Agents
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from matcher.auth import issue_token
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
 from tests.integration.test_hung_database import (
     ROOT,
     SECRET,

@@ -58,12 +58,12 @@ from agents.pilotstatus import PilotFollower
 from agents.runner import Agents
 from gridpilot.devserver import matcher_server
 from optimizers.chain import Identity, submissions_from_text, submit
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.models import DirectorQueue, Pilot
-from taskqueue.pilots import FINAL_PILOT_STATES, record_new_pilots, record_submission
-from taskqueue.pilots import set_pilot_status as _set_pilot_status
-from taskqueue.settings import Settings
-from taskqueue.submitpools import get_submit_pools_for_queue
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import DirectorQueue, Pilot
+from taskqueue.pilots.records import FINAL_PILOT_STATES, record_new_pilots, record_submission
+from taskqueue.pilots.records import set_pilot_status as _set_pilot_status
+from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
 from tests.data import fakebatch

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from agents.context import AgentContext
 from agents.director import Director
-from taskqueue.pilots import record_ce_failure
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.pilots.records import record_ce_failure
 from tests.conftest import Database
 from tests.integration.test_cli import run
 from tests.integration.test_director import (

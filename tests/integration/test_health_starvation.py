@@ -20,7 +20,7 @@ import requests
 
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "health-starvation-test-secret-0123456789"

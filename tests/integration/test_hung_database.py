@@ -23,9 +23,9 @@ from sqlalchemy import text
 from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
-from taskqueue.database import make_engine
-from taskqueue.health import HealthProbe
-from taskqueue.settings import DatabaseSettings
+from taskqueue.core.settings import DatabaseSettings
+from taskqueue.db.database import make_engine
+from taskqueue.db.health import HealthProbe
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hung-database-test-secret-0123456789"

@@ -1,7 +1,7 @@
 """Two real matcher server processes over one database, 16 concurrent HTTP clients: every job
 is handed out exactly once, and a site limit set through one process holds across both. One
 server runs sync workers, the other threaded ones (gthread), whose concurrent claims go to the
-database in groups on PostgreSQL (taskqueue.groupcommit); with no limit in the way, every claim
+database in groups on PostgreSQL (taskqueue.db.groupcommit); with no limit in the way, every claim
 takes the database's claim function, grouped or not."""
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from sqlalchemy import func, select
 
 from gridpilot import schema
 from matcher.auth import issue_token
-from taskqueue.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.models import Job, JobStatusHistory
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
+from taskqueue.db.models import Job, JobStatusHistory
 from tests.conftest import SERVER_ENV, _server_database
 from tests.helpers import requirements, submit
 

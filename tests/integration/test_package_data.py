@@ -15,7 +15,7 @@ import sys, matcher
 from pathlib import Path
 assert Path(matcher.__file__).is_relative_to(sys.argv[1]), matcher.__file__
 from matcher.app import create_app
-from taskqueue.settings import Settings, AuthSettings
+from taskqueue.core.settings import Settings, AuthSettings
 app = create_app(Settings(auth=AuthSettings(secret="Pk9dT-2xQm7vLr4ZsW8aNc1yHf6bJe3uGo5iKt0pVqE")))
 client = app.test_client()
 login = client.get("/ui/login")

@@ -22,17 +22,17 @@ from sqlalchemy import Engine, select, text
 from sqlalchemy.exc import OperationalError
 
 from taskqueue.agentruns import start_run
-from taskqueue.database import (
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import (
     Session,
     make_engine,
     make_session_factory,
     run_in_transaction,
 )
-from taskqueue.limits import LimitSpec, set_limit
-from taskqueue.models import Job
-from taskqueue.pilotmatch import MatchDatabase, match_for_pilot
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.db.models import Job
+from taskqueue.matching.limits import LimitSpec, set_limit
+from taskqueue.pilots.pilotmatch import MatchDatabase, match_for_pilot
 from tests.helpers import requirements, submit
 from tests.integration.conftest import ROOT, Topology
 

@@ -17,7 +17,7 @@ from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.features import write_features
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from tests.helpers import write_token_file
 from tests.integration.pilots import start_pilot
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from tests.helpers import write_token_file
 from tests.integration.pilots import start_pilot, stop_started_pilots
 from tests.integration.test_pilot import ROOT, SECRET, Grid

@@ -22,10 +22,10 @@ from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
 from agents.director import Director, compute_elements
 from agents.pilotstatus import PilotFollower
-from taskqueue.models import DirectorQueue, Pilot
-from taskqueue.pilotlogs import pilots_to_follow, request_kill
-from taskqueue.pilots import PilotInfo, record_new_pilots, record_submission, register_pilot
-from taskqueue.settings import Settings
+from taskqueue.core.settings import Settings
+from taskqueue.db.models import DirectorQueue, Pilot
+from taskqueue.pilots.pilotlogs import pilots_to_follow, request_kill
+from taskqueue.pilots.records import PilotInfo, record_new_pilots, record_submission, register_pilot
 from tests.conftest import Database
 from tests.integration.test_director import (
     SECRET,
@@ -284,8 +284,8 @@ class _Quiet(SilentCE):
 def test_pilot_logs_leave_with_the_sandboxes_after_the_retention_period(
         db: Database, settings: Settings, tmp_path: Path) -> None:
     from agents.sandboxcleanup import clean_up_sandboxes
-    from taskqueue.pilotlogs import pack_log, record_log
-    from taskqueue.sandboxstore import LocalStore
+    from taskqueue.files.sandboxstore import LocalStore
+    from taskqueue.pilots.pilotlogs import pack_log, record_log
 
     store = LocalStore(tmp_path / "store")
     then = datetime.now(UTC) - timedelta(days=30)

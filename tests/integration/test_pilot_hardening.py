@@ -18,8 +18,8 @@ from gridpilot import schema
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.features import write_features
-from taskqueue.database import make_engine
-from taskqueue.pilotlogs import part_for_owner
+from taskqueue.db.database import make_engine
+from taskqueue.pilots.pilotlogs import part_for_owner
 from tests.helpers import write_token_file
 from tests.integration.pilots import start_pilot
 from tests.integration.test_pilot import ROOT, SECRET, Grid

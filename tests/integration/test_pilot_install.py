@@ -17,7 +17,7 @@ import pytest
 
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from taskqueue.tokens import issue_token
 from tests.helpers import write_token_file
 

@@ -27,8 +27,8 @@ import requests
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
 from gridpilot.devserver import matcher_server
-from taskqueue.pilots import set_pilot_status
-from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
+from taskqueue.core.settings import MatcherSettings, ResourcesSettings, Settings
+from taskqueue.pilots.records import set_pilot_status
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
 from tests.helpers import write_token_file

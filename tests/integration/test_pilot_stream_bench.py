@@ -21,9 +21,9 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from taskqueue.matching import matching_queues
-from taskqueue.models import task_queues_table
-from taskqueue.resources import parse_resource
+from taskqueue.core.resources import parse_resource
+from taskqueue.db.models import task_queues_table
+from taskqueue.matching.claim import matching_queues
 from tests.conftest import BACKENDS, SERVER_ENV, Database
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_tiny_run_is_correct(bench_url: str) -> None:
         assert r["database_agrees"], r
         assert r["background_jobs"] == 500
         # One commit claims each job; before it, every match request looks up its pilot's
-        # record (a killed pilot gets nothing, taskqueue.pilotmatch._pilot_stop), a read-only
+        # record (a killed pilot gets nothing, taskqueue.pilots.pilotmatch._pilot_stop), a read-only
         # transaction of its own until the claim function does it (one per empty answer too).
         lookups = r["claims"] + r["empty_answers"]
         assert r["statements_per_claim"] >= 2

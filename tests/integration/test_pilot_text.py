@@ -16,7 +16,7 @@ from gridpilot.devserver import matcher_server
 from pilot.cli import parser, pilot_options
 from pilot.loop import Pilot, _Report
 from pilot.replay import load_reports, replay
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from tests.integration.test_pilot import CE, QUEUE, ROOT, SECRET, SITE, Grid
 from tests.integration.test_pilot_hardening import finish, submit
 

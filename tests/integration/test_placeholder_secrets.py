@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gridpilot.devserver import free_port
-from taskqueue.settings import MAKE_SECRET
+from taskqueue.core.settings import MAKE_SECRET
 from tests.unit.test_secret_strength import shipped_env
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -30,7 +30,7 @@ from psij import (
 from client.psij_executor import GridpilotExecutorConfig, GridpilotJobExecutor, spec_to_json
 from gridpilot import schema
 from gridpilot.devserver import matcher_server
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 from taskqueue.tokens import issue_token
 from tests.helpers import write_token_file
 

@@ -26,9 +26,9 @@ from optimizers.chain import ChainContext, Identity, submissions_from_text, subm
 from optimizers.datalocation import catalogue_for
 from optimizers.resources import parse_resources
 from optimizers.ruciocatalogue import RucioCatalogue, did_of
-from taskqueue.errors import CatalogueUnavailableError
-from taskqueue.models import Job
-from taskqueue.settings import CatalogueSettings, Settings
+from taskqueue.core.errors import CatalogueUnavailableError
+from taskqueue.core.settings import CatalogueSettings, Settings
+from taskqueue.db.models import Job
 from tests.api import conftest as api_fixtures
 from tests.api.helpers import Api, assert_problem
 from tests.conftest import Database

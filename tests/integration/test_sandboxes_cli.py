@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pilot.archive import Member, pack, sandbox_id
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.sandboxes import Uploader, register_sandbox
-from taskqueue.sandboxstore import LocalStore
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.files.sandboxes import Uploader, register_sandbox
+from taskqueue.files.sandboxstore import LocalStore
 from tests.integration.test_cli import run
 
 

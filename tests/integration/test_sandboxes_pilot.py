@@ -23,8 +23,8 @@ import requests
 from gridpilot.devserver import free_port, matcher_server
 from matcher.auth import issue_token
 from pilot.archive import Member, pack, unpack
-from taskqueue.sandboxstore import S3Store
-from taskqueue.settings import SandboxSettings
+from taskqueue.core.settings import SandboxSettings
+from taskqueue.files.sandboxstore import S3Store
 from tests.conftest import Database
 from tests.helpers import write_token_file
 

@@ -38,15 +38,15 @@ from agents.context import AgentContext
 from agents.director import Director
 from agents.pilotstatus import PilotFollower
 from gridpilot.devserver import matcher_server
-from taskqueue.models import Pilot
-from taskqueue.pilots import (
+from taskqueue.core.settings import MatcherSettings, ResourcesSettings, Settings
+from taskqueue.db.models import Pilot
+from taskqueue.pilots.records import (
     FINAL_PILOT_STATES,
     PILOT_STATES,
     record_new_pilots,
     record_submission,
     set_pilot_status,
 )
-from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
 
@@ -483,8 +483,8 @@ import json, sys
 from dataclasses import replace
 from agents.context import AgentContext
 from agents.director import Director
-from taskqueue.database import make_engine, make_session_factory
-from taskqueue.settings import MatcherSettings, ResourcesSettings, Settings
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.core.settings import MatcherSettings, ResourcesSettings, Settings
 a = json.loads(sys.argv[1])
 base = Settings()
 settings = replace(

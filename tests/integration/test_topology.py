@@ -38,11 +38,11 @@ from sqlalchemy import func, select
 from matcher.auth import issue_token
 from matcher.dashboard import session as cookies
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
-from taskqueue.database import Session, make_engine, make_session_factory, run_in_transaction
-from taskqueue.definitions import JobRequirements
-from taskqueue.models import Job, JobStatusHistory, Pilot
-from taskqueue.pilots import FINAL_PILOT_STATES
-from taskqueue.settings import Settings
+from taskqueue.core.definitions import JobRequirements
+from taskqueue.core.settings import Settings
+from taskqueue.db.database import Session, make_engine, make_session_factory, run_in_transaction
+from taskqueue.db.models import Job, JobStatusHistory, Pilot
+from taskqueue.pilots.records import FINAL_PILOT_STATES
 from tests.helpers import requirements, submit
 from tests.integration.conftest import ROOT, Topology
 

@@ -17,7 +17,7 @@ from agents.ce.adl import (
     with_delegation,
 )
 from agents.ce.arcrest import FINAL_STATES, PILOT_STATUS, UNKNOWN, pilot_status
-from taskqueue.pilots import FINAL_PILOT_STATES, PILOT_STATES, WAITING_STATES
+from taskqueue.pilots.records import FINAL_PILOT_STATES, PILOT_STATES, WAITING_STATES
 
 #: The states of A-REX's REST interface (src/services/a-rex/rest/rest.cpp, 6.17).
 ARC_REST_STATES = ("ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",

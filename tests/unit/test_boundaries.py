@@ -121,7 +121,8 @@ def test_the_client_needs_no_server_library() -> None:
 
 
 def test_the_core_loads_no_web_or_cli_library() -> None:
-    loaded = _loaded_after("import taskqueue.matching, taskqueue.queues, taskqueue.submitpools")
+    loaded = _loaded_after("import taskqueue.matching.claim, taskqueue.queues.taskqueues, "
+                           "taskqueue.queues.submitpools")
     assert "sqlalchemy" in loaded
     assert not loaded & {"flask", "requests", "click", "alembic", "optimizers", "matcher",
                          "agents", "gridpilot"}

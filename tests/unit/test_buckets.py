@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taskqueue.buckets import cpu_time_bucket, significant_bits_bucket
-from taskqueue.errors import InvalidInputError
-from taskqueue.settings import DEFAULT_CPU_SEGMENTS
+from taskqueue.core.buckets import cpu_time_bucket, significant_bits_bucket
+from taskqueue.core.errors import InvalidInputError
+from taskqueue.core.settings import DEFAULT_CPU_SEGMENTS
 
 
 @pytest.mark.parametrize(("value", "bucket"), [

@@ -6,7 +6,7 @@ import pytest
 
 from optimizers.classads import canonical_expression, expression_check
 from optimizers.description import JobDescriptionError
-from taskqueue.resources import parse_resource
+from taskqueue.core.resources import parse_resource
 
 NODE = parse_resource({"vo": "lhcb", "site": "LCG.CERN.cern", "platform": "x86_64-el9",
                        "tags": ["GPU", "MultiProcessor"], "processors": 8, "memory": 16000,

@@ -11,7 +11,7 @@ import pytest
 
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.files import read_tail, write_private_file
-from taskqueue.pilotlogs import exit_reason, pack_log, unpack_log
+from taskqueue.pilots.pilotlogs import exit_reason, pack_log, unpack_log
 
 Q = "Site.A/ce.a/q"
 

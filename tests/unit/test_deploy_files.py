@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from matcher.metrics import HELP
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import Settings, load_settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

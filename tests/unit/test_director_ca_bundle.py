@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agents.director import MAX_CA_BUNDLE_BYTES, pilot_ca_bundle
-from taskqueue.errors import ConfigurationError
+from taskqueue.core.errors import ConfigurationError
 
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

@@ -17,7 +17,7 @@ from optimizers.expressions import (
 )
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_text
-from taskqueue.resources import parse_resource
+from taskqueue.core.resources import parse_resource
 from tests.helpers import refusal
 
 HOSTILE_TERM = 'regexp("(a|aa)+$", strcat(other.Site, "' + "a" * 28 + 'b"))'

@@ -1,4 +1,4 @@
-"""taskqueue.groupcommit.GroupCommit: concurrent calls go together in the next group, a lone
+"""taskqueue.db.groupcommit.GroupCommit: concurrent calls go together in the next group, a lone
 call runs at once, each caller gets its own answer or error, and no caller is left waiting
 whatever the group's run does. The groups are forced deterministically: a run that blocks
 until the test lets it go holds the lead while the others queue."""
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from taskqueue.groupcommit import GroupCommit
+from taskqueue.db.groupcommit import GroupCommit
 
 #: How long a test waits for a thread before it calls the group stuck (never a timing
 #: assertion: a correct group answers at once).

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from taskqueue.buckets import memory_text
-from taskqueue.definitions import JobRequirements, TaskQueueDefinition
-from taskqueue.explain import explain_match
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.buckets import memory_text
+from taskqueue.core.definitions import JobRequirements, TaskQueueDefinition
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
+from taskqueue.matching.explain import explain_match
 
 
 def test_memory_text() -> None:

@@ -17,7 +17,7 @@ PARAMETRIC = '[ Executable = "run.sh"; Arguments = "%s"; Parameters = {"a", "b",
 
 @dataclass
 class Row:
-    """The columns of a job that the match answer reads (taskqueue.jobs.jobs_for_pilot)."""
+    """The columns of a job that the match answer reads (taskqueue.queues.jobs.jobs_for_pilot)."""
 
     id: int
     description: str

@@ -20,8 +20,8 @@ from optimizers.queueresources import (
     resource_for_queue,
 )
 from optimizers.resources import load_resources
-from taskqueue.resources import parse_resource
-from taskqueue.settings import Settings
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import Settings
 from tests.pilotlaunch import START, director_pilot
 
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -1,5 +1,5 @@
 """The pilot's log format and the service's reading of it agree: what the pilot writes about
-one job (pilot.logformat) is what taskqueue.pilotlogs.part_for_owner gives that job's owner,
+one job (pilot.logformat) is what taskqueue.pilots.pilotlogs.part_for_owner gives that job's owner,
 a message's further lines included, and nothing a message holds passes for a record."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from pilot.logformat import Formatter, concerning
-from taskqueue.pilotlogs import LogPart, part_for_owner
+from taskqueue.pilots.pilotlogs import LogPart, part_for_owner
 
 
 @pytest.fixture()

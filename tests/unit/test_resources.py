@@ -4,8 +4,8 @@ from typing import Any
 
 import pytest
 
-from taskqueue.errors import InvalidResourceError
-from taskqueue.resources import parse_resource
+from taskqueue.core.errors import InvalidResourceError
+from taskqueue.core.resources import parse_resource
 
 
 def test_a_single_string_equals_a_one_element_list() -> None:

@@ -20,7 +20,7 @@ from optimizers.resources import (
     serves_vo,
     unmet_requirements,
 )
-from taskqueue.errors import ConfigurationError, InvalidRequirementsError, NotFoundError
+from taskqueue.core.errors import ConfigurationError, InvalidRequirementsError, NotFoundError
 
 # A small grid. Site A serves lhcb and belle; site B serves only lhcb; site C states no VO (open
 # to all). The values are chosen so that every level overrides something.

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import (
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import (
     MAKE_SECRET,
     MIN_SECRET_BITS,
     AuthSettings,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from gridpilot.server import gunicorn_options
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import MatcherSettings, Settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import MatcherSettings, Settings
 
 
 def test_one_thread_per_worker_runs_sync_workers() -> None:
@@ -56,8 +56,8 @@ _WORKER = """
 import gc, json, sys
 from gridpilot import schema
 from gridpilot.server import worker_app
-from taskqueue.database import make_engine
-from taskqueue.settings import load_settings
+from taskqueue.db.database import make_engine
+from taskqueue.core.settings import load_settings
 url, work = sys.argv[1], sys.argv[2]
 engine = make_engine(url)
 schema.upgrade(engine)

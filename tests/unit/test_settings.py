@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from taskqueue.errors import ConfigurationError
-from taskqueue.settings import DEFAULT_CPU_SEGMENTS, Settings, host_and_port, load_settings
+from taskqueue.core.errors import ConfigurationError
+from taskqueue.core.settings import DEFAULT_CPU_SEGMENTS, Settings, host_and_port, load_settings
 
 
 def test_defaults_use_an_sqlite_file() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskqueue.shares import (
+from taskqueue.queues.shares import (
     MIN_PRIORITY_FRACTION,
     QueueShareInput,
     compute_priorities,

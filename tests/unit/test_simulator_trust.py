@@ -26,7 +26,7 @@ from gridpilot import schema
 from simulator.config import HOUR, JobClass, Policy, Scenario
 from simulator.engine import RunResult, simulate
 from simulator.realqueue import TaskQueueCentral
-from taskqueue.database import make_engine
+from taskqueue.db.database import make_engine
 
 SCENARIO = Scenario(
     nodes=4, cores_per_node=8, wall_limit_hours=12.0, days=1.0, warmup_hours=0.0,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskqueue.states import FINAL_STATES, TRANSITIONS, JobStatus, is_allowed
+from taskqueue.core.states import FINAL_STATES, TRANSITIONS, JobStatus, is_allowed
 
 S = JobStatus
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from taskqueue.errors import InvalidRequirementsError
-from taskqueue.submitpools import canonical_requirements, canonical_text, submit_pool_id
+from taskqueue.core.errors import InvalidRequirementsError
+from taskqueue.queues.submitpools import canonical_requirements, canonical_text, submit_pool_id
 
 REQ = {"SoftwareTag": ["VO-lhcb-gauss-v50", "VO-lhcb-boole-v30"], "Memory": 4000,
        "Platform": "x86_64-el9"}
@@ -36,7 +36,7 @@ def test_digest_ignores_order_duplicates_and_number_spelling() -> None:
 
 
 def test_digest_is_stable_across_interpreters_and_hash_seeds() -> None:
-    code = ("import json,sys;from taskqueue.submitpools import submit_pool_id;"
+    code = ("import json,sys;from taskqueue.queues.submitpools import submit_pool_id;"
             "print(submit_pool_id(json.loads(sys.argv[1])))")
     digests = set()
     for seed in ("0", "12345"):

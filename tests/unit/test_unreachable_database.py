@@ -17,11 +17,11 @@ from agents.runner import Agents
 from matcher.app import create_app
 from matcher.auth import issue_token
 from matcher.runtime import runtime_of
-from taskqueue.database import engine_for, make_session_factory
-from taskqueue.errors import DatabaseUnavailableError
-from taskqueue.pilotmatch import match_for_pilot, open_match_database
-from taskqueue.resources import parse_resource
-from taskqueue.settings import DatabaseSettings, Settings
+from taskqueue.core.errors import DatabaseUnavailableError
+from taskqueue.core.resources import parse_resource
+from taskqueue.core.settings import DatabaseSettings, Settings
+from taskqueue.db.database import engine_for, make_session_factory
+from taskqueue.pilots.pilotmatch import match_for_pilot, open_match_database
 
 SECRET = "unreachable-database-secret-0123456789"
 
