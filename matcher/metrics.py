@@ -36,6 +36,8 @@ HELP: dict[str, tuple[str, str]] = {
                                                 "Time to handle a request, by endpoint"),
     "gridpilot_match_requests_total": ("counter", "Match requests, by outcome"),
     "gridpilot_jobs_matched_total": ("counter", "Jobs handed to pilots"),
+    "gridpilot_jobs_failed_unreadable_total": (
+        "counter", "Jobs failed at their match: their stored description could not be read"),
     "gridpilot_no_matches_total": ("counter", "Match requests that found no job, by reason"),
     "gridpilot_waiting_jobs": ("gauge", "Jobs waiting in each task queue"),
     "gridpilot_database_up": ("gauge", "Whether the database answered the scrape's check "

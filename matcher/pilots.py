@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from flask import Blueprint
@@ -28,6 +29,7 @@ from taskqueue.core.states import JobStatus
 from taskqueue.db.database import Session
 from taskqueue.db.models import Job
 from taskqueue.files.sandboxes import attach_output
+from taskqueue.matching.limits import NO_MATCH_NO_JOB
 from taskqueue.pilots.pilotlogs import STORED, PilotLog, part_for_owner, request_kill, unpack_log
 from taskqueue.pilots.pilotmatch import match_for_pilot
 from taskqueue.pilots.pilotreports import (
@@ -49,6 +51,7 @@ from taskqueue.pilots.records import (
     register_pilot,
     runs_of_pilot,
 )
+from taskqueue.queues.jobcontrol import fail_unreadable
 from taskqueue.queues.submitpools import get_submit_pools_for_queue
 
 bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
@@ -103,9 +106,24 @@ def match(call: Call) -> dict[str, Any]:
         metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
         metrics.inc("gridpilot_no_matches_total", {"reason": reason or ""})
         return {"jobs": [], "no_match": {"reason": reason, "detail": detail}}
+    payloads = []
+    for job in jobs:
+        try:
+            payloads.append(payload(job).to_dict())
+        except Problem as exc:  # accepted by an earlier reader: failed, not drawn again
+            call.runtime.transaction(partial(
+                fail_unreadable, job_id=job.id, pilot_reference=resource.pilot_reference,
+                reason=f"Stored description cannot be read: {exc.detail}", now=call.now))
+            metrics.inc("gridpilot_jobs_failed_unreadable_total", {})
+    if not payloads:
+        metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
+        return {"jobs": [], "no_match": {
+            "reason": NO_MATCH_NO_JOB,
+            "detail": "the jobs matched could not be read from their stored descriptions and "
+                      "were failed"}}
     metrics.inc("gridpilot_match_requests_total", {"outcome": "matched"})
-    metrics.inc("gridpilot_jobs_matched_total", {}, len(jobs))
-    return {"jobs": [payload(job).to_dict() for job in jobs], "no_match": None}
+    metrics.inc("gridpilot_jobs_matched_total", {}, len(payloads))
+    return {"jobs": payloads, "no_match": None}
 
 
 def payload(job: Any) -> JobPayload:

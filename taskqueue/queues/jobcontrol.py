@@ -126,3 +126,17 @@ def statuses_of(session: Session, job_ids: Sequence[int]) -> list[tuple[int, str
     return [(row.id, row.status, row.minor_status) for row in session.execute(
         select(Job.id, Job.status, Job.minor_status).where(Job.id.in_(list(job_ids)))
         .order_by(Job.id))]
+
+
+def fail_unreadable(session: Session, job_id: int, pilot_reference: str, reason: str, *,
+                    now: datetime) -> bool:
+    """Fail a job matched to ``pilot_reference`` whose stored description can no longer be read
+    (it was accepted by an earlier version's reader), with ``reason`` as its minor status:
+    handing it back to its queue would draw it again and again. False when the job is no longer
+    that pilot's Matched job (nothing is changed then)."""
+    job = lock_job(session, job_id)
+    if job.status != S.MATCHED or job.pilot_reference != pilot_reference:
+        return False
+    apply_transition(session, [job_id], S.MATCHED, S.FAILED, minor_status=reason[:255],
+                     source="matcher", now=now, values={"ended_at": now})
+    return True

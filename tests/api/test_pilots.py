@@ -11,6 +11,7 @@ import pytest
 from flask import Flask
 
 from taskqueue.core.settings import Settings
+from taskqueue.db.models import jobs_table
 from taskqueue.queues.stalled import lock_jobs_of_dead_pilots
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, OTHER_VO, PILOT_REF, SITE, VO, Api, assert_problem
@@ -361,3 +362,29 @@ def test_a_blank_pilot_reference_is_refused(client: Api, user_token: str,
     assert [j["job_id"] for j in padded["jobs"]] == [job_id]
     client.report(pilot_token, job_id, "Running", reference="pilot-9")
     assert client.job(user_token, job_id)["status"] == "Running"
+
+
+def test_a_matched_job_whose_stored_text_no_longer_reads_is_failed_not_drawn_again(
+        client: Api, db: Database, user_token: str, pilot_token: str) -> None:
+    """A description an earlier reader accepted (here: text the reader now refuses) cannot
+    be handed to a pilot: the job fails at its match with the reason, instead of a 500 at
+    every draw and the job going back to its queue after each matched lease."""
+    broken, fine = (client.submit_jdl(user_token, f'Executable = "/bin/{x}";')[0]
+                    for x in ("false", "true"))
+    with db.factory.begin() as s:
+        s.execute(jobs_table.update().where(jobs_table.c.id == broken).values(
+            description='[ Executable = "/bin/false"; Arguments = '))
+    answer = client.match(pilot_token, count=2, pilot_reference=PILOT_REF, site=SITE)
+    assert [p["job_id"] for p in answer["jobs"]] == [fine]
+    job = client.job(user_token, broken)
+    assert job["status"] == "Failed"
+    assert job["minor_status"].startswith("Stored description cannot be read: "), job
+    # Alone, it is answered as no job, and the pilot may ask again.
+    lone = client.submit_jdl(user_token, 'Executable = "/bin/false";')[0]
+    with db.factory.begin() as s:
+        s.execute(jobs_table.update().where(jobs_table.c.id == lone).values(
+            description="["))
+    again = client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
+    assert again["jobs"] == [] and again["no_match"]["reason"] == "no_matching_job"
+    assert "could not be read" in again["no_match"]["detail"]
+    assert client.job(user_token, lone)["status"] == "Failed"
