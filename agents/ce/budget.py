@@ -32,11 +32,6 @@ class TurnBudget:
         with self._lock:
             self._spent = 0.0
 
-    @property
-    def spent(self) -> float:
-        with self._lock:
-            return self._spent
-
     def left(self) -> float:
         """Seconds left for this turn (0 or less: spent)."""
         with self._lock:
