@@ -37,6 +37,7 @@ body; per-job results carry their own "status-code" as a string.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import re
@@ -350,12 +351,13 @@ class ArcRestClient:
             if left <= 0:
                 raise self._turn_over()
             deadline = min(deadline, left)
-        started = time.monotonic()
+        counted = budget.request() if budget is not None else contextlib.nullcontext()
         try:
-            response = exchange.request(session, method, self._url(path), headers=headers,
-                                        verify=self._verify, deadline=deadline,
-                                        max_bytes=max_bytes, truncate=truncate, **auth,
-                                        **kwargs)
+            with counted:
+                response = exchange.request(
+                    session, method, self._url(path), headers=headers, verify=self._verify,
+                    deadline=deadline, max_bytes=max_bytes, truncate=truncate, **auth,
+                    **kwargs)
         except exchange.DeadlineError as exc:
             if deadline < self.timeout:
                 raise self._turn_over() from exc
@@ -372,9 +374,6 @@ class ArcRestClient:
         except requests.exceptions.RequestException as exc:
             raise ArcUnreachable(f"{self.ce}: {innermost(exc)}; request to {self.endpoint} "
                                  f"failed ({exc})", ce=self.ce) from exc
-        finally:
-            if budget is not None:
-                budget.spend(time.monotonic() - started)
         if response.status_code in expect:
             return response
         self._raise_for(response, method, path, job_id)

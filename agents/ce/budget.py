@@ -15,31 +15,49 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 class TurnBudget:
-    """Seconds a CE's requests may take in all in one turn; threads may share one."""
+    """Seconds a CE may hold one turn; threads may share one. What counts is the time during
+    which at least one request to the CE is under way: requests made side by side (the outputs
+    of several ended pilots) take the time of one, not the sum of theirs."""
 
     def __init__(self, seconds: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.seconds = seconds
         self.clock = clock
         self._spent = 0.0
+        self._under_way = 0
+        self._busy_since = 0.0
         self._lock = threading.Lock()
 
     def start_turn(self) -> None:
         """A new turn: the CE has all its seconds again."""
         with self._lock:
             self._spent = 0.0
+            self._busy_since = self.clock()
 
     def left(self) -> float:
         """Seconds left for this turn (0 or less: spent)."""
         with self._lock:
-            return self.seconds - self._spent
+            busy = self.clock() - self._busy_since if self._under_way else 0.0
+            return self.seconds - self._spent - busy
 
-    def spend(self, seconds: float) -> None:
+    @contextmanager
+    def request(self) -> Iterator[None]:
+        """Count a request's time against the turn, once however many run beside it."""
         with self._lock:
-            self._spent += seconds
+            if self._under_way == 0:
+                self._busy_since = self.clock()
+            self._under_way += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._under_way -= 1
+                if self._under_way == 0:
+                    self._spent += self.clock() - self._busy_since
 
     def over(self) -> bool:
         return self.left() <= 0
