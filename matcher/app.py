@@ -10,6 +10,7 @@ from flask import Flask, Response, current_app, g, request
 from matcher import (
     bulkjobs,
     dashboard,
+    directorqueues,
     jobs,
     operator,
     pilots,
@@ -39,7 +40,7 @@ def create_app(settings: Settings) -> Flask:
     app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)),
                                           IdentityProviders(settings.auth.issuers))
     for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
-               whoami.bp, dashboard.bp, sandboxes.bp, replicas.bp):
+               whoami.bp, dashboard.bp, sandboxes.bp, replicas.bp, directorqueues.bp):
         app.register_blueprint(bp)
     problems.install(app)
     app.before_request(_start_clock)

@@ -215,6 +215,12 @@ EXPLANATION = obj({
 
 SITE_BAN = obj({"site": STRING, "reason": STRING, "banned_by": STRING, "banned_at": TIME})
 SITE_MASK = obj({"banned": {"type": "array", "items": SITE_BAN}}, ("banned",))
+DIRECTOR_QUEUE = obj({
+    "site": STRING, "ce": STRING, "queue": STRING, "failures": COUNT, "skip_until": TIME,
+    "last_error": STRING, "poll_failures": COUNT, "poll_skip_until": TIME,
+    "poll_error": STRING, "last_cycle_at": TIME, "retry_requested_at": TIME,
+    "retry_requested_by": STRING})
+DIRECTOR_QUEUE_LIST = obj({"queues": {"type": "array", "items": DIRECTOR_QUEUE}}, ("queues",))
 #: A limit needs a number: max_running, matching_delay or both (null: none).
 LIMIT_REQUEST = {**obj({
     "site": SHORT_NAME, "ce": {"type": "string", "maxLength": 255},

@@ -19,7 +19,11 @@ from matcher.api import OPERATIONS, Operation
 from matcher.runtime import runtime_of
 from pilot.archive import Member, pack, sandbox_id
 from taskqueue.pilots.pilotlogs import pack_log, record_log
-from taskqueue.pilots.records import record_new_pilots, record_submission
+from taskqueue.pilots.records import (
+    lock_director_queue,
+    record_new_pilots,
+    record_submission,
+)
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import (
     HELLO_JDL,
@@ -89,6 +93,10 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("PUT", "/api/v1/sitemask/<site>"):
         lambda w: Req(f"/api/v1/sitemask/{OTHER_SITE}", json_body={"reason": "auth test"}),
     ("DELETE", "/api/v1/sitemask/<site>"): lambda w: Req(f"/api/v1/sitemask/{BANNED}"),
+    ("GET", "/api/v1/director/queues"): lambda w: Req("/api/v1/director/queues"),
+    ("POST", "/api/v1/director/queues/<site>/<ce>/<queue>/retry"):
+        lambda w: Req(f"/api/v1/director/queues/{SITE}/{CERN_CONDOR['ce']}/"
+                      f"{CERN_CONDOR['queue']}/retry"),
     ("GET", "/api/v1/limits"): lambda w: Req("/api/v1/limits"),
     ("POST", "/api/v1/limits"):
         lambda w: Req("/api/v1/limits", json_body={"site": OTHER_SITE, "attribute": "job_type",
@@ -166,6 +174,8 @@ def world(client: Api, app: Flask, user_token: str, own_pilot_token: str,
                                 references=[PILOT_REF], now=now))
     runtime.transaction(partial(record_submission, reference=PILOT_REF, native_id="1",
                                 now=now))
+    runtime.transaction(partial(lock_director_queue, site=SITE, ce=CERN_CONDOR["ce"],
+                                queue=CERN_CONDOR["queue"], now=now))
     log_id, packed = pack_log(b"pilot output", b"")
     runtime.sandbox_store().put(log_id, packed)
     runtime.transaction(partial(record_log, vo=VO, reference=PILOT_REF, log_id=log_id,
