@@ -39,6 +39,8 @@ class Principal:
     #: Who issued the token (this service, or an identity provider) and when it expires.
     issuer: str = ISSUER
     expires_at: float | None = None
+    #: When this service issued the token (its own tokens only).
+    issued_at: float | None = None
     #: An identity provider's token: the WLCG compute scopes it grants (None: every one).
     scopes: frozenset[str] | None = None
 
@@ -71,7 +73,8 @@ def principal_from_header(header: str | None, secret: str,
         raise Problem(401, "the token has expired; ask for a new one") from exc
     except jwt.InvalidTokenError as exc:
         raise Problem(401, f"the token is not valid: {exc}") from exc
-    principal = replace(_principal(claims), expires_at=float(claims["exp"]))
+    principal = replace(_principal(claims), expires_at=float(claims["exp"]),
+                        issued_at=float(claims["iat"]))
     VERIFIED.put(token, secret, principal)
     return principal
 

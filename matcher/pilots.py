@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import replace
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -15,7 +16,7 @@ from werkzeug.exceptions import MethodNotAllowed
 
 from matcher import schemas
 from matcher.api import JSON, Call, Param, endpoint
-from matcher.auth import OPERATOR, PILOT, USER, Principal
+from matcher.auth import ISSUER, OPERATOR, PILOT, USER, Principal
 from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
@@ -48,11 +49,13 @@ from taskqueue.pilots.records import (
     jobs_of_owner_on,
     last_pilot_report,
     pilot_of_vo,
+    record_token_renewal,
     register_pilot,
     runs_of_pilot,
 )
 from taskqueue.queues.jobcontrol import fail_unreadable
 from taskqueue.queues.submitpools import get_submit_pools_for_queue
+from taskqueue.tokens import issue_token
 
 bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
 
@@ -296,6 +299,35 @@ def put_pilot(call: Call, reference: str) -> dict[str, Any]:
                 "last_seen_at": iso(pilot.last_seen_at)}
 
     return call.runtime.transaction(work)
+
+
+@endpoint(bp, "POST", "/<reference>/token", tag="pilots",
+          roles=(PILOT,),
+          summary="A pilot's successor token, asked for with its current one before it "
+                  "expires: the same claims, bound to the pilot's reference, for as long as "
+                  "the current one was given (at most [agents] pilot_token_lifetime); none "
+                  "for a pilot that was killed, that ended by its record, or that is not known",
+          responses={200: ("The new token", schemas.PILOT_TOKEN),
+                     403: ("No new token for this pilot", schemas.PROBLEM)})
+def renew_pilot_token(call: Call, reference: str) -> dict[str, Any]:
+    p = call.principal
+    _own_reference(p, reference)
+    if p.issuer != ISSUER or p.issued_at is None or p.expires_at is None:
+        raise Problem(403, f"this token was issued by {p.issuer}: ask that issuer for a new one")
+    lifetime = min(int(p.expires_at - p.issued_at),
+                   call.runtime.settings.agents.pilot_token_lifetime)
+    issued = call.now.timestamp()
+    expires = datetime.fromtimestamp(int(issued) + max(1, lifetime), UTC)
+
+    def work(session: Session) -> int:
+        return record_token_renewal(session, p.vo, reference, now=call.now,
+                                    expires_at=expires).token_renewals
+
+    renewals = call.runtime.transaction(work)
+    token = issue_token(call.runtime.secret, subject=p.subject, role=p.role, vo=p.vo,
+                        group=p.group, lifetime=max(1, lifetime), site=p.site,
+                        pilot=reference, now=issued)
+    return {"token": token, "expires_at": iso(expires), "renewals": renewals}
 
 
 @endpoint(bp, "GET", "", tag="pilots", roles=(OPERATOR,),

@@ -116,8 +116,11 @@ PILOT_FIELDS: dict[str, Schema] = {
     "heard_after_end_at": {**TIME, "description": "when the pilot was first heard from "
                            "(match, heartbeat) after its record said it ended; it is told "
                            "to stop"},
+    "token_renewals": COUNT, "token_renewed_at": TIME, "token_expires_at": TIME,
 }
 PILOT_SUMMARY = obj(PILOT_FIELDS)
+PILOT_TOKEN = obj({"token": STRING, "expires_at": TIME, "renewals": COUNT},
+                  ("token", "expires_at", "renewals"))
 PILOT_LIST = obj({"pilots": {"type": "array", "items": PILOT_SUMMARY},
                   "next_after": nullable(INTEGER)}, ("pilots", "next_after"))
 PILOT_RECORD = obj({

@@ -29,7 +29,10 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "updated_at": iso(pilot.updated_at), "exit_code": pilot.exit_code,
             "log": log_state(pilot), "log_note": pilot.log_note,
             "kill_requested_by": pilot.kill_requested_by,
-            "heard_after_end_at": iso(pilot.heard_after_end_at)}
+            "heard_after_end_at": iso(pilot.heard_after_end_at),
+            "token_renewals": pilot.token_renewals,
+            "token_renewed_at": iso(pilot.token_renewed_at),
+            "token_expires_at": iso(pilot.token_expires_at)}
 
 
 def log_state(pilot: Any) -> str:

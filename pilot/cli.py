@@ -18,6 +18,7 @@ from pilot.loop import (
     EXIT_KILLED,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_TOKEN_EXPIRED,
     EXIT_UNREACHABLE,
     EXIT_UNSENT,
     EXIT_USAGE,
@@ -87,6 +88,9 @@ Exit codes:
      pilot's last --idle-timeout without a job
   {EXIT_KILLED}  the matcher told the pilot to stop (an operator killed it, or its CE said it
      ended): its payloads were stopped and handed back for rescheduling
+  {EXIT_TOKEN_EXPIRED}  its token expired: the matcher refused to renew it (the pilot was killed or
+     ended by its record), or it could not be renewed in time (the matcher did not answer,
+     or the machine slept); its payloads were stopped, their reports kept as for {EXIT_UNSENT}
 The reason for a non-zero exit code is the last line on stderr.
 """
 

@@ -119,6 +119,20 @@ class MatcherClient:
         self._call("PUT", protocol.PILOT_PATH.format(reference=reference), lambda answer: None,
                    {"site": site, "ce": ce, "queue": queue, "status": status})
 
+    def renew_token(self, reference: str) -> str:
+        """The pilot's successor token, asked for with the current one."""
+        def read(answer: dict[str, Any]) -> str:
+            token = answer["token"]
+            if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
+                raise ValueError("token is not a signed token")
+            return token
+
+        return self._call("POST", protocol.TOKEN_PATH.format(reference=reference), read)
+
+    def use_token(self, token: str) -> None:
+        """Send ``token`` with every request from now on."""
+        self.http.headers["Authorization"] = f"Bearer {token}"
+
     def _call(self, method: str, path: str, read: Callable[[dict[str, Any]], T],
               body: Mapping[str, Any] | None = None,
               params: Mapping[str, str] | None = None) -> T:

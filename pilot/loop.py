@@ -39,6 +39,7 @@ from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remo
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
+from pilot.renewal import TokenRenewal
 from pilot.resource import NodeDescription
 from pilot.sandbox import (
     OUTPUT_LIMIT,
@@ -58,6 +59,7 @@ EXIT_REFUSED = 3
 EXIT_UNSENT = 4
 EXIT_UNREACHABLE = 5
 EXIT_KILLED = 6
+EXIT_TOKEN_EXPIRED = 7
 #: The stop reason of a pilot the matcher told to stop as a whole (an operator killed it, or
 #: its CE said it ended): its payloads are stopped and handed back for rescheduling.
 KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
@@ -173,6 +175,7 @@ class Pilot:
                                                    verify=o.verify)
         self.match_backoff = Backoff(o.backoff_base, o.backoff_cap)
         self.report_backoff = Backoff(o.backoff_base, o.backoff_cap)
+        self.renewal = TokenRenewal(o.token, wall=self.clock)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -245,6 +248,11 @@ class Pilot:
             if shutdown is not None and now >= shutdown:
                 self._shutdown("the node's shutdown time has come")
                 break
+            if self.renewal.expired():
+                self._token_expired()
+                break
+            if self.renewal.due() and not self._signalled:
+                self._renew_token()
             # A shutdown time ahead only shortens the time left that matching offers (see
             # _fill); a drain file stops matching at once.
             if not self.retiring and o.drain_file is not None and o.drain_file.exists():
@@ -292,7 +300,8 @@ class Pilot:
         elif self.summary.exit_code == EXIT_OK and silence:
             self.summary.exit_code = EXIT_UNREACHABLE
             self.summary.error = f"{silence}: {self.client.last_failure}"
-        if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE) and not silence \
+        if self.summary.exit_code not in (EXIT_REFUSED, EXIT_UNREACHABLE,
+                                          EXIT_TOKEN_EXPIRED) and not silence \
                 and self._last_attempt_left() > 0:
             # Not to a matcher that does not answer: one more wait.
             self._register("Aborted" if self._killed else "Done")
@@ -519,24 +528,28 @@ class Pilot:
         or once the matcher has been silent for longer than --idle-timeout, make only one
         last attempt of :data:`LAST_ATTEMPT` seconds. What is left goes to a file."""
         deadline = self.clock() + self.options.report_timeout
+        if self.renewal.expired():  # every one would be refused: all go to the file
+            deadline = self.clock()
         while self.outbox and self.clock() < deadline and not self._hurry():
             delay = self._flush_reports()
             if self.outbox:
                 self._pause(min(delay, max(0.0, deadline - self.clock())))
-        if self.outbox and self._hurry():
+        if self.outbox and self._hurry() and not self.renewal.expired():
             left = self._last_attempt_left()
             if left > 0:
                 log.info("last attempt at %d report(s) (%s)", len(self.outbox), self._hurry())
                 self._flush_reports(until=time.monotonic() + left)
         if self.outbox:
             self.summary.unsent = len(self.outbox)
-            self.summary.exit_code = EXIT_UNSENT
             path = self.options.workdir / "undelivered-reports.json"
             path.write_text(json.dumps([
                 {"job_id": r.job_id, "pilot_reference": self.node.reference, **r.body}
                 for r in self.outbox]), encoding="utf-8")
-            self.summary.error = (f"{len(self.outbox)} reports could not be delivered; kept "
-                                  f"in {path}")
+            kept = f"{len(self.outbox)} reports could not be delivered; kept in {path}"
+            if self.summary.exit_code == EXIT_TOKEN_EXPIRED:
+                self.summary.error = f"{self.summary.error}; {kept}"
+            else:
+                self.summary.exit_code, self.summary.error = EXIT_UNSENT, kept
             log.error("%s", self.summary.error)
 
     # -- retiring and stopping ---------------------------------------------------------------
@@ -630,6 +643,39 @@ class Pilot:
                 "output_tail": p.tail(), "cpu_used": p.cpu_used()}))
             self._finished(p)
         self.payloads.clear()
+
+    def _renew_token(self) -> None:
+        """Ask the matcher for the token's successor; send it from now on."""
+        assert self.client is not None
+        try:
+            token = self.client.renew_token(self.node.reference)
+        except TransientError as exc:
+            delay = self.renewal.failed()
+            log.warning("token not renewed yet (%s); trying again in %.0f s, %.0f s before it "
+                        "expires", exc, delay, self.renewal.left())
+            return
+        except RefusedError as exc:
+            self.renewal.stop(f"{exc.status}: {exc.detail}")
+            log.error("the matcher gives this pilot no new token (%s): it works on until its "
+                      "token expires in %.0f s", self.renewal.stopped, self.renewal.left())
+            return
+        self.client.use_token(token)
+        self.renewal.renewed(token)
+        log.info("token renewed (%d so far): it expires in %.0f s", self.renewal.renewals,
+                 self.renewal.left())
+
+    def _token_expired(self) -> None:
+        """The token expired (its renewal was refused, failed until the end, or the machine
+        slept through it): no request would be accepted any more. The payloads are stopped
+        and their reports kept in the file for --replay; the pilot exits EXIT_TOKEN_EXPIRED."""
+        why = ("its renewal was refused: " + self.renewal.stopped if self.renewal.stopped
+               else "it was not renewed in time (the matcher did not answer, or the machine "
+                    "was suspended)")
+        message = f"the pilot's token expired after {self.renewal.renewals} renewal(s); {why}"
+        log.error("%s", message)
+        self._shutdown("its token expired")
+        if self.summary.exit_code in (EXIT_OK, EXIT_UNSENT):
+            self.summary.exit_code, self.summary.error = EXIT_TOKEN_EXPIRED, message
 
     def _stop_killed(self) -> None:
         """The matcher told the pilot to stop as a whole: its payloads are stopped (SIGTERM,

@@ -20,6 +20,8 @@ SUBMIT_POOLS_PATH = "/pilots/submitpools"
 JOB_STATUS_PATH = "/pilots/jobs/{job_id}/status"
 #: Format with ``reference``.
 PILOT_PATH = "/pilots/{reference}"
+#: A pilot's successor token (POST, with its current one).
+TOKEN_PATH = "/pilots/{reference}/token"
 #: Sandboxes: start an upload (POST), download one (GET /sandboxes/<id>).
 SANDBOXES_PATH = "/sandboxes"
 

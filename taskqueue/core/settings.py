@@ -415,7 +415,7 @@ class AgentSettings:
     #: to 16 times).
     failure_backoff: int = 120
     #: Seconds a pilot token is valid, and the pilot's own idle timeout.
-    pilot_token_lifetime: int = 172800
+    pilot_token_lifetime: int = 86400
     pilot_idle_timeout: int = 120
     #: Where PSI/J's local executor runs pilots, and batch pilots write their output.
     pilot_workdir: str = "work/pilots"

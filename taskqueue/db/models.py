@@ -331,6 +331,11 @@ class Pilot(Base):
     #: When the pilot was first heard from (match, heartbeat) after its record said it
     #: ended (its CE said so, yet the pilot lives on); it is told to stop.
     heard_after_end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: How many times the pilot had its token renewed, the last time, and when the last
+    #: token it was given expires.
+    token_renewals: Mapped[int] = mapped_column(Integer, default=0)
+    token_renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    token_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),

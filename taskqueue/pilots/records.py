@@ -10,7 +10,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from taskqueue.core.errors import InvalidInputError, NotFoundError
+from taskqueue.core.errors import ForbiddenError, InvalidInputError, NotFoundError
 from taskqueue.db.models import DirectorQueue, Job, JobStatusHistory, Pilot, PilotRun
 
 #: The states of a pilot's life, in order, as the site director, its batch system and the
@@ -345,6 +345,27 @@ def last_pilot_report(session: Session, vo: str, reference: str) -> JobStatusHis
         .where(Job.pilot_reference == reference, Job.vo == vo,
                JobStatusHistory.source == "pilot")
         .order_by(JobStatusHistory.id.desc()).limit(1)).first()
+
+
+def record_token_renewal(session: Session, vo: str, reference: str, *, now: datetime,
+                         expires_at: datetime) -> Pilot:
+    """Note that the VO's pilot is given a new token, expiring at ``expires_at``; a pilot that
+    was killed, that ended by its record, or that the service does not know gets none
+    (ForbiddenError, saying which)."""
+    pilot = session.scalars(select(Pilot).where(Pilot.reference == reference, Pilot.vo == vo)
+                            .with_for_update()).one_or_none()
+    if pilot is None:
+        raise ForbiddenError(f"pilot {reference} is not known in VO {vo}: it gets no new token")
+    if pilot.kill_requested_by is not None:
+        raise ForbiddenError(f"pilot {reference} was killed at the request of "
+                             f"{pilot.kill_requested_by}: it gets no new token")
+    if pilot.status in FINAL_PILOT_STATES:
+        raise ForbiddenError(f"pilot {reference} has ended ({pilot.status}) by its record: it "
+                             "gets no new token")
+    pilot.token_renewals = (pilot.token_renewals or 0) + 1
+    pilot.token_renewed_at, pilot.token_expires_at = now, expires_at
+    session.flush()
+    return pilot
 
 
 #: What the matcher tells a pilot that must stop as a whole (its match requests and

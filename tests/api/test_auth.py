@@ -121,6 +121,8 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("PUT", "/api/v1/pilots/<reference>"):
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}",
                       json_body={**CERN_CONDOR, "status": "Running"}),
+    ("POST", "/api/v1/pilots/<reference>/token"):
+        lambda w: Req(f"/api/v1/pilots/{PILOT_REF}/token"),
     ("POST", "/api/v1/sandboxes"):
         lambda w: Req("/api/v1/sandboxes", json_body={
             "checksum": SANDBOX_ID.removeprefix("sb:sha256:"), "size": len(SANDBOX),

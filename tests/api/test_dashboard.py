@@ -227,6 +227,7 @@ def test_every_page_shows_the_vo(db: Database, client: Api, grid: dict[str, Any]
     assert "Payload exited with code 3" in job_html and "Failed" in job_html
     pilot_html = page(operator_http, "/ui/pilots/pilot-1")
     assert f'href="/ui/jobs/{failed}"' in pilot_html
+    assert "never renewed" in pilot_html
     tq = re.search(r'href="/ui/taskqueues/(\d+)"', page(operator_http, "/ui/taskqueues"))
     assert tq
     assert "Next jobs" in page(operator_http, f"/ui/taskqueues/{tq.group(1)}")
@@ -627,3 +628,12 @@ def test_the_sites_page_says_what_failed_and_retries_a_queue_now(
     row = html[html.index(f'data-queue="{"/".join(key)}"'):]
     row = row[:row.index("</tr>")]
     assert "data-failing" not in row and "retried by operator:olga" in row
+
+
+def test_the_pilot_page_shows_its_token_renewals(client: Api, grid: dict[str, Any],
+                                                 pilot_token: str,
+                                                 operator_http: FlaskClient) -> None:
+    for _ in range(2):
+        client.ok("POST", "/api/v1/pilots/pilot-1/token", pilot_token)
+    html = page(operator_http, "/ui/pilots/pilot-1")
+    assert re.search(r'id="token">renewed 2 time\(s\), last [^;]+; expires \d{4}-', html), html
