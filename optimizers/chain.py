@@ -36,12 +36,13 @@ from optimizers.datalocation import (
     locate_jobs,
 )
 from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.gridattributes import vo_mismatch
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reason, serves_vo
 from taskqueue.core.definitions import JobRequirements
-from taskqueue.core.errors import InvalidRequirementsError
+from taskqueue.core.errors import InvalidInputError, InvalidRequirementsError
 from taskqueue.core.resources import Resource
 from taskqueue.core.settings import Settings
 from taskqueue.core.states import JobStatus
@@ -187,6 +188,11 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
     their statistics updated before the jobs are stored, so that the jobs' queue rows go in
     with them; on PostgreSQL, when they all go to one active queue, the one statement that
     stores them does that too (a single job: that statement and COMMIT)."""
+    for s in submissions:
+        why = vo_mismatch(s.description.extra, identity.vo)
+        if why:
+            where = f"job {s.bulk_index}: " if s.bulk_index is not None else ""
+            raise InvalidInputError(where + why)
     work = [(i, identity, s.description) for i, s in enumerate(submissions)]
     decided = _decide(session, work, ctx)
     checking = Passage(JobStatus.CHECKING, "Job sanity", SOURCE)

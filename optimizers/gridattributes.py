@@ -6,12 +6,14 @@ warning that says what gridpilot does with it, rather than "unknown attribute".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 #: Lower-case name → what gridpilot does with the attribute.
 FOREIGN = {
-    "virtualorganisation": "not used: a job belongs to the VO of the token that submits it",
-    "virtualorganization": "not used: a job belongs to the VO of the token that submits it",
+    "virtualorganisation": "checked: a job belongs to the VO of the token that submits it, "
+                           "and one that names another VO is refused",
+    "virtualorganization": "checked: a job belongs to the VO of the token that submits it, "
+                           "and one that names another VO is refused",
     "owner": "not used: a job belongs to the subject of the token that submits it",
     "ownergroup": "not used: a job belongs to the group of the token that submits it",
     "retrycount": "not used: a job whose pilot is lost is rescheduled up to the service's "
@@ -39,3 +41,21 @@ def foreign_notes(extra: Iterable[str]) -> list[str]:
     """A warning for each attribute of ``extra`` that :data:`FOREIGN` knows, by name."""
     return [f"{name}: {FOREIGN[name.lower()]}"
             for name in sorted(extra, key=str.lower) if name.lower() in FOREIGN]
+
+
+#: gLite's attribute naming a job's VO, in both spellings (lower case).
+VO_ATTRIBUTES = frozenset({"virtualorganisation", "virtualorganization"})
+
+
+def vo_mismatch(extra: Mapping[str, object], vo: str) -> str | None:
+    """Why the VO a job names for itself contradicts ``vo``, its submitter's; None when it
+    names none or the same."""
+    for name, value in extra.items():
+        if name.lower() not in VO_ATTRIBUTES:
+            continue
+        if isinstance(value, str) and value.strip() == vo:
+            continue
+        return (f"{name} = {value!r} names another VO than the submitter's token ({vo!r}): a "
+                f"job belongs to its submitter's VO; leave {name} out, or submit with a "
+                "token of that VO")
+    return None

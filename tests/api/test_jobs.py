@@ -337,3 +337,31 @@ def test_output(client: Api, user_token: str, pilot_token: str) -> None:
     assert after == {"job_id": job_id, "status": "Done", "exit_code": 0,
                      "output_tail": "hello\nworld\n", "output_sandbox": None,
                      "input_sandboxes": []}
+
+
+# -- the job's own VO ---------------------------------------------------------------------------
+
+def test_a_jdl_naming_another_vo_is_refused_and_nothing_is_stored(client: Api,
+                                                                  user_token: str) -> None:
+    before = client.ok("GET", "/api/v1/jobs", user_token)["jobs"]
+    jdl = '[ Executable = "/bin/true"; VirtualOrganisation = "belle"; ]'
+    problem = assert_problem(client.call("POST", "/api/v1/jobs", user_token, text=jdl), 422,
+                             "VirtualOrganisation", "belle", "lhcb")
+    assert "Traceback" not in problem["detail"]
+    assert client.ok("GET", "/api/v1/jobs", user_token)["jobs"] == before
+
+
+def test_a_jdl_naming_its_own_vo_is_taken(client: Api, user_token: str) -> None:
+    [job_id] = client.submit_jdl(
+        user_token, '[ Executable = "/bin/true"; VirtualOrganization = "lhcb"; ]')
+    assert client.job(user_token, job_id)["status"] == "Waiting"
+
+
+def test_a_bulk_with_one_job_of_another_vo_is_refused_whole(client: Api,
+                                                            user_token: str) -> None:
+    body = [{"executable": "/bin/true"},
+            {"executable": "/bin/true",
+             "attributes": {"custom_attributes": {"VirtualOrganisation": ["lhcb", "belle"]}}}]
+    assert_problem(client.call("POST", "/api/v1/jobs", user_token, json_body=body), 422,
+                   "job 1: VirtualOrganisation", "['lhcb', 'belle']")
+    assert client.ok("GET", "/api/v1/jobs", user_token)["jobs"] == []
