@@ -13,6 +13,7 @@ from matcher import (
     directorqueues,
     jobs,
     operator,
+    payloadtokens,
     pilots,
     problems,
     replicas,
@@ -40,7 +41,8 @@ def create_app(settings: Settings) -> Flask:
     app.extensions[EXTENSION] = Runtime(settings, secret, Metrics(metrics_dir(settings)),
                                           IdentityProviders(settings.auth.issuers))
     for bp in (jobs.bp, bulkjobs.bp, pilots.bp, taskqueues.bp, operator.bp, service.bp,
-               whoami.bp, dashboard.bp, sandboxes.bp, replicas.bp, directorqueues.bp):
+               whoami.bp, dashboard.bp, sandboxes.bp, replicas.bp, directorqueues.bp,
+               payloadtokens.bp, payloadtokens.api):
         app.register_blueprint(bp)
     problems.install(app)
     app.before_request(_start_clock)

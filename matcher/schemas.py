@@ -118,6 +118,14 @@ PILOT_FIELDS: dict[str, Schema] = {
                            "to stop"},
     "token_renewals": COUNT, "token_renewed_at": TIME, "token_expires_at": TIME,
 }
+PILOT_REFERENCE = obj({"pilot_reference": NAME}, ("pilot_reference",))
+PAYLOAD_TOKEN = obj({"token": STRING, "expires_at": TIME, "scope": STRING},
+                    ("token", "expires_at", "scope"))
+OPENID_CONFIGURATION = obj({"issuer": STRING, "jwks_uri": STRING,
+                            "id_token_signing_alg_values_supported": STRINGS,
+                            "token_endpoint_auth_methods_supported": STRINGS,
+                            "claims_supported": STRINGS}, ("issuer", "jwks_uri"))
+JWKS = obj({"keys": {"type": "array", "items": {"type": "object"}}}, ("keys",))
 PILOT_SUMMARY = obj(PILOT_FIELDS)
 PILOT_TOKEN = obj({"token": STRING, "expires_at": TIME, "renewals": COUNT},
                   ("token", "expires_at", "renewals"))

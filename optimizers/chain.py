@@ -44,6 +44,7 @@ from optimizers.resources import ResourcesConfig, eligible_queues, no_match_reas
 from taskqueue.core.definitions import JobRequirements
 from taskqueue.core.errors import InvalidInputError, InvalidRequirementsError
 from taskqueue.core.resources import Resource
+from taskqueue.core.scopes import granted_scopes, scope_problem
 from taskqueue.core.settings import Settings
 from taskqueue.core.states import JobStatus
 from taskqueue.db.bulk import insert_rows
@@ -188,8 +189,10 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
     their statistics updated before the jobs are stored, so that the jobs' queue rows go in
     with them; on PostgreSQL, when they all go to one active queue, the one statement that
     stores them does that too (a single job: that statement and COMMIT)."""
+    granted = granted_scopes(ctx.settings.tokens, identity.vo, identity.owner)
     for s in submissions:
-        why = vo_mismatch(s.description.extra, identity.vo)
+        why = (vo_mismatch(s.description.extra, identity.vo)
+               or scope_problem(s.description.token_scopes, granted))
         if why:
             where = f"job {s.bulk_index}: " if s.bulk_index is not None else ""
             raise InvalidInputError(where + why)

@@ -92,6 +92,9 @@ class JobDescription:
     #: The files (LFNs, without "LFN:") the job reads from grid storage (InputData): it runs
     #: only where every one has a replica (the chain's data step).
     input_data: tuple[str, ...] = ()
+    #: The scopes its payload's token is to have (narrower than the VO grants; empty: all
+    #: that the VO grants).
+    token_scopes: tuple[str, ...] = ()
     #: The parameter this job was expanded for, in a parametric bulk.
     parameter: str | None = None
     #: Fields gridpilot does not interpret: kept and passed to the payload.
@@ -125,7 +128,7 @@ KNOWN_FIELDS = (
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "GridCE", "InputData",
-    "DataRequirements", *PARAMETRIC,
+    "DataRequirements", "TokenScopes", *PARAMETRIC,
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
 CANONICAL["bannedsites"] = "BannedSite"
@@ -285,6 +288,7 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         requirements=requirements,
         requirements_expression=expression,
         input_data=_input_data(raw, warnings),
+        token_scopes=_strings(raw, "TokenScopes"),
         parameter=parameter,
         extra=dict(extra),
         warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw)

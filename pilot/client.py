@@ -129,6 +129,17 @@ class MatcherClient:
 
         return self._call("POST", protocol.TOKEN_PATH.format(reference=reference), read)
 
+    def payload_token(self, job_id: int, reference: str) -> str:
+        """A token for the payload of ``job_id``, for its owner."""
+        def read(answer: dict[str, Any]) -> str:
+            token = answer["token"]
+            if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
+                raise ValueError("token is not a signed token")
+            return token
+
+        return self._call("POST", protocol.PAYLOAD_TOKEN_PATH.format(job_id=job_id), read,
+                          {"pilot_reference": reference})
+
     def use_token(self, token: str) -> None:
         """Send ``token`` with every request from now on."""
         self.http.headers["Authorization"] = f"Bearer {token}"

@@ -37,6 +37,7 @@ from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
+from pilot.payloadtoken import PayloadToken
 from pilot.planning import payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.renewal import TokenRenewal
@@ -165,6 +166,10 @@ class Pilot:
     _asked_answered: float | None = None
     _asking_fails_since: float | None = None
     reaper: Reaper = field(default_factory=Reaper)
+    #: Each running payload's token file (pilot.payloadtoken), by job id.
+    payload_tokens: dict[int, PayloadToken] = field(default_factory=dict)
+    #: Why payloads get no token from this matcher ("" while they do).
+    _payload_tokens_off: str = ""
 
     def __post_init__(self) -> None:
         o = self.options
@@ -263,6 +268,8 @@ class Pilot:
                 break
             self._reap(now)
             self._enforce(now)
+            if not self._signalled:
+                self._renew_payload_tokens()
             # After a signal, no request more: the next turn stops.
             if now >= next_beat and self.payloads and not self._signalled:
                 self._heartbeat(now)
@@ -367,9 +374,9 @@ class Pilot:
                 "status": protocol.RESCHEDULED,
                 "minor_status": f"Pilot stopped: pilot received {self._signalled}"}))
             return
+        directory = fresh_job_folder(o.workdir, job.job_id)
         try:
-            fetch_inputs(self.client, job, fresh_job_folder(o.workdir, job.job_id),
-                         self.node.reference)
+            fetch_inputs(self.client, job, directory, self.node.reference)
         except SandboxError as exc:  # unsafe or refused: Failed; unreachable: run elsewhere
             log.error("job %d: %s", job.job_id, exc, extra=concerning(job.job_id))
             if exc.transient:
@@ -384,7 +391,9 @@ class Pilot:
             payload = start_payload(job, cores=cores, memory_mb=memory, root=o.workdir, now=now,
                                     max_end=max_end, cpu_factor=limits.cpu_factor,
                                     machine_features=o.machine_features,
-                                    base_env=os.environ, fresh=False)
+                                    base_env=os.environ, fresh=False,
+                                    token_file=self._first_payload_token(job.job_id,
+                                                                         directory))
         except OSError as exc:
             log.error("job %d cannot start: %s", job.job_id, exc, extra=concerning(job.job_id))
             self.summary.failed += 1
@@ -400,6 +409,46 @@ class Pilot:
                  extra=concerning(job.job_id))
         self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
         self._write_jobstatus(now)
+
+    # -- payloads' tokens --------------------------------------------------------------------
+
+    def _first_payload_token(self, job_id: int, directory: Path) -> Path | None:
+        """The file the payload's token goes in, its first token fetched (None when the
+        matcher gives payloads no token)."""
+        if self._payload_tokens_off:
+            return None
+        token = PayloadToken(directory, wall=self.clock)
+        self._fetch_payload_token(job_id, token)
+        if self._payload_tokens_off:
+            return None
+        self.payload_tokens[job_id] = token
+        return token.path
+
+    def _fetch_payload_token(self, job_id: int, token: PayloadToken) -> None:
+        assert self.client is not None
+        try:
+            token.got(self.client.payload_token(job_id, self.node.reference))
+        except TransientError as exc:
+            delay = token.failed()
+            log.warning("job %d: no token for its payload yet (%s); trying again in %.0f s",
+                        job_id, exc, delay, extra=concerning(job_id))
+        except RefusedError as exc:
+            if exc.status == 404 and not self.payload_tokens:
+                self._payload_tokens_off = exc.detail
+                log.info("payloads get no token from this matcher: %s", exc.detail)
+            else:
+                log.warning("job %d: its payload gets no more tokens: %s", job_id, exc,
+                            extra=concerning(job_id))
+            token.stop(str(exc))
+        except OSError as exc:  # the folder went (the payload ended meanwhile)
+            token.stop(f"cannot write {token.path}: {exc}")
+
+    def _renew_payload_tokens(self) -> None:
+        for job_id, token in list(self.payload_tokens.items()):
+            if job_id not in self.payloads:
+                del self.payload_tokens[job_id]
+            elif token.due():
+                self._fetch_payload_token(job_id, token)
 
     def _confirm(self, job_id: int) -> bool:
         """Say Running before a download that may take a while: a Matched job its pilot has
@@ -686,7 +735,11 @@ class Pilot:
             self.summary.error = f"{KILLED_BY_MATCHER} ({self._killed})"
 
     def _finished(self, p: Payload) -> None:
-        """The report on ``p`` is built (exit code, CPU time, output tail): its folder goes."""
+        """The report on ``p`` is built (exit code, CPU time, output tail): its token is
+        renewed no more, and its folder goes."""
+        token = self.payload_tokens.pop(p.job_id, None)
+        if token is not None:
+            token.path.unlink(missing_ok=True)
         if not self.options.keep_job_folders:
             remove_folder(p.directory)
 

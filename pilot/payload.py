@@ -19,6 +19,7 @@ from pathlib import Path, PurePosixPath
 from pilot.features import write_features
 from pilot.logformat import concerning
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
+from pilot.payloadtoken import TOKEN_FILE_VARIABLE
 from pilot.planning import expected_end
 from pilot.protocol import JobPayload
 from pilot.reaper import Family, send
@@ -179,7 +180,7 @@ def resolve_executable(executable: str, directory: Path, search_path: str | None
 def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, now: float,
                   max_end: float, cpu_factor: float | None,
                   machine_features: str | None, base_env: Mapping[str, str],
-                  fresh: bool = True) -> Payload:
+                  fresh: bool = True, token_file: Path | None = None) -> Payload:
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
     provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given.
     ``fresh=False``: the folder was made by :func:`fresh_job_folder` (and holds the job's
@@ -198,12 +199,16 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     if memory_mb:
         values["mem_limit_MB"] = memory_mb
     write_features(features, values)
-    env = {k: v for k, v in base_env.items() if k not in PRIVATE_ENV}
+    # The node's own token file (if the pilot's environment names one) is not the payload's.
+    env = {k: v for k, v in base_env.items()
+           if k not in PRIVATE_ENV and k != TOKEN_FILE_VARIABLE}
     env.update(job.environment)
     env.update({"JOBFEATURES": str(features), "GRIDPILOT_JOB_ID": str(job.job_id),
                 "GRIDPILOT_JOB_CORES": str(cores), "OMP_NUM_THREADS": str(cores)})
     if machine_features:
         env["MACHINEFEATURES"] = machine_features
+    if token_file is not None:
+        env[TOKEN_FILE_VARIABLE] = str(token_file)
     # The output files stay inside the job folder whatever the job names them.
     stdout_path = output_path(directory, job.stdout, "output.log", job_id=job.job_id)
     stderr_path = (output_path(directory, job.stderr, "error.log", job_id=job.job_id)

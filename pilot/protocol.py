@@ -18,6 +18,8 @@ HEARTBEAT_PATH = "/pilots/heartbeat"
 SUBMIT_POOLS_PATH = "/pilots/submitpools"
 #: Format with ``job_id``.
 JOB_STATUS_PATH = "/pilots/jobs/{job_id}/status"
+#: A token for the job's payload (POST; format with ``job_id``).
+PAYLOAD_TOKEN_PATH = "/pilots/jobs/{job_id}/token"
 #: Format with ``reference``.
 PILOT_PATH = "/pilots/{reference}"
 #: A pilot's successor token (POST, with its current one).

@@ -33,6 +33,7 @@ from pilot.archive import (
 )
 from pilot.client import MatcherClient, RefusedError, TransientError, problem_detail
 from pilot.logformat import concerning
+from pilot.payloadtoken import TOKEN_FILE_NAME
 
 log = logging.getLogger("pilot")
 
@@ -164,6 +165,9 @@ def collect_outputs(job: protocol.JobPayload, directory: Path, streams: list[Pat
             out.missing.append(f"{name} ({exc})")
             continue
         if clean in stream_names:
+            continue
+        if clean == TOKEN_FILE_NAME:
+            out.missing.append(f"{name} (the payload's token is never kept)")
             continue
         try:
             data, executable = read_inside(directory, clean)

@@ -618,6 +618,52 @@ class PurgeSettings:
         return {status: d for status, d in days.items() if d > 0}
 
 
+#: The WLCG profile's audience that any service accepts.
+ANY_AUDIENCE = "https://wlcg.cern.ch/jwt/v1/any"
+
+
+@dataclass(frozen=True)
+class TokenSettings:
+    """Tokens the service issues to payloads for their jobs' owners (WLCG profile, ES256,
+    verifiable by any service through ``/.well-known/openid-configuration``)."""
+
+    #: Whether each payload gets a token in ``$BEARER_TOKEN_FILE``.
+    payload_tokens: bool = True
+    #: Seconds a payload's token is valid; the pilot replaces it before it expires.
+    payload_lifetime: int = 1200
+    #: The tokens' ``aud``.
+    payload_audience: tuple[str, ...] = (ANY_AUDIENCE,)
+    #: The scopes a payload's token grants, ``{vo}`` and ``{owner}`` filled in; a job may
+    #: narrow them (``TokenScopes``), never widen them.
+    storage_scopes: tuple[str, ...] = ("storage.read:/", "storage.create:/{vo}/user/{owner}")
+    #: Per VO, scopes instead of ``storage_scopes``.
+    vo_storage_scopes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The tokens' ``iss``: a URL where ``/.well-known/openid-configuration`` is served.
+    #: Empty: ``[matcher] url``.
+    issuer: str = ""
+    #: Seconds a signing key signs; then a new one does, and the old one stays published until
+    #: the last token it signed has expired.
+    key_rotation: int = 604800
+
+    def __post_init__(self) -> None:
+        for name in ("payload_lifetime", "key_rotation"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"tokens.{name} must be at least 1 second, got "
+                                         f"{getattr(self, name)}")
+        if not self.payload_audience:
+            raise ConfigurationError("tokens.payload_audience must name at least one audience")
+        for where, scopes in (("storage_scopes", self.storage_scopes),
+                              *((f"vo_storage_scopes.{vo}", v)
+                                for vo, v in self.vo_storage_scopes.items())):
+            for scope in scopes:
+                if not scope.strip() or any(c.isspace() for c in scope):
+                    raise ConfigurationError(f"tokens.{where}: {scope!r} is not a scope (one "
+                                             "word, e.g. storage.read:/)")
+        if self.issuer and not self.issuer.startswith(("https://", "http://")):
+            raise ConfigurationError(f"tokens.issuer must be an http(s) URL, got "
+                                     f"{self.issuer!r}")
+
+
 @dataclass(frozen=True)
 class Settings:
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
@@ -631,6 +677,7 @@ class Settings:
     sandboxes: SandboxSettings = field(default_factory=SandboxSettings)
     catalogue: CatalogueSettings = field(default_factory=CatalogueSettings)
     purge: PurgeSettings = field(default_factory=PurgeSettings)
+    tokens: TokenSettings = field(default_factory=TokenSettings)
 
     def group_shares_jobs(self, group: str) -> bool:
         return group in self.taskqueue.job_sharing_groups

@@ -643,6 +643,25 @@ class DashboardSignOut(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 
 
+class SigningKey(Base):
+    """A key the service signs payloads' tokens with (ES256): its public half is published
+    (JWKS) while tokens it signed may still be valid; its private half is kept encrypted with
+    a key derived from the service's signing secret. Only the newest key not retired signs."""
+
+    __tablename__ = "signing_keys"
+
+    kid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    algorithm: Mapped[str] = mapped_column(String(16))
+    #: The public key as a JWK (JSON text).
+    public_jwk: Mapped[str] = mapped_column(Text)
+    #: The private key, PKCS#8 PEM encrypted (Fernet) with a key derived from the secret.
+    private_key: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    #: When it stopped signing (NULL while it signs), and when it is no longer published.
+    retired_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    drop_after: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+
+
 class JobSandbox(Base):
     """A job's reference to a sandbox: its input ("input") or what it brought back
     ("output"). A referenced sandbox cannot be deleted (no cascade from sandboxes)."""

@@ -121,6 +121,12 @@ REQUESTS: dict[tuple[str, str], Callable[[World], Req]] = {
     ("PUT", "/api/v1/pilots/<reference>"):
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}",
                       json_body={**CERN_CONDOR, "status": "Running"}),
+    ("POST", "/api/v1/pilots/jobs/<int:job_id>/token"):
+        lambda w: Req(f"/api/v1/pilots/jobs/{w.matched}/token",
+                      json_body={"pilot_reference": PILOT_REF}),
+    ("GET", "/.well-known/openid-configuration"):
+        lambda w: Req("/.well-known/openid-configuration"),
+    ("GET", "/.well-known/jwks.json"): lambda w: Req("/.well-known/jwks.json"),
     ("POST", "/api/v1/pilots/<reference>/token"):
         lambda w: Req(f"/api/v1/pilots/{PILOT_REF}/token"),
     ("POST", "/api/v1/sandboxes"):

@@ -1,0 +1,82 @@
+"""A payload's own token through a real matcher and pilot: the payload finds in
+``$BEARER_TOKEN_FILE`` a token of its job's owner, with storage.read in its scope, that
+verifies against the key the service publishes; the pilot replaces it before it expires while
+the payload runs (scaled from the issue: a 6 s lifetime, read at 0 s and at 8 s)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import jwt
+import pytest
+import requests
+
+from gridpilot import schema
+from gridpilot.devserver import matcher_server
+from taskqueue.db.database import make_engine
+from tests.integration.test_pilot import ROOT, SECRET, Grid, _finish
+
+#: Copies the token file at start and 8 s later, and notes where the file was.
+READER = '''\
+import os, shutil, sys, time
+path = os.environ["BEARER_TOKEN_FILE"]
+out = sys.argv[1]
+with open(os.path.join(out, "where"), "w") as f:
+    f.write(path + " " + oct(os.stat(path).st_mode & 0o777))
+shutil.copy(path, os.path.join(out, "first"))
+time.sleep(8)
+shutil.copy(path, os.path.join(out, "second"))
+with open(os.path.join(out, "read_at"), "w") as f:
+    f.write(str(time.time()))
+'''
+
+
+@pytest.fixture()
+def grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Grid]:
+    monkeypatch.setenv("GRIDPILOT_TOKENS_PAYLOAD_LIFETIME", "6")
+    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
+    engine = make_engine(url)
+    schema.upgrade(engine)
+    engine.dispose()
+    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", tmp_path) as base:
+        yield Grid(base, tmp_path)
+
+
+def test_a_payload_reads_its_owners_token_and_finds_it_renewed(grid: Grid,
+                                                              tmp_path: Path) -> None:
+    script = tmp_path / "reader.py"
+    script.write_text(READER, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    jdl = f'[ Executable = "{sys.executable}"; Arguments = "{script} {out}"; CPUTime = 600 ]'
+    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(), timeout=30,
+                              headers={"Content-Type": "text/plain"})
+    assert response.status_code == 201, response.text
+    [job_id] = response.json()["job_ids"]
+    code, log = _finish(grid.pilot("--cores", "1", "--idle-timeout", "3"), timeout=120)
+    assert code == 0, log
+    assert grid.job(job_id)["status"] == "Done", log
+    where, mode = (out / "where").read_text().split()
+    assert where == str(grid.tmp / "work" / f"job_{job_id}" / ".bearer_token")
+    assert mode == "0o600"
+    config = requests.get(f"{grid.base}/.well-known/openid-configuration", timeout=30).json()
+    keys = {k["kid"]: k for k in requests.get(config["jwks_uri"], timeout=30).json()["keys"]}
+    claims = []
+    for name in ("first", "second"):
+        token = (out / name).read_text().strip()
+        key = jwt.PyJWK(keys[jwt.get_unverified_header(token)["kid"]])
+        # Verified as the payload read it (the second was unexpired then).
+        claims.append(jwt.decode(token, key.key, algorithms=["ES256"], issuer=config["issuer"],
+                                 audience="https://wlcg.cern.ch/jwt/v1/any",
+                                 options={"verify_exp": False}))
+    first, second = claims
+    assert first["sub"] == second["sub"] == "alice"
+    assert "storage.read:/" in first["scope"].split()
+    assert first["job_id"] == job_id and first["exp"] - first["iat"] == 6
+    assert second["exp"] > first["exp"] and second["jti"] != first["jti"]
+    # Read 8 s after the first, past the first's end: a later token, valid when read.
+    read_at = float((out / "read_at").read_text())
+    assert read_at > first["exp"]
+    assert second["iat"] <= read_at < second["exp"]
