@@ -1,7 +1,7 @@
 """Pilot tokens renewed (issue 37 item 1): each pilot's record keeps how many times it had its
 token renewed, when last, and when the last token it was given expires.
 
-Revision ID: 0036
+Revision ID: 0032
 Revises: 0031
 Create Date: 2026-12-06 18:00:00.000000
 """
@@ -15,7 +15,7 @@ from alembic import op
 
 import taskqueue.db.models
 
-revision: str = "0036"
+revision: str = "0032"
 down_revision: str | None = "0031"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,8 +1,8 @@
 """Payload tokens (issue 37 item 2): ``signing_keys`` holds the ES256 keys the service signs
 payloads' tokens with; their public halves are published at the JWKS URI.
 
-Revision ID: 0038
-Revises: 0036
+Revision ID: 0033
+Revises: 0032
 Create Date: 2026-12-06 18:10:00.000000
 """
 
@@ -15,8 +15,8 @@ from alembic import op
 
 import taskqueue.db.models
 
-revision: str = "0038"
-down_revision: str | None = "0036"
+revision: str = "0033"
+down_revision: str | None = "0032"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
