@@ -52,6 +52,18 @@ def pilots_ended_since(session: Session, since: datetime) -> dict[tuple[str, str
         .group_by(p.vo, p.site, p.status))}
 
 
+def pilots_stuck_since(session: Session, since: datetime
+                       ) -> dict[tuple[str, str, str, str], int]:
+    """The pilots killed since ``since`` for hanging in one state of their CE past its
+    timeout (taskqueue.pilots.pilotlogs.mark_hanging), and those whose director never
+    submitted them ("Submitting"), per (site, CE, queue, state)."""
+    p = Pilot.__table__.c
+    return {(site, ce, queue, state): int(n) for site, ce, queue, state, n in session.execute(
+        select(p.site, p.ce, p.queue, p.hung_in, func.count())
+        .where(p.updated_at >= since, p.hung_in.is_not(None))
+        .group_by(p.site, p.ce, p.queue, p.hung_in))}
+
+
 def director_failures(session: Session
                       ) -> dict[tuple[str, str, str], tuple[int, int]]:
     """The site director's submission failures in a row and failed polls of the CE in a row,
