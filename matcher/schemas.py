@@ -116,6 +116,12 @@ PILOT_FIELDS: dict[str, Schema] = {
     "heard_after_end_at": {**TIME, "description": "when the pilot was first heard from "
                            "(match, heartbeat) after its record said it ended; it is told "
                            "to stop"},
+    "ce_state": {**STRING, "description": "the CE's own word for the pilot's state as last "
+                 "reported (ACCEPTING, QUEUING, HELD ...; empty before its CE said one)"},
+    "ce_state_since": {**TIME, "description": "since when the CE has said ce_state"},
+    "hung_in": {**nullable(STRING), "description": "the CE state the pilot stayed in past "
+                "its timeout, for which it was killed (Submitting: its director never "
+                "submitted it)"},
 }
 PILOT_SUMMARY = obj(PILOT_FIELDS)
 PILOT_LIST = obj({"pilots": {"type": "array", "items": PILOT_SUMMARY},

@@ -29,7 +29,9 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "updated_at": iso(pilot.updated_at), "exit_code": pilot.exit_code,
             "log": log_state(pilot), "log_note": pilot.log_note,
             "kill_requested_by": pilot.kill_requested_by,
-            "heard_after_end_at": iso(pilot.heard_after_end_at)}
+            "heard_after_end_at": iso(pilot.heard_after_end_at),
+            "ce_state": pilot.ce_state, "ce_state_since": iso(pilot.ce_state_since),
+            "hung_in": pilot.hung_in}
 
 
 def log_state(pilot: Any) -> str:
