@@ -27,6 +27,8 @@ import psij
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 
 from agents.ce.base import (
+    QUEUED,
+    STAGE,
     STDERR_FILE,
     STDOUT_FILE,
     TOKEN_FILE,
@@ -46,7 +48,7 @@ STATES: dict[str, str] = {"NEW": "Submitted", "QUEUED": "Waiting", "ACTIVE": "Ru
                           "COMPLETED": "Done", "FAILED": "Failed", "CANCELED": "Aborted"}
 #: The PSI/J states a pilot may hang in before it runs, by kind of wait (agents.ce.base);
 #: PSI/J tells no held batch job from a queued one.
-WAITING_KINDS: dict[str, str] = {"NEW": "stage", "QUEUED": "queued"}
+WAITING_KINDS: dict[str, str] = {"NEW": STAGE, "QUEUED": QUEUED}
 #: Executors that render a batch script and poll a batch system.
 BATCH_EXECUTORS = frozenset({"slurm", "pbs", "lsf", "cobalt", "flux"})
 CORES_AS_PROCESSES = frozenset({"pbs", "lsf"})
