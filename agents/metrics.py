@@ -7,7 +7,8 @@ Two kinds of series. This process's own: its loops' runs by outcome, and how lon
 took. And what the database says, whichever agent process did the work (several may run,
 each loop in one of them at a time): each loop's last start and last sign of life and whether
 its last run failed, the pilots that ended in the last hour per site and status, the site
-director's failures in a row per queue, and whether the database answered at all
+director's failures in a row per queue, the pilots killed in the last hour for hanging in a CE
+state per queue and state, and whether the database answered at all
 (``gridpilot_database_up``; when it does not, only this process's series are given). Every
 agent process reports the database's series alike, so take their ``max`` across instances.
 """
@@ -27,7 +28,12 @@ from agents.context import AgentContext
 from taskqueue.core.errors import ConfigurationError
 from taskqueue.core.settings import host_and_port
 from taskqueue.db.health import HealthProbe
-from taskqueue.pilots.monitoring import director_failures, loop_runs, pilots_ended_since
+from taskqueue.pilots.monitoring import (
+    director_failures,
+    loop_runs,
+    pilots_ended_since,
+    pilots_stuck_since,
+)
 from taskqueue.scrapes import scraper_admitted
 
 #: The pilots counted as ended lately: those that ended within this window.
@@ -85,9 +91,9 @@ class AgentMetrics:
         if up:
             try:
                 now = self.ctx.now()
-                runs, ended, failures = self.ctx.transaction(lambda s: (
+                runs, ended, failures, stuck = self.ctx.transaction(lambda s: (
                     loop_runs(s), pilots_ended_since(s, now - ENDED_WINDOW),
-                    director_failures(s)))
+                    director_failures(s), pilots_stuck_since(s, now - ENDED_WINDOW)))
             except Exception:  # the scrape says so; the log says why
                 self.ctx.log.exception("metrics: the database could not be read")
                 up = False
@@ -117,6 +123,10 @@ class AgentMetrics:
                      "Failed polls in a row of each queue's CE (the pilots loop)",
                      ["site", "ce", "queue"],
                      {k: float(n) for k, (_, n) in failures.items()})
+        yield _gauge("gridpilot_director_pilots_stuck",
+                     "Pilots killed in the last hour for staying in one state of their CE "
+                     "past its timeout, per queue and CE state (Submitting: never submitted)",
+                     ["site", "ce", "queue", "state"], {k: float(n) for k, n in stuck.items()})
 
     def dispose(self) -> None:
         if self._probe is not None:

@@ -17,6 +17,12 @@ pilots keep their records until it answers again, which ends the poll back-off o
 A CE whose requests took ``[agents] ce_turn_budget`` seconds in the turn is asked nothing
 more in it (agents.ce.budget): the logs it still owes are fetched next turn. A pilot whose CE
 never confirms an end the pilot reported is let go after ``[agents] pilot_log_patience``.
+
+A pilot that stays in one state of its CE (the CE's own word: ACCEPTING, HELD, QUEUING ...)
+longer than that kind of state's timeout (``[agents] pilot_stage_timeout``,
+``pilot_held_timeout``, ``pilot_queued_timeout``) is killed through the CE, its reason says
+where it hung and for how long, and it is counted (the agents' metric
+``gridpilot_director_pilots_stuck``).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from agents.ce.base import (
     PilotUnknown,
 )
 from agents.ce.config import CEConfig, CEConfigError, ce_config
-from agents.ce.registry import ComputeElements
+from agents.ce.registry import ComputeElements, state_timeouts
 from agents.context import AgentContext
 from taskqueue.core.errors import DatabaseUnavailableError, NotFoundError
 from taskqueue.db.database import Session
@@ -43,6 +49,7 @@ from taskqueue.files.sandboxstore import SandboxStore, open_store
 from taskqueue.pilots.pilotlogs import (
     FollowedPilot,
     exit_reason,
+    mark_hanging,
     pack_log,
     pilots_to_follow,
     record_ce_state,
@@ -59,6 +66,8 @@ ENDED = FINAL_PILOT_STATES
 class FollowReport:
     moved: int = 0
     killed: int = 0
+    #: Pilots that hung in a CE state past its timeout, to be killed.
+    stuck: int = 0
     logs: int = 0
     unavailable: int = 0
     failed: dict[str, str] = field(default_factory=dict)
@@ -68,6 +77,8 @@ class FollowReport:
     def line(self) -> str:
         parts = [f"{self.moved} pilot(s) changed state", f"{self.killed} killed",
                  f"{self.logs} log(s) kept"]
+        if self.stuck:
+            parts.append(f"{self.stuck} stuck in a CE state past its timeout")
         if self.unavailable:
             parts.append(f"{self.unavailable} ended without a log")
         parts += [f"{ce} failed ({why})" for ce, why in sorted(self.failed.items())]
@@ -107,7 +118,7 @@ class PilotFollower:
             if self.ces.resting(config):
                 continue
             try:
-                self._follow(self.ces.get(config), pilots, report)
+                self._follow(self.ces.get(config), config, pilots, report)
                 self.ces.answered(config)
                 # A poll back-off of its queues ends: their submissions are tried again.
                 ctx.transaction(partial(record_ce_answered, queues=_queues(pilots),
@@ -141,7 +152,7 @@ class PilotFollower:
 
     # -- one CE ----------------------------------------------------------------------------
 
-    def _follow(self, ce: ComputeElement, pilots: list[FollowedPilot],
+    def _follow(self, ce: ComputeElement, config: CEConfig, pilots: list[FollowedPilot],
                 report: FollowReport) -> None:
         ctx = self.ctx
         by_ref = {p.reference: p for p in pilots}
@@ -165,12 +176,42 @@ class PilotFollower:
                 continue
             if ctx.transaction(partial(record_ce_state, vo=followed.vo, reference=reference,
                                        status=state.status, reason=state.reason,
-                                       exit_code=state.exit_code, now=ctx.now())):
+                                       exit_code=state.exit_code, now=ctx.now(),
+                                       ce_state=state.ce_state)):
                 report.moved += 1
             if state.status in ENDED:
                 ended.append((followed, state))
+        self._kill_hanging(ce, config, [p for p in pilots if p.reference not in
+                                        {f.reference for f, _ in ended}], report)
         if ended:
             self._keep_logs(ce, ended, report)
+
+    def _kill_hanging(self, ce: ComputeElement, config: CEConfig,
+                      pilots: list[FollowedPilot], report: FollowReport) -> None:
+        """Kill through the CE the pilots that stayed in one of its states past that state's
+        timeout (agents.ce.registry.state_timeouts); each keeps where it hung. A kill the CE
+        does not take now is passed on again next turn, as an operator's is."""
+        ctx = self.ctx
+        timeouts = state_timeouts(config, ctx.settings.agents)
+        hanging = ctx.transaction(partial(
+            mark_hanging, pilots=[(p.vo, p.reference) for p in pilots if p.status not in ENDED],
+            timeouts=timeouts, now=ctx.now()))
+        if not hanging:
+            return
+        for p in hanging:
+            ctx.log.warning("pilot %s at %s: stuck in %s for %d s: killing it", p.reference,
+                            config.name, p.ce_state, p.seconds)
+        report.stuck += len(hanging)
+        by_ref = {p.reference: p for p in hanging}
+        for reference, error in ce.kill([CEPilot(p.reference, p.native_id)
+                                         for p in hanging]).items():
+            if error is None or isinstance(error, PilotUnknown):
+                p = by_ref[reference]
+                ctx.transaction(partial(record_killed, vo=p.vo, reference=reference,
+                                        now=ctx.now()))
+                report.killed += 1
+            else:
+                report.failed[f"kill {reference}"] = str(error)
 
     def _keep_logs(self, ce: ComputeElement, ended: list[tuple[FollowedPilot, CEState]],
                    report: FollowReport) -> None:

@@ -117,6 +117,12 @@ PILOT_FIELDS: dict[str, Schema] = {
                            "(match, heartbeat) after its record said it ended; it is told "
                            "to stop"},
     "token_renewals": COUNT, "token_renewed_at": TIME, "token_expires_at": TIME,
+    "ce_state": {**STRING, "description": "the CE's own word for the pilot's state as last "
+                 "reported (ACCEPTING, QUEUING, HELD ...; empty before its CE said one)"},
+    "ce_state_since": {**TIME, "description": "since when the CE has said ce_state"},
+    "hung_in": {**nullable(STRING), "description": "the CE state the pilot stayed in past "
+                "its timeout, for which it was killed (Submitting: its director never "
+                "submitted it)"},
 }
 PILOT_REFERENCE = obj({"pilot_reference": NAME}, ("pilot_reference",))
 PAYLOAD_TOKEN = obj({"token": STRING, "expires_at": TIME, "scope": STRING},

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -166,7 +167,8 @@ class ArcCE:
             if reference is None or status is None:
                 continue  # a state this client does not know: the record stays as it is
             if arc_state == UNKNOWN:
-                out[reference] = CEState("Lost", f"{self.client.ce} does not know it")
+                out[reference] = CEState("Lost", f"{self.client.ce} does not know it",
+                                         ce_state=arc_state)
             elif arc_state in FINAL_STATES:
                 final = self._final.get((job_id, arc_state))
                 if final is None:
@@ -176,9 +178,9 @@ class ArcCE:
                     except ArcTurnOver:
                         continue  # no news of it this turn: the CE used its time
                     self._final[(job_id, arc_state)] = final
-                out[reference] = final
+                out[reference] = replace(final, ce_state=arc_state)
             else:
-                out[reference] = CEState(status)
+                out[reference] = CEState(status, ce_state=arc_state)
         # Kept for the jobs still followed only.
         self._final = {key: state for key, state in self._final.items() if key[0] in by_id}
         self._streams = {key: kept for key, kept in self._streams.items() if key[0] in by_id}

@@ -89,6 +89,12 @@ PILOT_STATUS: dict[str, str] = {
     "WIPED": "Lost",             # its session is gone: how it ended is not known any more
     UNKNOWN: "Lost",             # the CE does not know it
 }
+#: The states a job may hang in before it runs, by kind of wait (agents.ce.base): A-REX's own
+#: steps (a stopped job manager keeps a job ACCEPTING for ever), held and queued in the batch
+#: system.
+WAITING_KINDS: dict[str, str] = {
+    "ACCEPTING": "stage", "ACCEPTED": "stage", "PREPARING": "stage", "PREPARED": "stage",
+    "SUBMITTING": "stage", "HELD": "held", "QUEUING": "queued"}
 #: The states a job ends in.
 FINAL_STATES = frozenset({"FINISHED", "FAILED", "KILLED", "WIPED", UNKNOWN})
 

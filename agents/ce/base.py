@@ -68,6 +68,9 @@ class CEState:
     status: str
     reason: str = ""
     exit_code: int | None = None
+    #: The CE's own word for the state ("ACCEPTING", "QUEUED" ...): how long a pilot stays
+    #: in each is timed (agents.ce.registry.state_timeouts).
+    ce_state: str = ""
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,12 @@ class PilotOutput:
     stderr: bytes
     #: Whether either stream was longer than the limit and lost its beginning.
     truncated: bool = False
+
+
+#: What kind of wait each of a CE's states before a pilot runs is, each with a timeout of its
+#: own ([agents] pilot_stage_timeout, pilot_held_timeout, pilot_queued_timeout): the CE's own
+#: steps before the batch system has the pilot, held in the batch system, queued there.
+STAGE, HELD, QUEUED = "stage", "held", "queued"
 
 
 class CEError(Exception):

@@ -27,6 +27,8 @@ import psij
 from psij.executors.batch.batch_scheduler_executor import BatchSchedulerExecutorConfig
 
 from agents.ce.base import (
+    QUEUED,
+    STAGE,
     STDERR_FILE,
     STDOUT_FILE,
     TOKEN_FILE,
@@ -44,6 +46,9 @@ from agents.ce.files import read_tail, write_private_file
 #: PSI/J job states → pilot statuses.
 STATES: dict[str, str] = {"NEW": "Submitted", "QUEUED": "Waiting", "ACTIVE": "Running",
                           "COMPLETED": "Done", "FAILED": "Failed", "CANCELED": "Aborted"}
+#: The PSI/J states a pilot may hang in before it runs, by kind of wait (agents.ce.base);
+#: PSI/J tells no held batch job from a queued one.
+WAITING_KINDS: dict[str, str] = {"NEW": STAGE, "QUEUED": QUEUED}
 #: Executors that render a batch script and poll a batch system.
 BATCH_EXECUTORS = frozenset({"slurm", "pbs", "lsf", "cobalt", "flux"})
 CORES_AS_PROCESSES = frozenset({"pbs", "lsf"})
@@ -280,4 +285,5 @@ class PsijCE:
             if state in ("Failed", "Aborted"):
                 reason = (status.message or f"the batch system says {status.state.name}")
             exit_code = status.exit_code if isinstance(status.exit_code, int) else None
-            self._latest[reference] = CEState(state, reason[:255], exit_code)
+            self._latest[reference] = CEState(state, reason[:255], exit_code,
+                                              ce_state=status.state.name)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import ComputeElement
+from agents.ce.base import HELD, QUEUED, STAGE, ComputeElement
 from agents.ce.budget import TurnBudget
 from agents.ce.config import ARC, CEConfig
 
@@ -35,6 +35,19 @@ def _arc(config: CEConfig, workdir: Path, agents: Any, budget: TurnBudget) -> Co
 
 
 KINDS: dict[str, Builder] = {"psij": _psij, ARC: _arc}
+
+
+def state_timeouts(config: CEConfig, agents: Any) -> dict[str, int]:
+    """The seconds a pilot may stay in each state of the CE's kind before it is killed
+    (0: never): ``[agents] pilot_stage_timeout``, ``pilot_held_timeout`` and
+    ``pilot_queued_timeout`` by the kind of wait each state is (agents.ce.base)."""
+    if config.kind == ARC:
+        from agents.ce.arcrest import WAITING_KINDS
+    else:
+        from agents.ce.psij import WAITING_KINDS
+    seconds = {STAGE: agents.pilot_stage_timeout, HELD: agents.pilot_held_timeout,
+               QUEUED: agents.pilot_queued_timeout}
+    return {state: int(seconds[kind]) for state, kind in WAITING_KINDS.items()}
 
 
 class ComputeElements:

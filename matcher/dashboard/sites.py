@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +16,7 @@ from taskqueue.db.database import Session
 from taskqueue.db.models import DirectorQueue, SiteBan
 from taskqueue.matching.limits import ban_site, site_bans, unban_site
 from taskqueue.pilots.activity import SiteTotals, site_totals
+from taskqueue.pilots.monitoring import pilots_stuck_since
 from taskqueue.pilots.records import ALIVE_STATES, retry_queue
 from taskqueue.pilots.sitestatus import (
     LimitUsage,
@@ -35,6 +36,8 @@ class QueueRow:
     executor: str = ""
     director: DirectorQueue | None = None
     now: datetime | None = None
+    #: Its pilots killed in the last hour for hanging in a CE state, by state.
+    stuck: dict[str, int] = field(default_factory=dict)
 
     @property
     def failing(self) -> bool:
@@ -112,14 +115,19 @@ def sites(p: Page) -> Response:
             "bans": {b.site: b for b in site_bans(session, p.vo)},
             "hour": site_totals(session, p.vo, since=now - timedelta(hours=1)),
             "day": site_totals(session, p.vo, since=now - timedelta(hours=24)),
+            "stuck": pilots_stuck_since(session, now - timedelta(hours=1), vo=p.vo),
         }
 
     data = p.runtime.transaction(work)
     rows: dict[str, list[QueueRow]] = {}
+    stuck: dict[tuple[str, str, str], dict[str, int]] = {}
+    for (site, ce, queue, hung_in), n in data["stuck"].items():
+        stuck.setdefault((site, ce, queue), {})[hung_in] = n
     for state in data["queues"]:
         key = (state.site, state.ce, state.queue)
         rows.setdefault(state.site, []).append(
-            QueueRow(state, executors.get(key, ""), data["director"].get(key), now))
+            QueueRow(state, executors.get(key, ""), data["director"].get(key), now,
+                     stuck.get(key, {})))
     for site in list(data["bans"]) + [u.limit.site for u in data["limits"]]:
         rows.setdefault(site, [])
     table = []

@@ -178,6 +178,12 @@ def _ago(value: datetime | None) -> str:
     return f"{seconds} s ago"
 
 
+@bp.app_template_filter("lasting")
+def _lasting(value: datetime | None) -> str:
+    """How long since ``value``, as a length of time ("12 min")."""
+    return "" if value is None else _ago(value).removesuffix(" ago")
+
+
 @bp.app_template_filter("num")
 def _num(value: int | float | None) -> str:
     if value is None:

@@ -436,6 +436,16 @@ class AgentSettings:
     #: A pilot that said it ended is followed this long for its CE to confirm it (and give
     #: its output); then it is left alone without a log.
     pilot_log_patience: int = 86400
+    #: Seconds a pilot may stay in one state of its CE before the pilots loop kills it
+    #: through the CE, counts it and says where it hung (0: never). Stage: the CE's own
+    #: steps before the batch system has the pilot (an ARC-CE's ACCEPTING, ACCEPTED,
+    #: PREPARING, PREPARED, SUBMITTING), which take seconds when the CE works. Held: held in
+    #: the batch system (ARC's HELD), which only a person ends. Queued: waiting in the batch
+    #: system's queue (ARC's QUEUING, PSI/J's QUEUED), which is normal at a busy site: the
+    #: default leaves it a day, half a pilot token's life.
+    pilot_stage_timeout: int = 900
+    pilot_held_timeout: int = 3600
+    pilot_queued_timeout: int = 86400
     #: Where ``gridpilot agents`` answers Prometheus (host:port; empty: nowhere), for the
     #: scrapers the matcher admits to its /metrics ([matcher] metrics_token, metrics_allow).
     metrics_bind: str = ""

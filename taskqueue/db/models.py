@@ -336,6 +336,14 @@ class Pilot(Base):
     token_renewals: Mapped[int] = mapped_column(Integer, default=0)
     token_renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     token_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: The CE's own word for the pilot's state as last reported ("ACCEPTING", "QUEUING",
+    #: "HELD" for an ARC-CE, PSI/J's "QUEUED" ...; empty until its CE said one), and since
+    #: when the CE has said it: how long a pilot hangs in one of its CE's states.
+    ce_state: Mapped[str] = mapped_column(String(32), default="")
+    ce_state_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: The CE state the pilot hung in past its timeout ([agents] pilot_stage_timeout ...),
+    #: for which the pilots loop killed it ("Submitting": its director never submitted it).
+    hung_in: Mapped[str | None] = mapped_column(String(32), default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),

@@ -52,6 +52,21 @@ def pilots_ended_since(session: Session, since: datetime) -> dict[tuple[str, str
         .group_by(p.vo, p.site, p.status))}
 
 
+def pilots_stuck_since(session: Session, since: datetime, *, vo: str | None = None
+                       ) -> dict[tuple[str, str, str, str], int]:
+    """The pilots (of ``vo``, or of every VO) killed since ``since`` for hanging in one
+    state of their CE past its timeout (taskqueue.pilots.pilotlogs.mark_hanging), and those
+    whose director never submitted them ("Submitting"), per (site, CE, queue, state)."""
+    p = Pilot.__table__.c
+    query = (select(p.site, p.ce, p.queue, p.hung_in, func.count())
+             .where(p.updated_at >= since, p.hung_in.is_not(None))
+             .group_by(p.site, p.ce, p.queue, p.hung_in))
+    if vo is not None:
+        query = query.where(p.vo == vo)
+    return {(site, ce, queue, state): int(n)
+            for site, ce, queue, state, n in session.execute(query)}
+
+
 def director_failures(session: Session
                       ) -> dict[tuple[str, str, str], tuple[int, int]]:
     """The site director's submission failures in a row and failed polls of the CE in a row,

@@ -16,7 +16,7 @@ import hashlib
 import io
 import re
 import tarfile
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -63,15 +63,19 @@ def pilots_to_follow(session: Session, *, limit: int = 100_000) -> list[Followed
 
 
 def record_ce_state(session: Session, vo: str, reference: str, *, status: str, reason: str,
-                    exit_code: int | None, now: datetime) -> bool:
+                    exit_code: int | None, now: datetime, ce_state: str = "") -> bool:
     """What the pilot's CE says: the status moves forward only (a pilot that said Done
-    itself stays Done), the exit code is noted; returns whether the status moved."""
+    itself stays Done), the exit code is noted, and the CE's own word for the state
+    (``ce_state``, kept with the time it was first said); returns whether the status
+    moved."""
     if status not in PILOT_STATES:
         raise InvalidInputError(f"pilot status must be one of {', '.join(PILOT_STATES)}, "
                                 f"got {status!r}")
     pilot = _pilot(session, vo, reference)
     if exit_code is not None:
         pilot.exit_code = exit_code
+    if ce_state and ce_state[:32] != pilot.ce_state:
+        pilot.ce_state, pilot.ce_state_since = ce_state[:32], now
     if not may_move(pilot.status, status) or status == pilot.status:
         return False
     pilot.status, pilot.updated_at = status, now
@@ -79,6 +83,55 @@ def record_ce_state(session: Session, vo: str, reference: str, *, status: str, r
         pilot.reason = storable(reason)
     session.flush()
     return True
+
+
+@dataclass(frozen=True)
+class HangingPilot:
+    """A pilot that stayed in one state of its CE past that state's timeout."""
+
+    vo: str
+    reference: str
+    native_id: str
+    ce_state: str
+    #: How long it stayed, in whole seconds.
+    seconds: int
+
+
+def mark_hanging(session: Session, pilots: Collection[tuple[str, str]], *,
+                 timeouts: Mapping[str, int], now: datetime) -> list[HangingPilot]:
+    """Of the (VO, reference) ``pilots``, those not ended and not to be killed yet whose
+    CE has said the same state for longer than ``timeouts`` gives for it (seconds by CE
+    state; a state missing or 0 never times out): each is to be killed through its CE (as
+    an operator's kill, so the matcher gives it no job from now on) and keeps the state it
+    hung in and why ("stuck in ACCEPTING for 960 s: killed"). Returns them."""
+    limits = {state: seconds for state, seconds in timeouts.items() if seconds > 0}
+    wanted = set(pilots)
+    if not limits or not wanted:
+        return []
+    earliest = now - timedelta(seconds=min(limits.values()))
+    found: list[HangingPilot] = []
+    references = sorted({reference for _, reference in wanted})
+    for start in range(0, len(references), 500):
+        rows = session.scalars(select(Pilot).where(
+            Pilot.reference.in_(references[start:start + 500]),
+            Pilot.ce_state.in_(sorted(limits)), Pilot.ce_state_since < earliest,
+            Pilot.kill_requested_by.is_(None), Pilot.status.not_in(FINAL_PILOT_STATES))
+            .order_by(Pilot.id).with_for_update())
+        for pilot in rows:
+            since = pilot.ce_state_since
+            if (pilot.vo, pilot.reference) not in wanted or since is None:
+                continue
+            seconds = int((now - since).total_seconds())
+            if seconds <= limits[pilot.ce_state]:
+                continue
+            pilot.kill_requested_by = "the pilots loop"
+            pilot.hung_in = pilot.ce_state
+            pilot.reason = f"stuck in {pilot.ce_state} for {seconds} s: killed"
+            pilot.updated_at = now
+            found.append(HangingPilot(pilot.vo, pilot.reference, pilot.native_id or "",
+                                      pilot.ce_state, seconds))
+    session.flush()
+    return found
 
 
 def request_kill(session: Session, vo: str, reference: str, *, by: str,
@@ -102,8 +155,9 @@ def record_killed(session: Session, vo: str, reference: str, *, now: datetime) -
     pilot = _pilot(session, vo, reference)
     if pilot.status not in FINAL_PILOT_STATES:
         pilot.status, pilot.updated_at = "Aborted", now
-        pilot.reason = f"killed through its CE at the request of {pilot.kill_requested_by}"[
-            :255]
+        if pilot.hung_in is None:  # else its reason says where it hung
+            pilot.reason = storable(
+                f"killed through its CE at the request of {pilot.kill_requested_by}")
     session.flush()
 
 

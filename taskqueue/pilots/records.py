@@ -273,7 +273,9 @@ def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
 
 
 #: A pilot record still Submitting after this long was decided by a director that died
-#: before submitting it.
+#: before submitting it. It has no CE id, so nothing to kill: it fails, counted with the
+#: pilots killed for hanging in a CE state (``hung_in`` "Submitting";
+#: taskqueue.pilots.pilotlogs.mark_hanging).
 SUBMITTING_TIMEOUT = timedelta(minutes=10)
 
 
@@ -288,6 +290,7 @@ def expire_submitting(session: Session, site: str, ce: str, queue: str, *,
     for pilot in stuck:
         pilot.status, pilot.updated_at = "Failed", now
         pilot.reason = "never submitted: the site director stopped before submitting it"
+        pilot.hung_in = "Submitting"
         pilot.log_state, pilot.log_note = "unavailable", "never submitted"
     session.flush()
     return len(stuck)

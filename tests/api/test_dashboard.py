@@ -19,7 +19,7 @@ from agents.context import AgentContext
 from agents.maintenance import record_dashboard_activity
 from matcher.dashboard import session as cookies
 from taskqueue.core.settings import Settings
-from taskqueue.db.models import DirectorQueue, Job, JobStatusHistory, SiteBan
+from taskqueue.db.models import DirectorQueue, Job, JobStatusHistory, Pilot, SiteBan
 from taskqueue.pilots.records import record_ce_failure, record_submission_failure
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
@@ -637,3 +637,26 @@ def test_the_pilot_page_shows_its_token_renewals(client: Api, grid: dict[str, An
         client.ok("POST", "/api/v1/pilots/pilot-1/token", pilot_token)
     html = page(operator_http, "/ui/pilots/pilot-1")
     assert re.search(r'id="token">renewed 2 time\(s\), last [^;]+; expires \d{4}-', html), html
+
+
+def test_the_sites_page_says_which_pilots_hung_in_a_ce_state_and_were_killed(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    """Issue 34 item 4: a queue whose pilots hung in a CE state past its timeout says so,
+    per state, for the last hour; another VO's pilots are not counted."""
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    now = datetime.now(UTC)
+    with db.factory.begin() as session:
+        for i, (vo, hung_in, ago) in enumerate((
+                (VO, "ACCEPTING", 60), (VO, "ACCEPTING", 120), (VO, "HELD", 600),
+                (VO, "ACCEPTING", 7200), ("belle", "ACCEPTING", 60))):
+            session.add(Pilot(reference=f"hung-{i}", vo=vo, site=key[0], ce=key[1],
+                              queue=key[2], status="Aborted", submitted_at=now,
+                              updated_at=now - timedelta(seconds=ago), hung_in=hung_in,
+                              reason=f"stuck in {hung_in} for 960 s: killed"))
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    assert dict(re.findall(r'data-stuck="(\w+)">(\d+) pilot', row)) == {
+        "ACCEPTING": "2", "HELD": "1"}
+    assert "for hanging in ACCEPTING past its timeout" in row

@@ -5,14 +5,15 @@ is marked so and told to stop; its page lists every job it ran."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 from flask import Flask
 
 from matcher.runtime import runtime_of
-from taskqueue.pilots.pilotlogs import record_ce_state
+from taskqueue.pilots.pilotlogs import mark_hanging, record_ce_state, record_killed
 from tests.api.helpers import SITE, Api, assert_problem
 from tests.api.test_dashboard import page, sign_in
 from tests.api.test_pilot_logs import CE, QUEUE, director_pilot
@@ -138,3 +139,33 @@ def test_the_kill_banner_goes_once_the_pilot_ended(
     runtime_of(app).transaction(partial(record_ce_state, vo="lhcb", reference="arc-bbb",
                                         status="Aborted", reason="", exit_code=None, now=NOW))
     assert 'id="kill-requested"' not in page(http, "/ui/pilots/arc-bbb")
+
+
+def test_a_pilot_that_hangs_in_a_ce_state_says_where_and_how_long_and_why_it_was_killed(
+        client: Api, app: Flask, operator_token: str) -> None:
+    director_pilot(app, "arc-ccc")
+    runtime = runtime_of(app)
+    runtime.transaction(partial(record_ce_state, vo="lhcb", reference="arc-ccc",
+                                status="Submitted", reason="", exit_code=None, now=NOW,
+                                ce_state="ACCEPTING"))
+    record = client.ok("GET", "/api/v1/pilots/arc-ccc", operator_token)
+    assert (record["ce_state"], record["ce_state_since"], record["hung_in"]) == (
+        "ACCEPTING", "2026-12-06T12:00:00.000000Z", None)
+    http = client.client
+    assert sign_in(http, operator_token).status_code == 302
+    html = page(http, "/ui/pilots/arc-ccc")
+    assert re.search(r'id="ce-state">ACCEPTING for \d+ (d|h|min|s) \(since 2026-12-06 '
+                     r'12:00:00\)', html), html
+    assert re.search(r"ACCEPTING for \d+ (d|h|min|s)</span>", page(http, "/ui/pilots"))
+
+    later = NOW + timedelta(seconds=960)
+    (hung,) = runtime.transaction(partial(mark_hanging, pilots=[("lhcb", "arc-ccc")],
+                                          timeouts={"ACCEPTING": 900}, now=later))
+    assert (hung.reference, hung.ce_state, hung.seconds) == ("arc-ccc", "ACCEPTING", 960)
+    runtime.transaction(partial(record_killed, vo="lhcb", reference="arc-ccc", now=later))
+    record = client.ok("GET", "/api/v1/pilots/arc-ccc", operator_token)
+    assert (record["status"], record["hung_in"], record["reason"]) == (
+        "Aborted", "ACCEPTING", "stuck in ACCEPTING for 960 s: killed")
+    html = page(http, "/ui/pilots/arc-ccc")
+    assert 'id="hung-in">killed for hanging in ACCEPTING' in html
+    assert "stuck in ACCEPTING for 960 s: killed" in html

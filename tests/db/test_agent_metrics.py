@@ -50,6 +50,10 @@ def _fill(db: Database, now: datetime) -> None:
         session.add_all([_pilot("lhcb", "LCG.CERN.cern", "Running", recent, i)
                          for i in range(4)])
         session.add(_pilot("belle", "LCG.CERN.cern", "Lost", recent, 0))
+        for i, at in enumerate((recent, recent, old)):  # killed for hanging in ACCEPTING
+            hung = _pilot("lhcb", "LCG.RAL.uk", "Aborted", at, i)
+            hung.ce, hung.queue, hung.hung_in = "arc-ce01", "grid", "ACCEPTING"
+            session.add(hung)
         session.add(DirectorQueue(site="LCG.RAL.uk", ce="arc-ce01", queue="grid", failures=4,
                                   poll_failures=2,
                                   last_error="refused"))
@@ -86,6 +90,8 @@ def test_what_the_database_says(db: Database, settings: Settings, now: datetime)
                  queue="grid") == 4
     assert value(rows, "gridpilot_director_queue_poll_failures", site="LCG.RAL.uk",
                  queue="grid") == 2
+    assert value(rows, "gridpilot_director_pilots_stuck", site="LCG.RAL.uk", ce="arc-ce01",
+                 queue="grid", state="ACCEPTING") == 2  # not the one killed two hours ago
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="director") == 1
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="watchdog") == 0
     assert value(rows, "gridpilot_agent_loop_last_run_failed", loop="cleanup") == 0  # runs

@@ -40,6 +40,7 @@ from agents.pilotstatus import PilotFollower
 from gridpilot.devserver import matcher_server
 from taskqueue.core.settings import MatcherSettings, ResourcesSettings, Settings
 from taskqueue.db.models import Pilot
+from taskqueue.pilots.monitoring import pilots_stuck_since
 from taskqueue.pilots.records import (
     FINAL_PILOT_STATES,
     PILOT_STATES,
@@ -544,3 +545,56 @@ def test_a_new_agent_process_reattaches_to_slurm_pilots_and_marks_unknown_ones_l
     # Nothing is followed any more.
     ce = pool.get(CEConfig("psij", "slurm"))
     assert isinstance(ce, PsijCE) and not ce._jobs
+
+
+class LaterStartPsijCE(RecordingPsijCE):
+    """Its pilots ask Slurm to start them an hour from now (``--begin``): Slurm keeps them
+    PENDING, which PSI/J reports as QUEUED."""
+
+    def _get_executor(self) -> Any:
+        executor = super()._get_executor()
+        if not getattr(executor, "later_start", False):
+            submit = executor.submit
+
+            def later(job: Any) -> None:
+                attributes = job.spec.attributes
+                attributes.custom_attributes = {**(attributes.custom_attributes or {}),
+                                                "slurm.begin": "now+3600"}
+                submit(job)
+
+            executor.submit, executor.later_start = later, True
+        return executor
+
+
+class LaterStartPool(RecordingPool):
+    def get(self, config: CEConfig) -> ComputeElement:
+        if config not in self._built and config.kind == "psij":
+            self._built[config] = LaterStartPsijCE(config.executor, self.workdir, self.events)
+        return super().get(config)
+
+
+def test_a_pilot_slurm_keeps_queued_past_its_timeout_is_cancelled_and_counted(
+        grid: SlurmGrid) -> None:
+    grid.submit(1)
+    pool = LaterStartPool(grid.context(pilot_queued_timeout=1, **grid.fake_pilot()))
+    report = Director(pool.ctx, pool).cycle()
+    assert sum(report.submitted.values()) == 1, report.line()
+    (reference,) = grid.pilots()
+    queued = grid.wait_pilots(lambda ps: ps[reference].ce_state == "QUEUED",
+                              "Slurm to queue the pilot", pool=pool)
+    native_id = str(queued[reference].native_id)
+    assert scontrol_job(native_id)["JobState"] == "PENDING"
+
+    killed = grid.wait_pilots(lambda ps: ps[reference].hung_in is not None,
+                              "the pilot to be killed for waiting too long", pool=pool)
+    pilot = killed[reference]
+    assert (pilot.status, pilot.hung_in) == ("Aborted", "QUEUED"), pilot.reason
+    assert re.fullmatch(r"stuck in QUEUED for \d+ s: killed", pilot.reason), pilot.reason
+    # Killed through Slurm: the job is cancelled there, never started.
+    grid.wait_pilots(lambda ps: pool.final_state(reference) == "CANCELED",
+                     "PSI/J to see the cancelled job", pool=pool)
+    assert scontrol_job(native_id)["JobState"] == "CANCELLED"
+    assert "ACTIVE" not in pool.states_of(reference), pool.events
+    with grid.db.factory() as session:
+        assert pilots_stuck_since(session, pilot.submitted_at) == {
+            (SITE, CE, QUEUE, "QUEUED"): 1}
