@@ -8,7 +8,8 @@ queues, VO ``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (
 every variant) claim one job each on one autocommit connection, the first 50 as a warm-up.
 One JSON line per run: the backend's CPU ms per claim, the wall ms per call, the jobs handed
 out (equal for equal rules). On a shared machine rounds differ: compare within a round. The
-installed function is put back (the head migration's text, 0026) at the end.
+installed function is put back (its canonical text, taskqueue/matching/sql/claim_postgresql.sql)
+at the end.
 
     .venv/bin/python bench/claim_variants.py --url postgresql+psycopg://postgres@127.0.0.1/x \\
         - variant.sql
@@ -27,9 +28,7 @@ from typing import Any
 
 import pilot_stream as ps
 import queue_ops
-from kit import backend_of, load_file, proc_cpu
-
-_HERE = Path(__file__).resolve().parent
+from kit import backend_of, proc_cpu
 
 WARM_UP = 50
 
@@ -52,13 +51,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.k, args.rounds) < 1 or args.claims <= WARM_UP:
         parser.error(f"--k and --rounds must be positive, --claims above {WARM_UP}")
     texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
-    original = load_file("gp_migration_0026", _HERE.parent / "migrations" / "versions"
-                     / "0026_purged_jobs.py").claim_function()
     import psycopg
 
     from taskqueue.core.resources import parse_resource
+    from taskqueue.matching.sql import canonical_text
     from taskqueue.pilots.pilotmatch import _CALL, _parameters
 
+    original = canonical_text("postgresql")
     if backend_of(args.url) != "postgresql":
         raise SystemExit("bench/claim_variants.py compares PostgreSQL claim functions only")
     dsn = args.url.replace("postgresql+psycopg://", "postgresql://")

@@ -20,7 +20,8 @@ The claim. In process, each pilot goes through the function the matcher's match 
 ``matcher/pilots.py`` does: on PostgreSQL and MariaDB one autocommit call of the database's
 ``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.matching.limits.
 claim_for_pilot`` and ``jobs_for_pilot`` in one transaction retried on a lost race
-(``--path claim_jobs``: ``taskqueue.matching.claim.claim_jobs`` alone). ``--processes`` claimer
+(``--path python``: the same without the database function, as on SQLite; ``--path claim_jobs``:
+``taskqueue.matching.claim.claim_jobs`` alone). ``--processes`` claimer
 processes share the stream. Over HTTP (``--http``), the same pilots POST
 /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
 client processes, with ``--counts`` jobs per request.
@@ -705,7 +706,7 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     engine = make_engine(spec.url, pool_size=spec.threads)
     factory = make_session_factory(engine)
     autocommit = (make_engine(spec.url, pool_size=spec.threads, autocommit=True)
-                  if engine.dialect.name in SERVER_CLAIMS else None)
+                  if engine.dialect.name in SERVER_CLAIMS and spec.path == "matcher" else None)
     match_db = MatchDatabase(factory, autocommit)
     counter = {"statements": 0, "commits": 0}
     first_claim: list[str] | None = None  # the statements of the first claim, once
@@ -788,7 +789,7 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             t0, c0 = perf(), cpu()
             try:
                 resource = parse_resource(data)
-                if spec.path == "matcher":
+                if spec.path in ("matcher", "python"):
                     job_ids = _match_as_the_matcher(match_db, resource=resource,
                                                     now=datetime.now(UTC), count=spec.count,
                                                     rng=claim_rng)
@@ -1164,10 +1165,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "separated (default 1)")
     parser.add_argument("--counts", type=int_list, default=[1],
                         help="comma list of jobs asked for per claim (default 1)")
-    parser.add_argument("--path", choices=("matcher", "claim_jobs"), default="matcher",
+    parser.add_argument("--path", choices=("matcher", "python", "claim_jobs"),
+                        default="matcher",
                         help="in process: what the matcher's match endpoint runs "
-                             "(taskqueue.pilots.pilotmatch.match_for_pilot, default), or "
-                             "claim_jobs alone")
+                             "(taskqueue.pilots.pilotmatch.match_for_pilot, default), the "
+                             "same without the database's claim function (its Python path, "
+                             "as on SQLite), or claim_jobs alone")
     parser.add_argument("--claims", type=int, default=None,
                         help="claims per measurement (default: as many as jobs)")
     parser.add_argument("--seconds", type=float, default=120.0,

@@ -15,7 +15,6 @@ Create Date: 2026-11-28 15:00:00.000000
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,7 +27,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-#: The gates: each per-queue probe is reached only when its table has a row at all.
+#: The gates (old text, new text): each per-queue probe is reached only when its table has a
+#: row at all.
 _GATES = (
     ("""                   AND NOT EXISTS (SELECT 1 FROM tq_banned_sites x
                                     WHERE x.tq_id = t.id AND x.value = s.v OFFSET 0)))""",
@@ -42,24 +42,22 @@ _GATES = (
 )
 
 
-def _claim_function_0014() -> str:
-    path = Path(__file__).with_name("0014_claim_function_postgresql.py")
-    spec = importlib.util.spec_from_file_location("gridpilot_migration_0014", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    text: str = module.CLAIM_FUNCTION
-    return text
+_HERE = Path(__file__).resolve().parent
 
 
 def claim_function() -> str:
-    """Migration 0014's claim function with the gates."""
-    text = _claim_function_0014()
+    """The claim function with the gates (this migration's own copy of its text)."""
+    return (_HERE / "0026_claim_postgresql.sql").read_text(encoding="utf-8")
+
+
+def claim_function_before() -> str:
+    """The function as it was before: this migration's text without its gates."""
+    text = claim_function()
     for old, new in _GATES:
-        if text.count(old) != 1:
-            raise RuntimeError("migration 0026: the claim function of 0014 is not the one "
-                               "its gates were written for")
-        text = text.replace(old, new)
+        if text.count(new) != 1:
+            raise RuntimeError("migration 0026: its claim function is not the one its gates "
+                               "were written for")
+        text = text.replace(new, old)
     return text
 
 
@@ -78,4 +76,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("purged_jobs")
     if op.get_bind().dialect.name == "postgresql":
-        op.execute(_claim_function_0014())
+        op.execute(claim_function_before())

@@ -66,6 +66,7 @@ from taskqueue.db.models import (
     tq_sites_table,
     tq_tags_table,
 )
+from taskqueue.matching.rules import MANY_SITES, RULES, RULES_BY_NAME, Compare, Rule
 from taskqueue.queues.jobs import apply_transition, status_change_ctes, transition_parameters
 
 #: Candidate queues read by the first query of a walk: the first one nearly always yields a job,
@@ -148,54 +149,34 @@ def queue_conditions(resource: Resource, *, with_expressions: bool = False,
 def condition_parameters(resource: Resource, exclusions: Exclusions = NO_EXCLUSIONS
                          ) -> dict[str, Any]:
     """The values of the parameters of :func:`queue_conditions` for ``resource``."""
-    params: dict[str, Any] = {"r_vo": resource.vo}
+    params: dict[str, Any] = {}
     if exclusions.job_types:
         params["x_types"] = sorted(exclusions.job_types)
     if exclusions.owner_groups:
         params["x_groups"] = sorted(exclusions.owner_groups)
-    for name, value in (("r_owner", resource.owner), ("r_cpu", resource.cpu_time),
-                        ("r_procs", resource.processors), ("r_mem", resource.memory)):
-        if value is not None:
-            params[name] = value
-    for name, values in (("r_groups", resource.owner_group), ("r_types", resource.job_type),
-                         ("r_pools", resource.submit_pools), ("r_platforms", resource.platform),
-                         ("r_tags", resource.tags)):
-        if values:
-            params[name] = sorted(values)
-    if resource.ce is not None:
-        params["r_ce"] = resource.ce
-    if resource.site is not None and len(resource.site) > MANY_SITES:
-        params["r_sites"] = sorted(resource.site)
-        params["r_site_count"] = len(resource.site)
-    else:
-        for i, site in enumerate(sorted(resource.site or ())):
-            params[f"r_site_{i}"] = site
-    for i, tag in enumerate(sorted(resource.required_tags)):
-        params[f"r_req_{i}"] = tag
+    for rule in RULES:
+        params.update(rule.parameters(resource))
     return params
 
 
-#: Above this many sites a resource's site condition is one set term (:func:`_sites_allow`)
-#: rather than one term per site.
-MANY_SITES = 32
+@dataclass(frozen=True)
+class _Shape:
+    """What the SQL of a resource's conditions depends on: whether queues with a ClassAd
+    expression are included, which attributes limits exclude, and each rule's shape
+    (taskqueue.matching.rules.Rule.shape: which fields the resource sets, how many sites and
+    required tags it names). Statements are built and compiled once per shape."""
 
-#: What the SQL of a resource's conditions depends on: which fields it sets, and how many
-#: sites and required tags it names, and which attributes limits exclude. Statements are built
-#: and compiled once per shape.
-_Shape = tuple[bool, bool, bool, bool, bool, bool, bool, bool, int, bool, str, bool, bool, bool,
-               int]
+    with_expressions: bool
+    excluded_types: bool
+    excluded_groups: bool
+    #: (rule name, its shape) for every rule of taskqueue.matching.rules.RULES, in order.
+    rules: tuple[tuple[str, bool | int | str], ...]
 
 
 def _shape(r: Resource, with_expressions: bool, exclusions: Exclusions = NO_EXCLUSIONS
            ) -> _Shape:
-    tags = "any" if r.tags is None else ("some" if r.tags else "none")
-    return (with_expressions, r.owner_group is not None, r.owner is not None,
-            r.cpu_time is not None, r.processors is not None, r.memory is not None,
-            r.job_type is not None, r.submit_pools is not None,
-            -1 if r.site is None else min(len(r.site), MANY_SITES + 1), r.platform is not None,
-            tags,
-            bool(exclusions.job_types), bool(exclusions.owner_groups), r.ce is not None,
-            len(r.required_tags))
+    return _Shape(with_expressions, bool(exclusions.job_types), bool(exclusions.owner_groups),
+                  tuple((rule.name, rule.shape(r)) for rule in RULES))
 
 
 @functools.lru_cache(maxsize=256)
@@ -204,53 +185,73 @@ def _conditions(shape: _Shape, fence: str) -> tuple[ColumnElement[bool], ...]:
     MariaDB), each check of a queue's value tables is a correlated subquery run for that queue
     alone (see :func:`_exists`), so that a walk in draw order that stops after a few queues
     costs a few index probes per queue, however many queues there are."""
-    (with_expressions, groups, owner, cpu, procs, mem, types, pools, sites, platforms, tags,
-     excluded_types, excluded_groups, ce, required) = shape
-    conds: list[ColumnElement[bool]] = [tq.vo == bindparam("r_vo")]
-    if excluded_types:
-        conds.append(tq.job_type.not_in(bindparam("x_types", expanding=True)))
-    if excluded_groups:
-        conds.append(tq.owner_group.not_in(bindparam("x_groups", expanding=True)))
-    if not with_expressions:
-        conds.append(tq.expression.is_(None))
-    if groups:
-        conds.append(tq.owner_group.in_(bindparam("r_groups", expanding=True)))
-    if owner:
-        conds.append(tq.owner == bindparam("r_owner"))
-    if cpu:
-        conds.append(tq.cpu_time <= bindparam("r_cpu"))
-    if procs:
-        conds.append(tq.processors <= bindparam("r_procs"))
-    if mem:
-        conds.append(tq.memory <= bindparam("r_mem"))
-    if types:
-        conds.append(tq.job_type.in_(bindparam("r_types", expanding=True)))
-    if pools:
-        conds.append(or_(tq.submit_pool.is_(None),
-                         tq.submit_pool.in_(bindparam("r_pools", expanding=True))))
-    else:
-        conds.append(tq.submit_pool.is_(None))
-    if sites > MANY_SITES:
-        conds.append(_sites_allow(bindparam("r_sites", expanding=True), fence))
-    elif sites >= 0:
-        conds.append(or_(*(_site_allows(bindparam(f"r_site_{i}"), fence)
-                           for i in range(sites))))
-    if platforms:
-        conds.append(_value_allows(tq_platforms_table,
-                                   bindparam("r_platforms", expanding=True), fence))
-    if ce:  # the queue names no CE (GridCE) or names the resource's
-        ces = tq_ces_table.c
-        conds.append(or_(~_exists(fence, ces.tq_id == tq.id),
-                         _exists(fence, ces.tq_id == tq.id, ces.value == bindparam("r_ce"))))
-    if tags != "any":
-        held = [tq_tags_table.c.tq_id == tq.id]
-        if tags == "some":
-            held.append(tq_tags_table.c.value.not_in(bindparam("r_tags", expanding=True)))
-        conds.append(~_exists(fence, *held))
-    for i in range(required):
-        conds.append(_exists(fence, tq_tags_table.c.tq_id == tq.id,
-                             tq_tags_table.c.value == bindparam(f"r_req_{i}")))
+    conds: list[ColumnElement[bool]] = []
+    for name, of_rule in shape.rules:
+        conds.extend(_rule_conditions(RULES_BY_NAME[name], of_rule, fence))
+        if name == "VO":  # then the limits' exclusions and the expressions, as before
+            if shape.excluded_types:
+                conds.append(tq.job_type.not_in(bindparam("x_types", expanding=True)))
+            if shape.excluded_groups:
+                conds.append(tq.owner_group.not_in(bindparam("x_groups", expanding=True)))
+            if not shape.with_expressions:
+                conds.append(tq.expression.is_(None))
     return tuple(conds)
+
+
+#: The value tables a rule may name (taskqueue.matching.rules.Rule.queue).
+_VALUE_TABLES = {t.name: t for t in (tq_ces_table, tq_platforms_table, tq_sites_table,
+                                     tq_tags_table)}
+
+
+def _rule_conditions(rule: Rule, shape: bool | int | str, fence: str
+                     ) -> list[ColumnElement[bool]]:
+    """The SQL of one rule for a resource of this ``shape`` (see Rule.shape); none when the
+    rule does not constrain it."""
+    compare = rule.compare
+    if compare is Compare.SITE:
+        assert isinstance(shape, int)
+        if shape > MANY_SITES:
+            return [_sites_allow(bindparam(rule.param, expanding=True),
+                                 bindparam(f"{rule.param}_count"), fence)]
+        if shape >= 0:
+            return [or_(*(_site_allows(bindparam(f"{rule.param}_{i}"), fence)
+                          for i in range(shape)))]
+        return []
+    if compare is Compare.LISTS_EACH:
+        assert isinstance(shape, int)
+        table = _VALUE_TABLES[rule.queue].c
+        return [_exists(fence, table.tq_id == tq.id,
+                        table.value == bindparam(f"{rule.param}_{i}")) for i in range(shape)]
+    if compare is Compare.LISTS_ONLY:
+        if shape == "any":
+            return []
+        table = _VALUE_TABLES[rule.queue].c
+        held = [table.tq_id == tq.id]
+        if shape == "some":
+            held.append(table.value.not_in(bindparam(rule.param, expanding=True)))
+        return [~_exists(fence, *held)]
+    if compare is Compare.UNSET_OR_ONE_OF:
+        column = tq[rule.queue]
+        if shape:
+            return [or_(column.is_(None), column.in_(bindparam(rule.param, expanding=True)))]
+        return [column.is_(None)]
+    if not shape:
+        return []
+    if compare is Compare.LISTS_NONE_OR_ONE_OF:
+        return [_value_allows(_VALUE_TABLES[rule.queue],
+                              bindparam(rule.param, expanding=True), fence)]
+    if compare is Compare.LISTS_NONE_OR_EQUAL:
+        table = _VALUE_TABLES[rule.queue].c
+        return [or_(~_exists(fence, table.tq_id == tq.id),
+                    _exists(fence, table.tq_id == tq.id, table.value == bindparam(rule.param)))]
+    column = tq[rule.queue]
+    if compare is Compare.EQUAL:
+        return [column == bindparam(rule.param)]
+    if compare is Compare.ONE_OF:
+        return [column.in_(bindparam(rule.param, expanding=True))]
+    if compare is Compare.AT_MOST:
+        return [column <= bindparam(rule.param)]
+    raise AssertionError(compare)
 
 
 def _exists(fence: str, *where: ColumnElement[bool]) -> ColumnElement[bool]:
@@ -282,7 +283,8 @@ def _site_allows(site: BindParameter[Any], fence: str) -> ColumnElement[bool]:
     )
 
 
-def _sites_allow(offered: BindParameter[Any], fence: str) -> ColumnElement[bool]:
+def _sites_allow(offered: BindParameter[Any], count: BindParameter[Any], fence: str
+                 ) -> ColumnElement[bool]:
     """One of the ``offered`` sites (more than MANY_SITES) is allowed and not banned, as a
     set: the queue names none and bans fewer of them than are offered, or names one of them
     that it does not ban. One term, where :func:`_site_allows` per site would pass SQLite's
@@ -294,7 +296,7 @@ def _sites_allow(offered: BindParameter[Any], fence: str) -> ColumnElement[bool]
     other_ban = tq_banned_sites_table.alias("other_ban")
     return or_(
         and_(~_exists(fence, sites.tq_id == tq.id),
-             banned_offered < bindparam("r_site_count")),
+             banned_offered < count),
         _exists(fence, sites.tq_id == tq.id, sites.value.in_(offered),
                 ~select(literal_column("1")).where(other_ban.c.tq_id == sites.tq_id,
                                                    other_ban.c.value == sites.value).exists()),

@@ -34,7 +34,7 @@ from taskqueue.db.models import (
     tq_sites_table,
 )
 from taskqueue.matching.claim import ExpressionCheck, condition_parameters, queue_conditions
-from taskqueue.matching.explain import ce_allowed, site_allowed
+from taskqueue.matching.rules import ce_allowed, site_allowed
 
 K = TypeVar("K", bound=Hashable)
 

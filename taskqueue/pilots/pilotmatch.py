@@ -2,8 +2,8 @@
 benchmarks and the tools.
 
 On PostgreSQL and MariaDB the common claim is one round trip: the database function
-``gridpilot_claim`` (PostgreSQL, migration 0014) or the stored procedure of that name
-(MariaDB, migration 0015) draws, takes the job, advances the queue's clock, moves the job to
+``gridpilot_claim`` (PostgreSQL) or the stored procedure of that name (MariaDB), both in
+taskqueue/matching/sql/, draws, takes the job, advances the queue's clock, moves the job to
 Matched with its history row and returns the payload columns, in one autocommit statement
 (the procedure runs its own transaction), on a bare driver connection. Both follow the rules
 of taskqueue.matching.claim one for one, and hand back to that Python path (in a transaction of its

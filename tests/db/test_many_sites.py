@@ -13,7 +13,8 @@ from sqlalchemy import select
 from taskqueue.core.resources import Resource, parse_resource
 from taskqueue.core.settings import Settings
 from taskqueue.db.models import task_queues_table
-from taskqueue.matching.claim import MANY_SITES, condition_parameters, queue_conditions
+from taskqueue.matching.claim import condition_parameters, queue_conditions
+from taskqueue.matching.rules import MANY_SITES
 from tests.conftest import Database
 from tests.helpers import requirements, submit
 
