@@ -54,6 +54,7 @@ from taskqueue.pilots.records import (
     ALIVE_STATES,
     WAITING_STATES,
     count_pilots,
+    count_starting,
     expire_submitting,
     failed_start_streak,
     idle_pilot_streak,
@@ -283,7 +284,10 @@ class Director:
         pools, waiting_jobs = queue_pools_and_waiting(
             session, self.ctx.resources(), target.site, target.ce, target.queue, a.vo)
         counts = count_pilots(session, target.site, target.ce, target.queue)
-        waiting = sum(counts.get(s, 0) for s in WAITING_STATES)
+        # A pilot its CE runs that has not reached the matcher yet has taken no job: it
+        # counts as waiting, or every job would get a pilot per cycle until one asks.
+        waiting = sum(counts.get(s, 0) for s in WAITING_STATES) + count_starting(
+            session, target.site, target.ce, target.queue)
         alive = sum(counts.get(s, 0) for s in ALIVE_STATES)
         # A pilot fills its cores with one-core jobs; a multi-core job takes several.
         needed = math.ceil(waiting_jobs / max(1, target.cores)) - waiting

@@ -113,6 +113,14 @@ def count_pilots(session: Session, site: str, ce: str, queue: str) -> dict[str, 
             Pilot.status.in_(ALIVE_STATES)).group_by(Pilot.status))}
 
 
+def count_starting(session: Session, site: str, ce: str, queue: str) -> int:
+    """The queue's pilots its CE says run that have not reached the matcher yet: they have
+    taken no job, and will ask for one (or die at start)."""
+    return session.scalar(select(func.count()).select_from(Pilot).where(
+        Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue, Pilot.status == "Running",
+        Pilot.last_seen_at.is_(None))) or 0
+
+
 def record_new_pilots(session: Session, vo: str, site: str, ce: str, queue: str,
                       executor: str, references: list[str], *, now: datetime) -> None:
     for reference in references:
@@ -346,9 +354,8 @@ def stop_for_failed_starts(session: Session, state: DirectorQueue, ended: list[P
     """Stop the queue's submissions: its last pilots (``ended``, newest first) all failed to
     start. Returns the reason, kept on the queue."""
     last = ended[0]
-    said = f"exit code {last.exit_code}" if last.exit_code is not None else last.status
-    if last.reason:
-        said += f": {last.reason}"
+    said = last.reason or (f"exit code {last.exit_code}" if last.exit_code is not None
+                           else last.status)
     reason = storable(f"the last {len(ended)} pilots ended before they reached the matcher "
                       f"(last, {last.reference}: {said}); submissions stop until an "
                       "operator retries the queue or one of its pilots reaches the matcher")
