@@ -139,7 +139,7 @@ def test_another_vos_jobs_do_not_count_as_work_of_the_directors_idle_pilots(
         for i, ref in enumerate(refs):
             record_submission(s, ref, f"native-{i}", now=now)
         for pilot in s.scalars(select(Pilot)):
-            pilot.status, pilot.last_seen_at = "Done", now
+            pilot.status, pilot.last_seen_at, pilot.missed_work = "Done", now, True
     with db.factory.begin() as s:
         # A pilot of another VO, under the reference of one of lhcb's, ran a belle job.
         (job_id,) = submit(s, Settings(), now, [requirements(vo="belle",
