@@ -44,8 +44,8 @@ def test_submissions_that_never_reach_a_down_ce_leave_no_pilot_record(
         db: Database, settings: Settings, tmp_path: Path) -> None:
     endpoint = f"https://127.0.0.1:{closed_port()}/arex"
     token = tmp_path / "ce.token"
-    token.write_text(jwt.encode({"sub": "director", "aud": endpoint,
-                                 "exp": int(time.time()) + 3600}, "a-key-the-ce-would-check-not-this-test-0123"),
+    claims = {"sub": "director", "aud": endpoint, "exp": int(time.time()) + 3600}
+    token.write_text(jwt.encode(claims, "a key the CE would check, never reached"),
                      encoding="ascii")
     token.chmod(0o600)
     resources = write_resources(tmp_path, f"""\
