@@ -278,9 +278,11 @@ class Director:
             record_submission_failure(
                 session, target.site, target.ce, target.queue, [], now=now,
                 base_backoff=a.failure_backoff,
-                reason=f"the last {streak} pilots ended without running a job: their "
-                       "resource description does not match the work the director saw")
-            return f"the last {streak} pilots found no job; the queue is skipped for a while"
+                reason=f"the last {streak} pilots ended without running a job although "
+                       "work their queue could run was waiting when they asked: their own "
+                       "resource description does not match it")
+            return (f"the last {streak} pilots found no job while work was waiting; the queue "
+                    "is skipped for a while")
         pools, waiting_jobs = queue_pools_and_waiting(
             session, self.ctx.resources(), target.site, target.ce, target.queue, a.vo)
         counts = count_pilots(session, target.site, target.ce, target.queue)
