@@ -5,11 +5,10 @@ was there that the pilot's own description missed, or none was: an overshoot).""
 
 from __future__ import annotations
 
-from sqlalchemy.orm import Session
-
 from optimizers.classads import expression_check
 from optimizers.queueresources import resource_for_queue
 from optimizers.resources import ResourcesConfig
+from taskqueue.db.database import Session
 from taskqueue.matching.claim import matching_queues
 from taskqueue.queues.submitpools import get_submit_pools_for_queue
 

@@ -321,10 +321,6 @@ def note_empty_answer(session: Session, vo: str, reference: str,
     return missed
 
 
-def _failed_start(pilot: Pilot) -> bool:
-    return pilot.last_seen_at is None and pilot.kill_requested_by is None
-
-
 def failed_start_streak(session: Session, site: str, ce: str, queue: str, *,
                         length: int) -> list[Pilot]:
     """The queue's last ``length`` ended pilots when every one of them is a failed start (its
@@ -344,7 +340,7 @@ def failed_start_streak(session: Session, site: str, ce: str, queue: str, *,
             if since is not None:
                 stmt = stmt.where(Pilot.updated_at > since)
     ended = list(session.scalars(stmt))
-    if len(ended) < length or not all(_failed_start(p) for p in ended):
+    if len(ended) < length or any(p.last_seen_at is not None for p in ended):
         return []
     return ended
 
