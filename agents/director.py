@@ -16,9 +16,14 @@ Several directors may run at once: the decision for a queue is taken under the l
 transaction, so a second director counts them before deciding. The batch-system submission
 itself happens after the commit; its outcome updates the records. A queue whose submissions
 fail (its CE is down, refuses the credentials or the description) is skipped for a while,
-longer after each failure, and the reason is logged and kept: the sites page shows it. A CE
+longer after each failure, and the reason is logged and kept: the sites page shows it; the
+records of the pilots that never reached the CE go, counted on the queue as unsent. A CE
 whose requests used ``[agents] ce_turn_budget`` seconds of the cycle is asked nothing more in
-it (agents.ce.budget): its pilots not yet sent fail, its other queues wait for the next cycle.
+it (agents.ce.budget): its pilots not yet sent are unsent alike, its other queues wait for the
+next cycle. A queue whose last ``[agents] failed_starts`` pilots all ended before they reached
+the matcher gets no more pilots until an operator retries it or one of its pilots reaches the
+matcher; one whose last pilots found no job while work it could run was waiting is skipped
+for a while (taskqueue.pilots.records.idle_pilot_streak).
 """
 
 from __future__ import annotations
@@ -39,26 +44,28 @@ from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
-from optimizers.classads import expression_check
-from optimizers.queueresources import pilot_launch, resource_for_queue
+from optimizers.queueresources import pilot_launch
+from optimizers.queuework import queue_pools_and_waiting
 from optimizers.resources import Queue, serves_vo
 from taskqueue.core.errors import ConfigurationError
 from taskqueue.db.database import Session
 from taskqueue.db.models import DirectorQueue
-from taskqueue.matching.claim import matching_queues
 from taskqueue.pilots.records import (
     ALIVE_STATES,
     WAITING_STATES,
     count_pilots,
+    count_starting,
     expire_submitting,
+    failed_start_streak,
     idle_pilot_streak,
     lock_director_queue,
     record_new_pilots,
     record_submission,
     record_submission_failure,
     retry_requests,
+    starts_stopped,
+    stop_for_failed_starts,
 )
-from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 
 #: The group in pilot tokens: the VO's name and this.
@@ -221,7 +228,7 @@ class Director:
         refused: list[str] = []
         reasons: list[str] = []
         for spec, result in zip(specs, results, strict=True):
-            if isinstance(result, CEError):
+            if isinstance(result, CEError):  # refused, or cut when the CE's turn was over
                 refused.append(spec.reference)
                 reasons.append(str(result))
                 continue
@@ -230,7 +237,8 @@ class Director:
             submitted += 1
         if refused:
             # A CE's error names the CE and what to check (shortened in the middle when
-            # stored, taskqueue.pilots.records.storable).
+            # stored, taskqueue.pilots.records.storable). The pilots never reached it: their
+            # records go, the queue counts them (records.record_submission_failure).
             reason = reasons[0]
             ctx.log.error("submission to %s failed: %s", target.name, reason)
             failures = ctx.transaction(partial(
@@ -255,22 +263,33 @@ class Director:
             # its other queues do not each wait for its deadline again.
             return f"its CE ({target.compute.name}) did not answer lately; left alone for now"
         expire_submitting(session, target.site, target.ce, target.queue, now=now)
+        stopped = starts_stopped(session, state)
+        if stopped:
+            return stopped
+        dead = failed_start_streak(session, target.site, target.ce, target.queue,
+                                   length=a.failed_starts)
+        if dead:
+            reason = stop_for_failed_starts(session, state, dead, now=now)
+            self.ctx.log.error("%s: %s", target.name, reason)
+            return reason
         streak = idle_pilot_streak(session, target.site, target.ce, target.queue,
                                    length=max(3, target.max_waiting))
         if streak:
             record_submission_failure(
                 session, target.site, target.ce, target.queue, [], now=now,
                 base_backoff=a.failure_backoff,
-                reason=f"the last {streak} pilots ended without running a job: their "
-                       "resource description does not match the work the director saw")
-            return f"the last {streak} pilots found no job; the queue is skipped for a while"
-        pools = get_submit_pools_for_queue(session, target.site, target.ce, target.queue)
-        resource = resource_for_queue(self.ctx.resources(), target.site, target.ce,
-                                      target.queue, a.vo, submit_pools=pools)
-        waiting_jobs = sum(q.waiting for q in matching_queues(session, resource,
-                                                               expression_check(resource)))
+                reason=f"the last {streak} pilots ended without running a job although "
+                       "work their queue could run was waiting when they asked: their own "
+                       "resource description does not match it")
+            return (f"the last {streak} pilots found no job while work was waiting; the queue "
+                    "is skipped for a while")
+        pools, waiting_jobs = queue_pools_and_waiting(
+            session, self.ctx.resources(), target.site, target.ce, target.queue, a.vo)
         counts = count_pilots(session, target.site, target.ce, target.queue)
-        waiting = sum(counts.get(s, 0) for s in WAITING_STATES)
+        # A pilot its CE runs that has not reached the matcher yet has taken no job: it
+        # counts as waiting, or every job would get a pilot per cycle until one asks.
+        waiting = sum(counts.get(s, 0) for s in WAITING_STATES) + count_starting(
+            session, target.site, target.ce, target.queue)
         alive = sum(counts.get(s, 0) for s in ALIVE_STATES)
         # A pilot fills its cores with one-core jobs; a multi-core job takes several.
         needed = math.ceil(waiting_jobs / max(1, target.cores)) - waiting

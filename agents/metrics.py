@@ -7,8 +7,9 @@ Two kinds of series. This process's own: its loops' runs by outcome, and how lon
 took. And what the database says, whichever agent process did the work (several may run,
 each loop in one of them at a time): each loop's last start and last sign of life and whether
 its last run failed, the pilots that ended in the last hour per site and status, the site
-director's failures in a row per queue, the pilots killed in the last hour for hanging in a CE
-state per queue and state, and whether the database answered at all
+director's failures in a row per queue (submissions, polls, failed starts), its pilots
+that never reached their CE, the pilots killed in the last hour for hanging in a CE state per
+queue and state, and whether the database answered at all
 (``gridpilot_database_up``; when it does not, only this process's series are given). Every
 agent process reports the database's series alike, so take their ``max`` across instances.
 """
@@ -118,11 +119,24 @@ class AgentMetrics:
         yield _gauge("gridpilot_director_queue_failures",
                      "The site director's submission failures in a row, per queue",
                      ["site", "ce", "queue"],
-                     {k: float(n) for k, (n, _) in failures.items()})
+                     {k: float(f[0]) for k, f in failures.items()})
         yield _gauge("gridpilot_director_queue_poll_failures",
                      "Failed polls in a row of each queue's CE (the pilots loop)",
                      ["site", "ce", "queue"],
-                     {k: float(n) for k, (_, n) in failures.items()})
+                     {k: float(f[1]) for k, f in failures.items()})
+        yield _gauge("gridpilot_director_queue_failed_starts",
+                     "Pilots in a row that ended before they reached the matcher and stopped "
+                     "the queue's submissions (0: not stopped), per queue",
+                     ["site", "ce", "queue"],
+                     {k: float(f[2]) for k, f in failures.items()})
+        unsent = CounterMetricFamily(
+            "gridpilot_director_unsent_pilots",
+            "Pilots the site director decided whose submission never reached the queue's CE "
+            "(down, refused the credentials, its turn was over), per queue",
+            labels=["site", "ce", "queue"])
+        for key, f in sorted(failures.items()):
+            unsent.add_metric(list(key), float(f[3]))
+        yield unsent
         yield _gauge("gridpilot_director_pilots_stuck",
                      "Pilots killed in the last hour for staying in one state of their CE "
                      "past its timeout, per queue and CE state (Submitting: never submitted)",

@@ -179,6 +179,30 @@ def director() -> None:
     """What the site director does with each queue."""
 
 
+@director.command("status")
+@click.pass_obj
+@_friendly
+def director_status(settings: Settings) -> None:
+    """Each queue the site director served: whether it submits, and if not why (failed
+    submissions, failed polls of its CE, pilots failing to start), and its pilots that never
+    reached its CE."""
+    from agents.director import backing_off
+    from taskqueue.pilots.sitestatus import director_states
+
+    factory = make_session_factory(engine_for(settings.database))
+    states = run_in_transaction(factory, director_states)
+    now = datetime.now(UTC)
+    if not states:
+        click.echo("the site director has served no queue yet")
+    for (site, ce, queue), state in sorted(states.items()):
+        why = [w for w in (backing_off(state, now), state.starts_error if
+                           state.failed_starts else "") if w]
+        line = f"{site}/{ce}/{queue}: " + ("; ".join(why) if why else "submits")
+        if state.unsent_pilots:
+            line += f" ({state.unsent_pilots} pilot(s) never reached its CE)"
+        click.echo(line)
+
+
 @director.command("retry")
 @click.argument("queue")
 @click.option("--by", default=None, help="Who asks (kept on the queue's record and shown on "

@@ -22,6 +22,7 @@ from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.queuework import queue_pools_and_waiting
 from pilot import protocol
 from pilot.protocol import JobPayload
 from taskqueue.core.errors import ConflictError, NotFoundError
@@ -48,6 +49,7 @@ from taskqueue.pilots.records import (
     find_pilots,
     jobs_of_owner_on,
     last_pilot_report,
+    note_empty_answer,
     pilot_of_vo,
     record_token_renewal,
     register_pilot,
@@ -108,6 +110,8 @@ def match(call: Call) -> dict[str, Any]:
     if not jobs:
         metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
         metrics.inc("gridpilot_no_matches_total", {"reason": reason or ""})
+        if reason == NO_MATCH_NO_JOB:
+            _judge_empty_answer(call, resource)
         return {"jobs": [], "no_match": {"reason": reason, "detail": detail}}
     payloads = []
     for job in jobs:
@@ -127,6 +131,25 @@ def match(call: Call) -> dict[str, Any]:
     metrics.inc("gridpilot_match_requests_total", {"outcome": "matched"})
     metrics.inc("gridpilot_jobs_matched_total", {}, len(payloads))
     return {"jobs": payloads, "no_match": None}
+
+
+def _judge_empty_answer(call: Call, resource: Resource) -> None:
+    """Note on the record of a director's pilot answered "no job" whether work its queue
+    could run was waiting (its own description misses it) or not (others took it first):
+    the director judges its queue by the pilots that missed work only
+    (taskqueue.pilots.records.idle_pilot_streak)."""
+    config = call.runtime.resources()
+    vo = call.principal.vo
+
+    def waiting(session: Session, site: str, ce: str, queue: str) -> bool:
+        try:
+            _pools, n = queue_pools_and_waiting(session, config, site, ce, queue, vo)
+        except NotFoundError:  # its queue left the configuration: nothing to judge by
+            return False
+        return n > 0
+
+    call.runtime.transaction(lambda session: note_empty_answer(
+        session, vo, resource.pilot_reference, waiting))
 
 
 def payload(job: Any) -> JobPayload:

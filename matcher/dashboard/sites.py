@@ -42,7 +42,8 @@ class QueueRow:
     @property
     def failing(self) -> bool:
         d = self.director
-        return d is not None and (d.failures > 0 or d.poll_failures > 0)
+        return d is not None and (d.failures > 0 or d.poll_failures > 0
+                                  or d.failed_starts > 0)
 
     def failures(self) -> list[tuple[str, str]]:
         """What failed, each kind apart: (kind, what the page says of it)."""
@@ -57,6 +58,8 @@ class QueueRow:
             out.append(("polls", f"Polls of its CE: {d.poll_failures} failed in a row, last: "
                         f"{d.poll_error}; {_next_try(d.poll_skip_until, self.now)}, or at "
                         "its next successful poll"))
+        if d.failed_starts:
+            out.append(("starts", f"Pilots failing to start: {d.starts_error}"))
         return out
 
     @property

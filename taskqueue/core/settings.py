@@ -414,6 +414,11 @@ class AgentSettings:
     #: After a failed submission a queue is skipped for this long (doubling per failure, up
     #: to 16 times).
     failure_backoff: int = 120
+    #: Pilots of a queue that end in a row before they reach the matcher (failed starts: the
+    #: pilot command dies at once, the node lacks what it needs) that stop the queue's
+    #: submissions until an operator retries it or one of its pilots reaches the matcher;
+    #: 0 never stops.
+    failed_starts: int = 3
     #: Seconds a pilot token is valid, and the pilot's own idle timeout.
     pilot_token_lifetime: int = 86400
     pilot_idle_timeout: int = 120

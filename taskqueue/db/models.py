@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Float,
@@ -344,6 +345,10 @@ class Pilot(Base):
     #: The CE state the pilot hung in past its timeout ([agents] pilot_stage_timeout ...),
     #: for which the pilots loop killed it ("Submitting": its director never submitted it).
     hung_in: Mapped[str | None] = mapped_column(String(32), default=None)
+    #: Whether, when the matcher last answered the pilot "no job", waiting jobs that its
+    #: queue's pilots could run were there (True: the pilot's own description misses work
+    #: its queue has; False: others had taken it, an overshoot); NULL until such an answer.
+    missed_work: Mapped[bool | None] = mapped_column(Boolean, default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),
@@ -392,6 +397,15 @@ class DirectorQueue(Base):
     #: When an operator last asked for the queue to be tried again now, and who.
     retry_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     retry_requested_by: Mapped[str] = mapped_column(String(255), default="")
+    #: Pilots in a row that ended before they reached the matcher when its submissions were
+    #: stopped for it (0: not stopped), why, and when; an operator's retry or a pilot of the
+    #: queue reaching the matcher lifts the stop.
+    failed_starts: Mapped[int] = mapped_column(Integer, default=0)
+    starts_error: Mapped[str] = mapped_column(String(255), default="")
+    starts_stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: Pilots decided for the queue whose submission never reached its CE (it was down,
+    #: refused the credentials ...), in all: they leave no pilot record.
+    unsent_pilots: Mapped[int] = mapped_column(Integer, default=0)
 
 
 class AgentRun(Base):

@@ -68,8 +68,10 @@ def pilots_stuck_since(session: Session, since: datetime, *, vo: str | None = No
 
 
 def director_failures(session: Session
-                      ) -> dict[tuple[str, str, str], tuple[int, int]]:
-    """The site director's submission failures in a row and failed polls of the CE in a row,
-    per (site, CE, queue) it served."""
-    return {(row.site, row.ce, row.queue): (row.failures, row.poll_failures)
+                      ) -> dict[tuple[str, str, str], tuple[int, int, int, int]]:
+    """Per (site, CE, queue) the site director served: its submission failures in a row,
+    its CE's failed polls in a row, the failed starts in a row that stopped its submissions
+    (0: not stopped), and its pilots that never reached its CE, in all."""
+    return {(row.site, row.ce, row.queue): (row.failures, row.poll_failures,
+                                            row.failed_starts, row.unsent_pilots)
             for row in session.scalars(select(DirectorQueue))}

@@ -3,6 +3,7 @@ and the site director's per-queue state."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -112,6 +113,14 @@ def count_pilots(session: Session, site: str, ce: str, queue: str) -> dict[str, 
             Pilot.status.in_(ALIVE_STATES)).group_by(Pilot.status))}
 
 
+def count_starting(session: Session, site: str, ce: str, queue: str) -> int:
+    """The queue's pilots its CE says run that have not reached the matcher yet: they have
+    taken no job, and will ask for one (or die at start)."""
+    return session.scalar(select(func.count()).select_from(Pilot).where(
+        Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue, Pilot.status == "Running",
+        Pilot.last_seen_at.is_(None))) or 0
+
+
 def record_new_pilots(session: Session, vo: str, site: str, ce: str, queue: str,
                       executor: str, references: list[str], *, now: datetime) -> None:
     for reference in references:
@@ -141,17 +150,33 @@ def record_submission(session: Session, reference: str, native_id: str, *,
 def record_submission_failure(session: Session, site: str, ce: str, queue: str,
                               references: list[str], *, reason: str, now: datetime,
                               base_backoff: int) -> int:
-    """The batch system or CE refused: the pilots are Failed with the reason, and the queue
-    is skipped for ``base_backoff`` seconds, doubling per failure in a row (at most 16
-    times); returns the failures in a row."""
-    for pilot in session.scalars(select(Pilot).where(Pilot.reference.in_(references),
-                                                     Pilot.executor.is_not(None))
-                                 .with_for_update()):
-        pilot.status, pilot.reason, pilot.updated_at = "Failed", storable(reason), now
-        pilot.log_state, pilot.log_note = "unavailable", "never submitted"
+    """The batch system or CE refused: the pilots decided never reached it, so their records
+    go (they would count with the pilots that ran and failed) and the queue counts them as
+    unsent; the queue is skipped for ``base_backoff`` seconds, doubling per failure in a row
+    (at most 16 times), with the reason kept. Returns the failures in a row."""
+    unsent = drop_unsent(session, references)
     state = _back_off(session, site, ce, queue, reason=reason, now=now,
                       base_backoff=base_backoff)
+    state.unsent_pilots += unsent
+    session.flush()
     return state.failures
+
+
+def drop_unsent(session: Session, references: list[str]) -> int:
+    """Remove the records of pilots a director decided whose submission never reached their
+    CE (refused, or left for the next cycle when the CE's turn was over): no CE knows them,
+    no pilot runs with them. Only records still Submitting go; returns how many."""
+    if not references:
+        return 0
+    gone = list(session.scalars(select(Pilot).where(Pilot.reference.in_(references),
+                                                    Pilot.executor.is_not(None),
+                                                    Pilot.status == "Submitting",
+                                                    Pilot.native_id.is_(None))
+                                .with_for_update()))
+    for pilot in gone:
+        session.delete(pilot)
+    session.flush()
+    return len(gone)
 
 
 _UNSTORABLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0x7F])
@@ -202,7 +227,8 @@ def record_ce_answered(session: Session, queues: list[tuple[str, str, str]], *,
 
 def retry_queue(session: Session, site: str, ce: str, queue: str, *, by: str,
                 now: datetime) -> DirectorQueue:
-    """An operator's "retry now": the queue's back-offs end, whichever kind failed, and the
+    """An operator's "retry now": the queue's back-offs end, whichever kind failed, a stop
+    for pilots that failed to start is lifted, and the
     director tries it at its next cycle (its agent processes forget their own back-off of
     the queue's CE, agents.director). Raises NotFoundError when the director never served
     the queue."""
@@ -215,6 +241,7 @@ def retry_queue(session: Session, site: str, ce: str, queue: str, *, by: str,
         state.skip_until = now
     state.failures = 0
     state.poll_failures, state.poll_skip_until = 0, None
+    state.failed_starts, state.starts_error = 0, ""
     state.retry_requested_at, state.retry_requested_by = now, storable(by)
     session.flush()
     return state
@@ -250,26 +277,105 @@ def _locked(session: Session, vo: str, reference: str) -> Pilot | None:
 def idle_pilot_streak(session: Session, site: str, ce: str, queue: str, *,
                       length: int) -> int:
     """``length`` when the queue's last ``length`` ended pilots (since its last failure
-    back-off) all ended without a job, else 0: a sign that the pilots see the queue otherwise
-    than the director does, and that submitting more only burns batch slots."""
+    back-off) all ended without a job although, when the matcher last answered them "no
+    job", work their queue could run was waiting (``Pilot.missed_work``), else 0: a sign that
+    the pilots see the queue otherwise than the director does, and that submitting more only
+    burns batch slots. A pilot that found nothing because other pilots had taken every job
+    (an overshoot) breaks the streak."""
     state = session.get(DirectorQueue, (site, ce, queue))
-    stmt = (select(Pilot.vo, Pilot.reference).where(Pilot.site == site, Pilot.ce == ce,
-                                          Pilot.queue == queue,
-                                          Pilot.status.in_(FINAL_PILOT_STATES),
-                                          # pilots that ran: the batch system took them and
-                                          # they spoke to the matcher
-                                          Pilot.native_id.is_not(None),
-                                          Pilot.last_seen_at.is_not(None))
+    stmt = (select(Pilot.vo, Pilot.reference, Pilot.missed_work)
+            .where(Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue,
+                   Pilot.status.in_(FINAL_PILOT_STATES),
+                   # pilots that ran: the batch system took them and they spoke to the
+                   # matcher
+                   Pilot.native_id.is_not(None), Pilot.last_seen_at.is_not(None))
             .order_by(Pilot.updated_at.desc(), Pilot.id.desc()).limit(length))
     if state is not None and state.skip_until is not None:
         stmt = stmt.where(Pilot.updated_at > state.skip_until)
     ended = list(session.execute(stmt))
-    if len(ended) < length:
+    if len(ended) < length or not all(row.missed_work for row in ended):
         return 0
     # A reference is unique per VO only: another VO's pilot may hold the same one.
     worked = session.scalar(select(func.count()).select_from(Job).where(
-        or_(*(and_(Job.vo == vo, Job.pilot_reference == ref) for vo, ref in ended))))
+        or_(*(and_(Job.vo == vo, Job.pilot_reference == ref) for vo, ref, _ in ended))))
     return length if not worked else 0
+
+
+def note_empty_answer(session: Session, vo: str, reference: str,
+                      work_waiting: Callable[[Session, str, str, str], bool]
+                      ) -> bool | None:
+    """The matcher answered the VO's pilot "no job": note on its record (a director's
+    pilot) whether work its queue could run was waiting then, as ``work_waiting(session,
+    site, ce, queue)`` says. Once a pilot missed work it stays so (it is not asked again). Returns
+    what was noted, None when nothing was (no such record)."""
+    row = session.execute(select(Pilot.id, Pilot.site, Pilot.ce, Pilot.queue,
+                                 Pilot.missed_work)
+                          .where(Pilot.reference == reference, Pilot.vo == vo,
+                                 Pilot.executor.is_not(None))).first()
+    if row is None:
+        return None
+    if row.missed_work:
+        return True
+    missed = work_waiting(session, row.site, row.ce, row.queue)
+    session.execute(update(Pilot).where(Pilot.id == row.id).values(missed_work=missed))
+    return missed
+
+
+def failed_start_streak(session: Session, site: str, ce: str, queue: str, *,
+                        length: int) -> list[Pilot]:
+    """The queue's last ``length`` ended pilots when every one of them is a failed start (its
+    CE took it, and it ended without ever reaching the matcher: no ``last_seen_at``), else
+    []. Only pilots that ended after the queue's last stop for failed starts and the last
+    retry an operator asked for count; pilots an operator killed do not."""
+    if length < 1:
+        return []
+    state = session.get(DirectorQueue, (site, ce, queue))
+    stmt = (select(Pilot).where(Pilot.site == site, Pilot.ce == ce, Pilot.queue == queue,
+                                Pilot.status.in_(FINAL_PILOT_STATES),
+                                Pilot.native_id.is_not(None),
+                                Pilot.kill_requested_by.is_(None))
+            .order_by(Pilot.updated_at.desc(), Pilot.id.desc()).limit(length))
+    if state is not None:
+        for since in (state.starts_stopped_at, state.retry_requested_at):
+            if since is not None:
+                stmt = stmt.where(Pilot.updated_at > since)
+    ended = list(session.scalars(stmt))
+    if len(ended) < length or any(p.last_seen_at is not None for p in ended):
+        return []
+    return ended
+
+
+def stop_for_failed_starts(session: Session, state: DirectorQueue, ended: list[Pilot], *,
+                           now: datetime) -> str:
+    """Stop the queue's submissions: its last pilots (``ended``, newest first) all failed to
+    start. Returns the reason, kept on the queue."""
+    last = ended[0]
+    said = last.reason or (f"exit code {last.exit_code}" if last.exit_code is not None
+                           else last.status)
+    reason = storable(f"the last {len(ended)} pilots ended before they reached the matcher "
+                      f"(last, {last.reference}: {said}); submissions stop until an "
+                      "operator retries the queue or one of its pilots reaches the matcher")
+    state.failed_starts, state.starts_error, state.starts_stopped_at = (
+        len(ended), reason, now)
+    session.flush()
+    return reason
+
+
+def starts_stopped(session: Session, state: DirectorQueue) -> str:
+    """Why the queue's submissions are stopped for failed starts, "" when they are not (a
+    pilot of the queue that reached the matcher since the stop lifts it)."""
+    if not state.failed_starts:
+        return ""
+    since = state.starts_stopped_at
+    reached = session.scalar(select(func.count()).select_from(Pilot).where(
+        Pilot.site == state.site, Pilot.ce == state.ce, Pilot.queue == state.queue,
+        Pilot.last_seen_at.is_not(None),
+        *((Pilot.last_seen_at > since,) if since is not None else ())))
+    if reached:
+        state.failed_starts, state.starts_error = 0, ""
+        session.flush()
+        return ""
+    return state.starts_error or f"{state.failed_starts} pilots in a row failed to start"
 
 
 #: A pilot record still Submitting after this long was decided by a director that died

@@ -660,3 +660,38 @@ def test_the_sites_page_says_which_pilots_hung_in_a_ce_state_and_were_killed(
     assert dict(re.findall(r'data-stuck="(\w+)">(\d+) pilot', row)) == {
         "ACCEPTING": "2", "HELD": "1"}
     assert "for hanging in ACCEPTING past its timeout" in row
+
+
+def test_the_sites_page_says_a_queue_stopped_for_failed_starts(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    """Issue 34 items 3 and 6: a queue stopped because its pilots die at start counts as
+    failing, says why and can be retried; its pilots that never reached the CE are
+    counted."""
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    html = page(operator_http, "/ui/sites")
+    assert "0 with a failing director queue" in html
+    now = datetime.now(UTC)
+    with db.factory.begin() as session:
+        record_submission_failure(session, *key, [], reason="token expired", now=now,
+                                  base_backoff=0)
+        state = session.get(DirectorQueue, key)
+        assert state is not None
+        state.failures, state.unsent_pilots = 0, 7
+        state.failed_starts, state.starts_stopped_at = 3, now
+        state.starts_error = "the last 3 pilots ended before they reached the matcher (last, " \
+                             "arc-1: exit code 3)"
+    html = page(operator_http, "/ui/sites")
+    assert "1 with a failing director queue" in html
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    starts = re.search(r'data-failing="starts">([^<]*)<', row)
+    assert starts and "the last 3 pilots ended before they reached the matcher" in \
+        starts.group(1) and "exit code 3" in starts.group(1)
+    assert re.search(r'data-field="unsent"[^>]*>7 pilot\(s\) never reached its CE<', row), row
+    assert "Retry now" in row
+    response = operator_http.post("/ui/sites/retry", data={"csrf": csrf_of(html),
+                                                           "queue": "/".join(key)})
+    assert response.status_code == 302
+    row = page(operator_http, "/ui/sites")
+    assert "0 with a failing director queue" in row

@@ -15,10 +15,16 @@ from taskqueue.db.models import DirectorQueue, Job, Pilot
 from taskqueue.pilots.records import (
     PILOT_STATES,
     PilotInfo,
+    failed_start_streak,
     idle_pilot_streak,
+    lock_director_queue,
     record_new_pilots,
     record_submission,
     register_pilot,
+    retry_queue,
+    set_pilot_status,
+    starts_stopped,
+    stop_for_failed_starts,
 )
 from tests.conftest import Database
 from tests.helpers import requirements, submit
@@ -139,7 +145,7 @@ def test_another_vos_jobs_do_not_count_as_work_of_the_directors_idle_pilots(
         for i, ref in enumerate(refs):
             record_submission(s, ref, f"native-{i}", now=now)
         for pilot in s.scalars(select(Pilot)):
-            pilot.status, pilot.last_seen_at = "Done", now
+            pilot.status, pilot.last_seen_at, pilot.missed_work = "Done", now, True
     with db.factory.begin() as s:
         # A pilot of another VO, under the reference of one of lhcb's, ran a belle job.
         (job_id,) = submit(s, Settings(), now, [requirements(vo="belle",
@@ -149,3 +155,60 @@ def test_another_vos_jobs_do_not_count_as_work_of_the_directors_idle_pilots(
         job.pilot_reference = "gp-1"
     with db.factory() as s:
         assert idle_pilot_streak(s, "LCG.Alpha.org", "ce1", "long", length=2) == 2
+
+
+def _failed_starts(db: Database, refs: list[str], now: datetime) -> None:
+    """Director's pilots of LCG.Alpha.org/ce1/long that its CE took and that ended, exit
+    code 3, without ever reaching the matcher."""
+    with db.factory.begin() as s:
+        record_new_pilots(s, "lhcb", "LCG.Alpha.org", "ce1", "long", "local", refs, now=now)
+        for i, ref in enumerate(refs):
+            record_submission(s, ref, f"native-{ref}", now=now)
+            assert set_pilot_status(s, reference=ref, status="Failed", reason="exit code 3",
+                                    now=now + timedelta(seconds=i + 1))
+
+
+def test_failed_starts_stop_the_queue_until_a_pilot_reaches_the_matcher_or_a_retry(
+        db: Database, now: datetime) -> None:
+    key = ("LCG.Alpha.org", "ce1", "long")
+    _failed_starts(db, ["fs-1", "fs-2"], now)
+    with db.factory.begin() as s:
+        assert failed_start_streak(s, *key, length=3) == []  # two in a row only
+        state = lock_director_queue(s, *key, now=now)
+    # One that was killed by an operator is no failed start; the third that dies is.
+    _failed_starts(db, ["fs-k"], now + timedelta(seconds=10))
+    with db.factory.begin() as s:
+        killed = s.scalars(select(Pilot).where(Pilot.reference == "fs-k")).one()
+        killed.kill_requested_by = "olga"
+    _failed_starts(db, ["fs-3"], now + timedelta(seconds=20))
+    at = now + timedelta(seconds=30)
+    with db.factory.begin() as s:
+        dead = failed_start_streak(s, *key, length=3)
+        assert [p.reference for p in dead] == ["fs-3", "fs-2", "fs-1"]
+        state = lock_director_queue(s, *key, now=at)
+        reason = stop_for_failed_starts(s, state, dead, now=at)
+        assert reason.startswith("the last 3 pilots ended before they reached the matcher "
+                                 "(last, fs-3: exit code 3)")
+        assert starts_stopped(s, state) == reason
+        # The pilots that ended before the stop do not stop the queue again.
+        assert failed_start_streak(s, *key, length=3) == []
+    # A pilot of the queue (one still alive at the stop) reaches the matcher: lifted.
+    with db.factory.begin() as s:
+        record_new_pilots(s, "lhcb", *key, "local", ["alive"], now=now)
+        register_pilot(s, "lhcb", PilotInfo("alive", *key, "Running"),
+                       now=at + timedelta(seconds=5))
+    with db.factory.begin() as s:
+        state = lock_director_queue(s, *key, now=at)
+        assert starts_stopped(s, state) == ""
+        assert (state.failed_starts, state.starts_error) == (0, "")
+    # Stopped again later; an operator's retry lifts it, and only pilots that end after it
+    # count towards the next stop.
+    _failed_starts(db, ["fs-4", "fs-5", "fs-6"], at + timedelta(seconds=10))
+    later = at + timedelta(seconds=60)
+    with db.factory.begin() as s:
+        state = lock_director_queue(s, *key, now=later)
+        stop_for_failed_starts(s, state, failed_start_streak(s, *key, length=3), now=later)
+        assert starts_stopped(s, state)
+        retry_queue(s, *key, by="olga", now=later + timedelta(seconds=1))
+        assert starts_stopped(s, state) == ""
+        assert failed_start_streak(s, *key, length=3) == []

@@ -177,6 +177,12 @@ def test_a_slow_ce_takes_its_budget_of_a_cycle_and_the_next_ce_gets_its_pilots(
     with ctx.factory() as session:
         healthy = session.scalars(select(Pilot).where(Pilot.site == "B.Healthy.test")).all()
         assert sorted(p.status for p in healthy) == ["Submitted"] * PILOTS
+        # The slow CE's pilots cut at the budget never ran there: no record of them stays,
+        # the queue counts them.
+        slow = session.scalars(select(Pilot).where(Pilot.site == "A.Slow.test")).all()
+        assert [p.status for p in slow if p.native_id is None] == []
+        state = session.get(DirectorQueue, ("A.Slow.test", "ce", "q"))
+        assert state is not None and state.unsent_pilots == PILOTS - len(slow)
 
 
 def test_a_slow_ce_takes_its_budget_of_a_pilots_turn_and_its_logs_come_over_turns(

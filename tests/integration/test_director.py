@@ -36,7 +36,7 @@ from typing import Any
 import jwt
 import pytest
 import requests
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from agents.ce.base import (
     CA_FILE,
@@ -292,9 +292,14 @@ def director_queue(db: Database, site: str, ce: str, queue: str) -> DirectorQueu
 
 
 def set_status(ctx: AgentContext, rows: list[Pilot], status: str) -> None:
+    """Move the pilots to ``status``; a Running pilot has reached the matcher, as a real one
+    does when it starts (until then the director counts it as waiting)."""
     for row in rows:
         assert ctx.transaction(lambda s, r=row: _set_pilot_status(
             s, reference=r.reference, status=status, now=ctx.now()))
+        if status == "Running":
+            ctx.transaction(lambda s, r=row: s.execute(
+                update(Pilot).where(Pilot.id == r.id).values(last_seen_at=ctx.now())))
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout: float = 60) -> None:
@@ -516,11 +521,12 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
     report = director.cycle()
     assert report.failed == {name: "batch system down (failure 1 in a row)"}
     assert report.submitted == {name: 0}
-    rows = pilots(db)
-    assert [(p.status, p.reason) for p in rows] == [
-        ("Failed", "batch system down")] * 3
+    # The pilots never reached the batch system: no record stays of them, the queue
+    # counts them.
+    assert pilots(db) == []
     state = director_queue(db, *key)
     assert state.failures == 1 and state.last_error == "batch system down"
+    assert state.unsent_pilots == 3
     assert state.skip_until == clock.at + timedelta(seconds=60)
 
     backoff = 60
@@ -533,7 +539,7 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
         assert list(report.skipped) == [name]
         assert f"{failure - 1} failed submission(s)" in report.skipped[name]
         assert "batch system down" in report.skipped[name]
-        assert pool.attempts == attempts and len(pilots(db)) == 3 * (failure - 1)
+        assert pool.attempts == attempts and pilots(db) == []
         # Tried again once it is over; fails again; waits twice as long (at most 16 times).
         clock.advance(2)
         report = director.cycle()
@@ -541,7 +547,7 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
             name: f"batch system down (failure {failure} in a row)"}
         backoff = 60 * min(16, 2 ** (failure - 1))
         state = director_queue(db, *key)
-        assert state.failures == failure
+        assert state.failures == failure and state.unsent_pilots == 3 * failure
         assert state.skip_until == clock.at + timedelta(seconds=backoff)
     assert backoff == 960
 
@@ -555,7 +561,8 @@ def test_failing_queue_backs_off_doubling_and_a_success_resets_it(
     # director starts counting pilots that found no job).
     assert state.failures == 0
     assert state.skip_until is not None and state.skip_until <= clock()
-    assert by_status(pilots(db)) == {"Failed": 21, "Submitted": 3}
+    assert by_status(pilots(db)) == {"Submitted": 3}
+    assert state.unsent_pilots == 21
 
     # A new failure backs off from the start again.
     set_status(ctx, [p for p in pilots(db) if p.status == "Submitted"], "Running")
@@ -580,10 +587,9 @@ def test_a_failure_mid_cycle_keeps_the_pilots_already_submitted(
     assert report.submitted == {name: 1}
     assert report.failed == {name: "quota exceeded (failure 1 in a row)"}
     rows = pilots(db)
-    assert [p.status for p in rows].count("Submitted") == 1
-    assert [(p.status, p.reason) for p in rows if p.status != "Submitted"] == [
-        ("Failed", "quota exceeded")] * 2
-    submitted = next(p for p in rows if p.status == "Submitted")
+    assert [p.status for p in rows] == ["Submitted"]
+    assert director_queue(db, "Test.Batch.org", "ce.batch.org", "q").unsent_pilots == 2
+    submitted = rows[0]
     assert submitted.native_id == f"native-{submitted.reference}"
 
 
@@ -658,7 +664,7 @@ def test_every_pilot_gets_the_matchers_ca_as_a_file_and_its_argument(
     assert len(pilots(db)) == before
 
 
-def test_an_unknown_executor_fails_the_pilots_with_the_reason(
+def test_an_unknown_executor_fails_the_queue_with_the_reason(
         db: Database, settings: Settings, tmp_path: Path) -> None:
     resources = batch_resources(tmp_path, batch_ce(
         executor="nosuch", ce="ce.batch.org", queue="q"))
@@ -670,12 +676,13 @@ def test_an_unknown_executor_fails_the_pilots_with_the_reason(
     report = director.cycle()
     assert list(report.failed) == [name]
     assert "nosuch" in report.failed[name] and "failure 1 in a row" in report.failed[name]
-    rows = pilots(db)
-    assert [p.status for p in rows] == ["Failed", "Failed"]
-    assert all("nosuch" in p.reason for p in rows), [p.reason for p in rows]
+    # No pilot left for any CE: no record of one stays; the queue keeps the reason.
+    assert pilots(db) == []
+    state = director_queue(db, "Test.Batch.org", "ce.batch.org", "q")
+    assert "nosuch" in state.last_error and state.unsent_pilots == 2
     again = director.cycle()
     assert list(again.skipped) == [name] and "nosuch" in again.skipped[name]
-    assert len(pilots(db)) == 2
+    assert pilots(db) == []
 
 
 def test_pilots_left_submitting_by_a_dead_director_do_not_block_the_queue_forever(
