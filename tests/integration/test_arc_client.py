@@ -272,7 +272,6 @@ WRONG_TOKENS = {
     "naming a key the issuer does not have": {"kid": "no-such-key", "key": "other"},
     "without compute.cancel": {"scope": "compute.read compute.create compute.modify"},
     "without compute.create": {"scope": "compute.read compute.modify compute.cancel"},
-    "for another CE": {"audience": "https://ce.example.org:8443/arex"},
     "of an issuer the CE does not trust": {"iss": "https://localhost:9/"},
 }
 
