@@ -27,7 +27,7 @@ from agents.ce.x509proxy import (
     make_proxy,
     sign_proxy_request,
 )
-from tests.integration.arc import LocalCe, local_ce, write_secret
+from tests.integration.arc import LocalCe, clear_delegations, local_ce, write_secret
 
 
 @pytest.fixture(scope="session")
@@ -95,12 +95,11 @@ def count_requests(client: ArcRestClient) -> list[str]:
 
 @pytest.fixture()
 def no_delegations(arc_ce: LocalCe) -> Iterator[None]:
-    """The test user starts (and ends) with no delegation on the CE (a job's is kept)."""
-    for delegation in _held(arc_ce):
-        _raw(arc_ce, "POST", f"delegations/{delegation}", params={"action": "delete"})
+    """The test user starts (and ends) with no delegation on the CE."""
+    clear_delegations(arc_ce)
+    assert _held(arc_ce) == []
     yield
-    for delegation in _held(arc_ce):
-        _raw(arc_ce, "POST", f"delegations/{delegation}", params={"action": "delete"})
+    clear_delegations(arc_ce)
 
 
 # -- one delegation per identity ------------------------------------------------------------------

@@ -171,21 +171,25 @@ def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, *,
                     yield ArcGrid(base, ctx, ces, Director(ctx, ces), PilotFollower(ctx, ces),
                                   user, url)
                 finally:
-                    end_pilots_at_the_ce(arc_ce, tmp_path, ctx)
+                    end_pilots_at_the_ce(arc_ce, tmp_path, ctx, proxy=None if (
+                        credential == "token") else proxy_file or arc_ce.proxy)
     finally:
         engine.dispose()
 
 
-def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext) -> None:
+def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext, *,
+                         proxy: Path | None = None) -> None:
     """Kill and clean every CE job the test's director submitted, whether or not it ended:
     no pilot outlives its test (nor its matcher, which is stopped next). With a token of
-    its own: the test's token file may hold a bad one."""
+    its own (the test's token file may hold a bad one), or with the ``proxy`` the pilots were
+    submitted with: the CE shows a proxy's jobs to that identity only."""
     with ctx.factory() as session:
         ids = [p.native_id for p in session.scalars(select(Pilot)) if p.native_id]
     if not ids:
         return
-    client = arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
-                                 timeout=30)
+    client = arc_ce.proxy_client(proxy, timeout=30) if proxy is not None else (
+        arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
+                            timeout=30))
     try:
         end_jobs(arc_ce, client, ids)
     finally:
