@@ -6,16 +6,20 @@ Standard library, ``requests`` and ``cryptography`` only: the CE layer of the si
 builds on it, and it knows nothing of gridpilot's database.
 
 Credentials. A client authenticates with a bearer token (a WLCG-profile JWT, read from its file
-again whenever the file changes) or with an X.509 proxy file (TLS client certificate). A CE
+again whenever the file changes; one that expired, or whose audience is not this CE, is refused
+before it is sent) or with an X.509 proxy file (TLS client certificate). A CE
 keeps jobs per identity: the jobs submitted with a token (identity "issuer/subject") are not
 the jobs of a proxy (its certificate subject), so one CE is always spoken to with one kind of
 credential.
 
 Delegation. A job's delegated credential is what the CE (and the job) use on the submitter's
-behalf, for data staging. With a proxy the client delegates one (the CE sends a certificate
-request, the client signs it with the proxy), names it in every job it submits, renews it
-before it ends and creates a new one when the CE has lost it; a submission refused because of
-its delegation is retried once with a new one. With a token A-REX 6.17 needs no delegation
+behalf, for data staging. With a proxy the client keeps one delegation per identity on the CE
+(:meth:`ArcRestClient.keep_delegation`): it adopts the one the CE already holds for the
+identity that ends last (another process's), removes the others, makes one (the CE sends a
+certificate request, the client signs it with the proxy) only when none is valid, names it in
+every job it submits, renews it by time whether or not it submits, and finds or makes another
+when the CE has lost it; a submission refused because of its delegation is retried once with
+a new one. With a token A-REX 6.17 needs no delegation
 (pilots stage no data through the CE) and cannot take one (its delegations are X.509 only),
 so none is made.
 
