@@ -685,9 +685,19 @@ class ArcRestClient:
         return delegation_id
 
     def forget_delegation(self) -> None:
-        """Make the next submission create a new delegation."""
+        """Make the next submission use another delegation (found on the CE, or made)."""
         with self._lock:
             self._delegation = None
+
+    def _new_delegation(self) -> str:
+        """A new delegation in place of the one in use (which the CE would not take): made,
+        then the old one removed."""
+        with self._lock:
+            old = self._delegation[0] if self._delegation is not None else None
+            made = self._create_delegation()
+            if old is not None:
+                self._remove_stale([old])
+            return made
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -704,9 +714,7 @@ class ArcRestClient:
         if retry and self._proxy is not None:
             log.info("%s: %d job(s) refused for their delegation (%s); submitting them again "
                      "with a new one", self.ce, len(retry), results[retry[0]])
-            with self._lock:
-                self._delegation = None
-            again = self._submit([descriptions[i] for i in retry], self.delegation())
+            again = self._submit([descriptions[i] for i in retry], self._new_delegation())
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
         return results
