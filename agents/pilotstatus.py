@@ -155,6 +155,8 @@ class PilotFollower:
     def _follow(self, ce: ComputeElement, config: CEConfig, pilots: list[FollowedPilot],
                 report: FollowReport) -> None:
         ctx = self.ctx
+        # Its pilots live on: what they run with (an ARC delegation) is renewed in time.
+        ce.keep_credentials()
         by_ref = {p.reference: p for p in pilots}
         to_kill = [CEPilot(p.reference, p.native_id) for p in pilots
                    if p.kill_requested_by and p.status not in ENDED]

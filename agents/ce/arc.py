@@ -230,6 +230,9 @@ class ArcCE:
             return ce_error(exc)
         return PilotOutput(streams[0], streams[1], truncated)
 
+    def keep_credentials(self) -> None:
+        self._call(self.client.keep_delegation)
+
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         self._forget([p.native_id for p in pilots])
         gone = {p.native_id for p in pilots}

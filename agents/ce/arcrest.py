@@ -6,16 +6,20 @@ Standard library, ``requests`` and ``cryptography`` only: the CE layer of the si
 builds on it, and it knows nothing of gridpilot's database.
 
 Credentials. A client authenticates with a bearer token (a WLCG-profile JWT, read from its file
-again whenever the file changes) or with an X.509 proxy file (TLS client certificate). A CE
+again whenever the file changes; one that expired, or whose audience is not this CE, is refused
+before it is sent) or with an X.509 proxy file (TLS client certificate). A CE
 keeps jobs per identity: the jobs submitted with a token (identity "issuer/subject") are not
 the jobs of a proxy (its certificate subject), so one CE is always spoken to with one kind of
 credential.
 
 Delegation. A job's delegated credential is what the CE (and the job) use on the submitter's
-behalf, for data staging. With a proxy the client delegates one (the CE sends a certificate
-request, the client signs it with the proxy), names it in every job it submits, renews it
-before it ends and creates a new one when the CE has lost it; a submission refused because of
-its delegation is retried once with a new one. With a token A-REX 6.17 needs no delegation
+behalf, for data staging. With a proxy the client keeps one delegation per identity on the CE
+(:meth:`ArcRestClient.keep_delegation`): it adopts the one the CE already holds for the
+identity that ends last (another process's), removes the others, makes one (the CE sends a
+certificate request, the client signs it with the proxy) only when none is valid, names it in
+every job it submits, renews it by time whether or not it submits, and finds or makes another
+when the CE has lost it; a submission refused because of its delegation is retried once with
+a new one. With a token A-REX 6.17 needs no delegation
 (pilots stage no data through the CE) and cannot take one (its delegations are X.509 only),
 so none is made.
 
@@ -52,6 +56,7 @@ from typing import Any, NoReturn
 from urllib.parse import quote, urlsplit
 
 import requests
+from cryptography import x509
 
 from agents.ce import adl, exchange
 from agents.ce.budget import TurnBudget
@@ -105,6 +110,10 @@ DIAGNOSE_FILES = ("failed", "errors", "diag", "description", "local", "comment",
 
 #: A delegation is renewed when it has less than this left, or less than half its life.
 RENEW_BEFORE = timedelta(hours=1)
+#: The WLCG token profile's audience of any service.
+WLCG_ANY_AUDIENCE = "https://wlcg.cern.ch/jwt/v1/any"
+#: A-REX's reason for a credential it authenticated but could map to no authgroup.
+UNMAPPED = "User can't be assigned configuration"
 #: The longest delegation asked for (never longer than the proxy it comes from).
 DELEGATION_LIFETIME = timedelta(hours=24)
 #: How much of a file download() reads by default.
@@ -213,15 +222,50 @@ def _is_count(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
-def _token_expiry(token: str) -> int | None:
-    """The ``exp`` claim of a JWT, read without verifying it (the CE verifies)."""
+def _token_claims(token: str) -> dict[str, Any]:
+    """The claims of a JWT, read without verifying it (the CE verifies); {} when unreadable."""
     try:
         payload = token.split(".")[1]
         claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        exp = claims.get("exp") if isinstance(claims, dict) else None
     except (IndexError, ValueError):
-        return None
+        return {}
+    return claims if isinstance(claims, dict) else {}
+
+
+def _token_expiry(token: str) -> int | None:
+    """The ``exp`` claim of a JWT, read without verifying it (the CE verifies)."""
+    exp = _token_claims(token).get("exp")
     return exp if isinstance(exp, int) else None
+
+
+def _token_audiences(token: str) -> list[str] | None:
+    """The ``aud`` claim of a JWT as a list (it may be a string or a list); None when the token
+    has none (the CE decides then)."""
+    aud = _token_claims(token).get("aud")
+    if aud is None:
+        return None
+    return [str(a) for a in aud] if isinstance(aud, list) else [str(aud)]
+
+
+def endpoint_audiences(endpoint: str) -> frozenset[str]:
+    """The audiences a token for the CE at ``endpoint`` may name: the endpoint's URL (what
+    A-REX's ``authtokens`` rules usually name, with or without a trailing slash), its origin
+    (``https://host:port``, the port left out when it is 443), ``host:port``, the host alone,
+    and the WLCG profile's audience of any service, WLCG_ANY_AUDIENCE."""
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    port = parts.port or 443
+    path = parts.path.rstrip("/")
+    forms = {WLCG_ANY_AUDIENCE, host, f"{host}:{port}"}
+    for origin in {f"https://{host}:{port}"} | ({f"https://{host}"} if port == 443 else set()):
+        forms |= {origin, f"{origin}/", f"{origin}{path}", f"{origin}{path}/"}
+    return frozenset(f for f in forms if f)
+
+
+def audience_accepted(audiences: Sequence[str] | None, endpoint: str) -> bool:
+    """Whether a token's audiences (None: it names none) let it be sent to ``endpoint``."""
+    return audiences is None or not endpoint_audiences(endpoint).isdisjoint(
+        a.strip() for a in audiences)
 
 
 @dataclass
@@ -319,6 +363,13 @@ class ArcRestClient:
                     raise ArcAuthError(f"{self.ce}: the token in {self._token.path} expired at "
                                        f"{when:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
                                        credential=self._token.path)
+                audiences = _token_audiences(token)
+                if not audience_accepted(audiences, self.endpoint):
+                    raise ArcAuthError(
+                        f"{self.ce}: the token in {self._token.path} is for the audience "
+                        f"{', '.join(audiences or [])}, not for this CE: a token it takes names "
+                        f"{self.endpoint} (or {WLCG_ANY_AUDIENCE}) in its 'aud'", ce=self.ce,
+                        credential=self._token.path)
                 return {"headers": {"Authorization": f"Bearer {token}"}}
             assert self._proxy is not None
             if self._reread(self._proxy):
@@ -413,10 +464,17 @@ class ArcRestClient:
             reason = ""
         said = reason or response.text[:200].strip() or "no reason given"
         where = f"{self.ce}: {method} {urlsplit(response.url).path or path}"
-        if status in (401, 403):
+        if status in (401, 403) or said == UNMAPPED:
             kind = "token" if self._token is not None else "proxy"
+            why = ""
+            if said == UNMAPPED:
+                why = ("; it took the credential but could put it in none of its authgroups: "
+                       + ("the token's audience is not one the CE's rules name, its issuer "
+                          "is not trusted there, or no authgroup allows its subject, groups "
+                          "and scopes" if self._token is not None else
+                          "no authgroup allows the proxy's subject or VOMS attributes"))
             raise ArcAuthError(f"{self.ce} refused the {kind} in {self.credential_file} "
-                               f"({status} {said})", ce=self.ce,
+                               f"({status} {said}){why}", ce=self.ce,
                                credential=self.credential_file, status=status, reason=said)
         if status == 404 and job_id is not None and not self._job_known(job_id):
             raise ArcUnknownJob(f"{self.ce} does not know job {job_id} ({said})", ce=self.ce,
@@ -470,29 +528,119 @@ class ArcRestClient:
     # -- delegation -----------------------------------------------------------------------
 
     def delegation(self) -> str | None:
-        """The delegation jobs are submitted with: None with a token; with a proxy, the one
-        this client made, renewed once half its life or all but RENEW_BEFORE has passed (it
-        is signed with the proxy file as it is then, so a renewed proxy file makes the
-        delegation longer again), made again when the CE lost it."""
+        """The delegation jobs are submitted with (see :meth:`keep_delegation`), checked to be
+        still on the CE first (one request): A-REX 6 takes a job naming a delegation it lost,
+        and gives it no proxy."""
+        return self._delegation_now(check=True)
+
+    def keep_delegation(self) -> str | None:
+        """Keep this identity's one delegation on the CE valid, whether or not jobs are
+        submitted: None with a token; with a proxy, the delegation in use, which is
+
+        - found on the CE when this client has none yet: of the delegations the CE holds for
+          the identity (another process's, an earlier run's), the unexpired one that ends
+          last is adopted (its end read on the CE), and the others (expired, never
+          completed, superseded) are removed; a new one is made when none is left;
+        - renewed once half its life or all but RENEW_BEFORE has passed (signed with the
+          proxy file as it is then, so a renewed proxy file makes it longer again), and the
+          stale ones removed then too;
+        - found again, or made again, when the CE lost it.
+
+        Cheap: no request while the delegation is far from its end."""
+        return self._delegation_now(check=False)
+
+    def _delegation_now(self, *, check: bool) -> str | None:
         if self._proxy is None:
             return None
         with self._lock:
             now = datetime.fromtimestamp(self._clock(), UTC)
-            if self._delegation is not None:
-                delegation_id, made, ends = self._delegation
-                if delegation_id not in self.delegations():
-                    # A-REX 6 takes a job naming a delegation it lost, and gives it no proxy.
-                    log.info("%s: the CE lost delegation %s; making a new one", self.ce,
-                             delegation_id)
-                elif ends - now > max(RENEW_BEFORE, (ends - made) / 2):
-                    return delegation_id
-                else:
-                    try:
-                        return self._renew(delegation_id)
-                    except (ArcRefused, ArcUnavailable) as exc:
-                        log.info("%s: delegation %s could not be renewed (%s); making a new "
-                                 "one", self.ce, delegation_id, exc)
-            return self._create_delegation()
+            if self._delegation is None:
+                return self._adopt(now)
+            delegation_id, made, ends = self._delegation
+            due = ends - now <= max(RENEW_BEFORE, (ends - made) / 2)
+            if not (check or due):
+                return delegation_id
+            held = self.delegations()
+            if delegation_id not in held:
+                log.info("%s: the CE lost delegation %s; looking for another", self.ce,
+                         delegation_id)
+                self._delegation = None
+                return self._adopt(now, held)
+            if not due:
+                return delegation_id
+            try:
+                self._renew(delegation_id)
+            except (ArcRefused, ArcUnavailable) as exc:
+                log.info("%s: delegation %s could not be renewed (%s); making a new one",
+                         self.ce, delegation_id, exc)
+                self._delegation = None
+                return self._adopt(now, [d for d in held if d != delegation_id])
+            self._remove_stale(held)
+            return delegation_id
+
+    def _adopt(self, now: datetime, held: list[str] | None = None) -> str:
+        """The best delegation of the identity on the CE made this client's (renewed when its
+        end is near or unknown), the others removed; a new one when none is valid."""
+        if held is None:
+            held = self.delegations()
+        spans = {d: self._span(d) for d in held}
+        valid = [(span[1], d, span[0]) for d, span in spans.items()
+                 if span is not None and span[1] is not None and span[1] > now]
+        unknown = [d for d, span in spans.items() if span is not None and span[1] is None]
+        if valid:
+            ends, chosen, made = max(valid)
+            self._delegation = (chosen, made, ends)
+            log.info("%s: delegation %s adopted (it ends %s)", self.ce, chosen,
+                     f"{ends:%Y-%m-%d %H:%M:%S} UTC")
+            self._remove_stale(held)
+            return self._delegation_now(check=False) or chosen
+        if unknown:
+            # Its end cannot be read: renewing it makes it known.
+            chosen = unknown[0]
+            try:
+                self._renew(chosen)
+            except (ArcRefused, ArcUnavailable) as exc:
+                log.info("%s: delegation %s could not be renewed (%s)", self.ce, chosen, exc)
+            else:
+                self._remove_stale(held)
+                return chosen
+        created = self._create_delegation()
+        self._remove_stale(held)
+        return created
+
+    def _span(self, delegation_id: str) -> tuple[datetime, datetime | None] | None:
+        """When a delegation of the CE starts and ends, read from its certificate (REST:
+        action=get, the chain without its key); None for one never completed (no
+        certificate), the end None when the CE would not say."""
+        try:
+            response = self._request("POST", f"delegations/{quote(delegation_id, safe='')}",
+                                     params={"action": "get"}, expect=(200,),
+                                     headers={"Accept": "application/x-pem-file"})
+        except ArcRefused as exc:
+            if exc.status == 404:
+                return None  # gone since it was listed
+            return (datetime.fromtimestamp(self._clock(), UTC), None)
+        try:
+            first = x509.load_pem_x509_certificates(response.content)[0]
+        except (ValueError, IndexError):
+            return None
+        return (first.not_valid_before_utc, first.not_valid_after_utc)
+
+    def _remove_stale(self, held: Iterable[str]) -> None:
+        """Remove the identity's delegations but the one in use (REST: action=delete). A-REX
+        keeps one a job of the CE still uses: that one stays until the job is cleaned."""
+        keep = self._delegation[0] if self._delegation is not None else None
+        for delegation_id in held:
+            if delegation_id == keep:
+                continue
+            try:
+                self._request("POST", f"delegations/{quote(delegation_id, safe='')}",
+                              params={"action": "delete"}, expect=(200, 202, 204))
+            except (ArcRefused, ArcUnavailable) as exc:
+                log.info("%s: stale delegation %s not removed: %s", self.ce, delegation_id,
+                         exc)
+            else:
+                log.info("%s: stale delegation %s removed", self.ce, delegation_id)
 
     def delegations(self) -> list[str]:
         """The ids of the delegations the CE holds for this client's identity."""
@@ -543,9 +691,19 @@ class ArcRestClient:
         return delegation_id
 
     def forget_delegation(self) -> None:
-        """Make the next submission create a new delegation."""
+        """Make the next submission use another delegation (found on the CE, or made)."""
         with self._lock:
             self._delegation = None
+
+    def _new_delegation(self) -> str:
+        """A new delegation in place of the one in use (which the CE would not take): made,
+        then the old one removed."""
+        with self._lock:
+            old = self._delegation[0] if self._delegation is not None else None
+            made = self._create_delegation()
+            if old is not None:
+                self._remove_stale([old])
+            return made
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -562,9 +720,7 @@ class ArcRestClient:
         if retry and self._proxy is not None:
             log.info("%s: %d job(s) refused for their delegation (%s); submitting them again "
                      "with a new one", self.ce, len(retry), results[retry[0]])
-            with self._lock:
-                self._delegation = None
-            again = self._submit([descriptions[i] for i in retry], self.delegation())
+            again = self._submit([descriptions[i] for i in retry], self._new_delegation())
             for i, result in zip(retry, again, strict=True):
                 results[i] = result
         return results

@@ -149,3 +149,8 @@ class ComputeElement(Protocol):
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         """Forget the ended pilots: remove their folders and the CE's records of them."""
+
+    def keep_credentials(self) -> None:
+        """Keep what the CE holds of the credential valid while its pilots live (an ARC-CE
+        reached with a proxy: its delegation, renewed before it ends), whether or not
+        pilots are submitted. Cheap: nothing is asked of the CE while nothing is due."""

@@ -136,6 +136,9 @@ class PsijCE:
             found[pilot.reference] = PilotOutput(out, err, cut_out or cut_err)
         return found
 
+    def keep_credentials(self) -> None:
+        """Nothing to keep: a PSI/J executor's pilots run with the agent's own rights."""
+
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         for p in pilots:
             shutil.rmtree(self.folder(p.reference), ignore_errors=True)

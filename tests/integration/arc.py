@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 import jwt
 import pytest
+import requests
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from agents.ce.arcrest import FINAL_STATES, ArcRestClient
@@ -192,4 +193,20 @@ def wait_for_states(client: ArcRestClient, ids: Iterable[str],
             return states
         if time.monotonic() > deadline:
             pytest.fail(f"jobs did not reach the state wanted within {timeout:.0f} s: {states}")
+        time.sleep(1)
+
+
+def clear_delegations(ce: LocalCe, *, patience: float = 60.0) -> None:
+    """Remove the delegations the CE holds for its test user (the identity of ``ce.proxy``).
+    One a job still holds cannot be removed until the job is cleaned, which the CE does a
+    little after it is asked: tried again for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        left = ce.proxy_client().delegations()
+        for delegation in left:
+            requests.post(f"{ce.endpoint}/rest/1.0/delegations/{delegation}",
+                          params={"action": "delete"}, cert=str(ce.proxy),
+                          verify=str(ce.ca_bundle), timeout=30)
+        if not left or time.monotonic() > deadline:
+            return
         time.sleep(1)

@@ -41,6 +41,7 @@ from agents.ce.x509proxy import Credential, load_credential, make_proxy
 from tests.integration.arc import (
     COMPUTE_SCOPES,
     LocalCe,
+    clear_delegations,
     end_jobs,
     local_ce,
     wait_for_states,
@@ -272,7 +273,6 @@ WRONG_TOKENS = {
     "naming a key the issuer does not have": {"kid": "no-such-key", "key": "other"},
     "without compute.cancel": {"scope": "compute.read compute.create compute.modify"},
     "without compute.create": {"scope": "compute.read compute.modify compute.cancel"},
-    "for another CE": {"audience": "https://ce.example.org:8443/arex"},
     "of an issuer the CE does not trust": {"iss": "https://localhost:9/"},
 }
 
@@ -398,6 +398,7 @@ def test_a_delegation_is_renewed_before_it_ends_and_with_a_new_proxy(
         arc_ce: LocalCe, tmp_path: Path) -> None:
     user = _user(arc_ce)
     proxy = _proxy_file(tmp_path / "proxy.pem", user, timedelta(minutes=30))
+    clear_delegations(arc_ce)  # a client takes one the CE holds for the user over a new one
     client = arc_ce.proxy_client(proxy)
     delegation = client.delegation()
     assert delegation is not None
@@ -418,6 +419,7 @@ def test_a_delegation_is_renewed_before_it_ends_and_with_a_new_proxy(
 
 
 def test_a_delegation_the_ce_lost_is_made_again_before_a_submission(arc_ce: LocalCe) -> None:
+    clear_delegations(arc_ce)  # none that a job of another test still holds
     client = arc_ce.proxy_client()
     lost = client.delegation()
     assert lost is not None
@@ -455,31 +457,39 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _token_for(arc_ce: LocalCe, tmp_path: Path, endpoint: str) -> Path:
+    """A token whose audience is ``endpoint`` (the client refuses to send it elsewhere)."""
+    return write_secret(tmp_path / "elsewhere.token", arc_ce.token(audience=endpoint))
+
+
 def test_a_ce_that_is_down_is_unreachable_and_worth_retrying(arc_ce: LocalCe,
-                                                             token_file: Path) -> None:
-    client = ArcRestClient(f"https://localhost:{_free_port()}/arex", token_file=token_file,
+                                                             tmp_path: Path) -> None:
+    endpoint = f"https://localhost:{_free_port()}/arex"
+    client = ArcRestClient(endpoint, token_file=_token_for(arc_ce, tmp_path, endpoint),
                            ca_bundle=arc_ce.ca_bundle, timeout=5)
     with pytest.raises(ArcUnreachable) as err:
         client.submit([sleeper(1)])
     assert err.value.retryable and "no answer" in str(err.value)
 
 
-def test_a_ce_that_hangs_times_out_as_unreachable(arc_ce: LocalCe, token_file: Path) -> None:
+def test_a_ce_that_hangs_times_out_as_unreachable(arc_ce: LocalCe, tmp_path: Path) -> None:
     # A listening socket that never answers: the TLS handshake waits until the timeout.
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(8)
-        client = ArcRestClient(f"https://localhost:{server.getsockname()[1]}/arex",
-                               token_file=token_file, ca_bundle=arc_ce.ca_bundle, timeout=1)
+        endpoint = f"https://localhost:{server.getsockname()[1]}/arex"
+        client = ArcRestClient(endpoint, token_file=_token_for(arc_ce, tmp_path, endpoint),
+                               ca_bundle=arc_ce.ca_bundle, timeout=1)
         with pytest.raises(ArcUnreachable) as err:
             client.statuses(None)
         assert err.value.retryable
 
 
 def test_a_url_that_is_no_arc_ce_is_refused_with_what_it_answered(arc_ce: LocalCe,
-                                                                  token_file: Path) -> None:
+                                                                  tmp_path: Path) -> None:
     # The issuer's HTTPS server, with a certificate the bundle trusts, is no A-REX.
-    client = ArcRestClient(f"{arc_ce.issuer}/arex", token_file=token_file,
+    endpoint = f"{arc_ce.issuer}/arex"
+    client = ArcRestClient(endpoint, token_file=_token_for(arc_ce, tmp_path, endpoint),
                            ca_bundle=arc_ce.ca_bundle)
     with pytest.raises(ArcRefused) as err:
         client.statuses(None)

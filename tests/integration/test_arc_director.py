@@ -21,11 +21,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from cryptography import x509
 from sqlalchemy import select
 
 from agents.ce.arc import ArcCE
@@ -33,6 +35,7 @@ from agents.ce.arcrest import UNKNOWN
 from agents.ce.base import CEPilot, PilotOutput, PilotSpec
 from agents.ce.config import CEConfig
 from agents.ce.registry import ComputeElements
+from agents.ce.x509proxy import load_credential, make_proxy
 from agents.context import AgentContext
 from agents.director import Director, compute_elements
 from agents.pilotstatus import FollowReport, PilotFollower
@@ -135,12 +138,12 @@ def operator_token() -> str:
 
 
 @contextmanager
-def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, **agents: Any
-             ) -> Iterator[ArcGrid]:
+def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, *,
+             proxy_file: Path | None = None, **agents: Any) -> Iterator[ArcGrid]:
     if credential == "token":
         line = f'TokenFile = "{write_secret(tmp_path / "ce.token", arc_ce.token())}"'
     else:
-        line = f'ProxyFile = "{arc_ce.proxy}"'
+        line = f'ProxyFile = "{proxy_file or arc_ce.proxy}"'
     resources = tmp_path / "resources.toml"
     resources.write_text(RESOURCES.format(site=SITE, ce=CE, queue=QUEUE, credential=line,
                                           endpoint=arc_ce.endpoint, ca=arc_ce.ca_bundle))
@@ -168,21 +171,25 @@ def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, **agents: Any
                     yield ArcGrid(base, ctx, ces, Director(ctx, ces), PilotFollower(ctx, ces),
                                   user, url)
                 finally:
-                    end_pilots_at_the_ce(arc_ce, tmp_path, ctx)
+                    end_pilots_at_the_ce(arc_ce, tmp_path, ctx, proxy=None if (
+                        credential == "token") else proxy_file or arc_ce.proxy)
     finally:
         engine.dispose()
 
 
-def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext) -> None:
+def end_pilots_at_the_ce(arc_ce: LocalCe, tmp_path: Path, ctx: AgentContext, *,
+                         proxy: Path | None = None) -> None:
     """Kill and clean every CE job the test's director submitted, whether or not it ended:
     no pilot outlives its test (nor its matcher, which is stopped next). With a token of
-    its own: the test's token file may hold a bad one."""
+    its own (the test's token file may hold a bad one), or with the ``proxy`` the pilots were
+    submitted with: the CE shows a proxy's jobs to that identity only."""
     with ctx.factory() as session:
         ids = [p.native_id for p in session.scalars(select(Pilot)) if p.native_id]
     if not ids:
         return
-    client = arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
-                                 timeout=30)
+    client = arc_ce.proxy_client(proxy, timeout=30) if proxy is not None else (
+        arc_ce.token_client(write_secret(tmp_path / "cleanup.token", arc_ce.token()),
+                            timeout=30))
     try:
         end_jobs(arc_ce, client, ids)
     finally:
@@ -455,3 +462,47 @@ def test_the_end_of_many_pilots_costs_a_few_requests_and_two_per_pilot(
     finally:
         end_jobs(arc_ce, ce.client, [str(i) for i in ids])
         ce.client.close()
+
+
+def _ask_ce(arc_ce: LocalCe, proxy: Path, method: str, path: str,
+            **kwargs: Any) -> requests.Response:
+    """A request of the test's own to the CE, with the proxy's identity."""
+    return requests.request(method, f"{arc_ce.endpoint}/rest/1.0/{path}", cert=str(proxy),
+                            verify=str(arc_ce.ca_bundle), timeout=30,
+                            headers={"Accept": "application/json"}, **kwargs)
+
+
+def _delegations_held(arc_ce: LocalCe, proxy: Path) -> dict[str, int]:
+    """The delegations the CE holds for the proxy's identity, and the serial numbers of their
+    certificates (REST: action=get)."""
+    listed = _ask_ce(arc_ce, proxy, "GET", "delegations")
+    entries = listed.json()["delegation"] if listed.content.strip() else []
+    held: dict[str, int] = {}
+    for entry in entries if isinstance(entries, list) else [entries]:
+        got = _ask_ce(arc_ce, proxy, "POST", f"delegations/{entry['id']}",
+                      params={"action": "get"})
+        certificates = x509.load_pem_x509_certificates(got.content) if got.content.strip() \
+            else []
+        held[entry["id"]] = certificates[0].serial_number if certificates else 0
+    return held
+
+
+def test_the_pilots_loop_renews_a_delegation_while_nothing_is_submitted(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    # A proxy of half an hour: the delegation is due for renewal whenever it is looked at.
+    proxy = tmp_path / "proxy.pem"
+    proxy.write_bytes(make_proxy(load_credential(arc_ce.user_cert, arc_ce.user_key),
+                                 lifetime=timedelta(minutes=30)))
+    proxy.chmod(0o600)
+    for delegation in _delegations_held(arc_ce, proxy):  # other tests' (of the same user)
+        _ask_ce(arc_ce, proxy, "POST", f"delegations/{delegation}", params={"action": "delete"})
+    with arc_grid(arc_ce, tmp_path, "proxy", proxy_file=proxy,
+                  pilot_command=("/bin/sleep", "60")) as grid:
+        grid.submit("/bin/true", "")
+        assert sum(grid.director.cycle().submitted.values()) == 1
+        [(delegation, serial)] = _delegations_held(arc_ce, proxy).items()
+        # No submission since: the pilots loop, following the pilot, renews it.
+        report = grid.follower.turn()
+        assert not report.failed, report.line()
+        assert _delegations_held(arc_ce, proxy).keys() == {delegation}
+        assert _delegations_held(arc_ce, proxy)[delegation] != serial

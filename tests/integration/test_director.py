@@ -224,6 +224,9 @@ class FakeCE:
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         pass
 
+    def keep_credentials(self) -> None:
+        pass
+
 
 class Killed(BaseException):
     """The agent process dies (SIGKILL, power cut) in the middle of a submission."""

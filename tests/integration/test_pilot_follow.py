@@ -175,6 +175,9 @@ class SilentCE:
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         pass
 
+    def keep_credentials(self) -> None:
+        pass
+
 
 def test_a_ce_that_does_not_answer_is_left_alone_a_while_and_its_pilots_kept(
         db: Database, settings: Settings, tmp_path: Path) -> None:
