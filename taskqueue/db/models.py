@@ -379,6 +379,17 @@ class DirectorQueue(Base):
     #: When an operator last asked for the queue to be tried again now, and who.
     retry_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     retry_requested_by: Mapped[str] = mapped_column(String(255), default="")
+    #: What the queue's CE last said of its jobs (all its users'; an ARC-CE's GLUE2 share),
+    #: when it was read, and why the last read failed ("" when it did not).
+    ce_running: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_waiting: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_free_slots: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_max_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_read_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    ce_error: Mapped[str] = mapped_column(String(255), default="")
+    #: Since when the CE has said, at every read, that it holds waiting jobs and runs none.
+    ce_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
 
 class AgentRun(Base):

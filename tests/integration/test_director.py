@@ -42,6 +42,7 @@ from agents.ce.base import (
     CA_FILE,
     TOKEN_FILE,
     CEError,
+    CELoads,
     CEPilot,
     CERefused,
     CEState,
@@ -223,6 +224,9 @@ class FakeCE:
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         pass
+
+    def loads(self) -> CELoads | None:
+        return None
 
 
 class Killed(BaseException):
