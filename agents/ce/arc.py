@@ -238,7 +238,7 @@ class ArcCE:
     def loads(self) -> CELoads:
         """What A-REX's information document (GLUE2) says of its queues' jobs, for all its
         users; it is as old as A-REX's information provider's last run."""
-        return self._call(lambda: self.client.info()).loads
+        return self._call(self.client.loads)
 
     @contextmanager
     def _unbudgeted(self) -> Iterator[None]:

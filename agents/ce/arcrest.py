@@ -224,6 +224,24 @@ def _load(name: str, entity: dict[str, Any]) -> CELoad | None:
         aliases=(str(mapped),) if isinstance(mapped, str) and mapped else ())
 
 
+def _ce_info(data: dict[str, Any], versions: tuple[str, ...]) -> CeInfo:
+    """The CE's information document (A-REX's GLUE2 as JSON) as CeInfo."""
+    service: Any = data
+    for key in ("Domains", "AdminDomain", "Services", "ComputingService"):
+        service = service.get(key) if isinstance(service, dict) else None
+    service = service if isinstance(service, dict) else {}
+    version = ""
+    for endpoint in _as_list(service.get("ComputingEndpoint")):
+        if isinstance(endpoint, dict) and endpoint.get("ImplementationVersion"):
+            version = str(endpoint["ImplementationVersion"])
+            break
+    shares = [share for share in _as_list(service.get("ComputingShare"))
+              if isinstance(share, dict) and share.get("Name")]
+    queues = tuple(str(share.get("Name")) for share in shares)
+    loads = [_load("", service)] + [_load(str(share["Name"]), share) for share in shares]
+    return CeInfo(version, versions, queues, CELoads(tuple(x for x in loads if x is not None)))
+
+
 def _as_list(value: Any) -> list[Any]:
     """A-REX's JSON: a list of one comes as the element, an empty list as nothing."""
     if value is None or value == "":
@@ -478,19 +496,12 @@ class ArcRestClient:
     def info(self) -> CeInfo:
         """The CE's version, REST versions, queues and their loads (two requests)."""
         versions = self._versions()
-        data = self._json(self._request("GET", "info"))
-        service = data.get("Domains", {}).get("AdminDomain", {}).get("Services", {}).get(
-            "ComputingService", {})
-        version = ""
-        for endpoint in _as_list(service.get("ComputingEndpoint")):
-            if isinstance(endpoint, dict) and endpoint.get("ImplementationVersion"):
-                version = str(endpoint["ImplementationVersion"])
-                break
-        shares = [share for share in _as_list(service.get("ComputingShare"))
-                  if isinstance(share, dict) and share.get("Name")]
-        queues = tuple(str(share.get("Name")) for share in shares)
-        loads = [_load("", service)] + [_load(str(share["Name"]), share) for share in shares]
-        return CeInfo(version, versions, queues, CELoads(tuple(x for x in loads if x is not None)))
+        return _ce_info(self._json(self._request("GET", "info")), versions)
+
+    def loads(self) -> CELoads:
+        """What the CE says of its queues' jobs (one request, once the REST version is
+        known)."""
+        return _ce_info(self._json(self._request("GET", "info")), ()).loads
 
     # -- delegation -----------------------------------------------------------------------
 
