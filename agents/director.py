@@ -39,7 +39,16 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from agents.ce.base import CA_FILE, TOKEN_FILE, CEError, CETurnOver, CEUnavailable, PilotSpec
+from agents.ce.base import (
+    CA_FILE,
+    TOKEN_FILE,
+    CEError,
+    CELoad,
+    CELoads,
+    CETurnOver,
+    CEUnavailable,
+    PilotSpec,
+)
 from agents.ce.bundle import BUNDLE_FILE, pilot_bundle
 from agents.ce.config import SHIP_PILOT, CEConfig, CEConfigError, ce_config
 from agents.ce.registry import ComputeElements
@@ -59,6 +68,7 @@ from taskqueue.pilots.records import (
     failed_start_streak,
     idle_pilot_streak,
     lock_director_queue,
+    record_ce_load,
     record_new_pilots,
     record_submission,
     record_submission_failure,
@@ -94,6 +104,16 @@ class QueueTarget:
     @property
     def executor(self) -> str:
         return self.compute.executor
+
+
+@dataclass(frozen=True)
+class CERead:
+    """One read of a CE's own state: when, what it said (None: the read failed), and why
+    it failed."""
+
+    at: datetime
+    loads: CELoads | None
+    error: str = ""
 
 
 @dataclass
@@ -164,6 +184,8 @@ class Director:
         self.ca_bundle: bytes | None = None
         #: Per queue, the operator's last retry request this process acted on.
         self._retries_seen: dict[str, datetime] = {}
+        #: Per CE, its state as last read (``[agents] ce_info_period``).
+        self._ce_reads: dict[str, CERead] = {}
 
     def cycle(self) -> DirectorReport:
         report = DirectorReport()
@@ -203,8 +225,9 @@ class Director:
                 f"its CE ({target.compute.name}) used its {ctx.settings.agents.ce_turn_budget} s "
                 "for this cycle ([agents] ce_turn_budget); next cycle")
             return
+        read = self._read_ce(target)
         now = ctx.now()
-        decided = ctx.transaction(lambda s: self._decide(s, target, now))
+        decided = ctx.transaction(lambda s: self._decide(s, target, now, read))
         if isinstance(decided, str):
             report.skipped[target.name] = decided
             return
@@ -250,11 +273,43 @@ class Director:
         if submitted:
             ctx.log.info("%d pilot(s) submitted to %s", submitted, target.name)
 
-    def _decide(self, session: Session, target: QueueTarget, now: datetime
-                ) -> tuple[list[str], list[str]] | str:
+    def _read_ce(self, target: QueueTarget) -> CERead | None:
+        """The CE's own state, read again once ``[agents] ce_info_period`` has passed since
+        the last read (in this process); None when it is never read, or not now (it did not
+        answer lately). A read that fails is kept as such, and stops nothing."""
+        period = self.ctx.settings.agents.ce_info_period
+        if not period or self.ces.resting(target.compute):
+            return None
+        name = target.compute.name
+        read = self._ce_reads.get(name)
+        now = self.ctx.now()
+        if read is not None and (now - read.at).total_seconds() < period:
+            return read
+        try:
+            loads = self.ces.get(target.compute).loads()
+        except CETurnOver:
+            return read  # it used its time for this cycle: read at the next one
+        except CEError as exc:
+            read = CERead(now, None, f"its state could not be read: {exc}")
+        except Exception as exc:  # a CE's bug must not stop the submissions
+            self.ctx.log.exception("reading the state of %s failed", name)
+            read = CERead(now, None, f"its state could not be read: {type(exc).__name__}: "
+                                     f"{exc}")
+        else:
+            if loads is None:
+                return None  # this kind of CE says nothing of its load
+            read = CERead(now, loads)
+        if read.error:
+            self.ctx.log.warning("%s: %s", name, read.error)
+        self._ce_reads[name] = read
+        return read
+
+    def _decide(self, session: Session, target: QueueTarget, now: datetime,
+                read: CERead | None = None) -> tuple[list[str], list[str]] | str:
         """Under the queue's lock: how many pilots to submit; records them as Submitting."""
         a = self.ctx.settings.agents
         state = lock_director_queue(session, target.site, target.ce, target.queue, now=now)
+        load = _queue_load(target, read, state)
         why = backing_off(state, now)
         if why:
             return why
@@ -295,6 +350,11 @@ class Director:
         needed = math.ceil(waiting_jobs / max(1, target.cores)) - waiting
         n = max(0, min(needed, a.pilots_per_cycle, target.max_waiting - waiting,
                        target.max_total - alive))
+        if n and load is not None:
+            room, why = ce_room(load, target.max_waiting)
+            if room <= 0:
+                return f"its CE says it is full: {why}; no new pilot until it has room"
+            n = min(n, room)
         references = [f"{target.executor}-{uuid.uuid4().hex[:16]}" for _ in range(n)]
         record_new_pilots(session, a.vo, target.site, target.ce, target.queue,
                           target.executor, references, now=now)
@@ -349,6 +409,35 @@ class Director:
         return issue_token(self.ctx.secret, subject=reference, role="pilot", vo=a.vo,
                            group=f"{a.vo}{PILOT_GROUP_SUFFIX}", lifetime=a.pilot_token_lifetime,
                            site=target.site, pilot=reference)
+
+
+def _queue_load(target: QueueTarget, read: CERead | None, state: DirectorQueue
+                ) -> CELoad | None:
+    """The queue's load in the CE's last read, stored in its row for the sites page;
+    None when there is no read or it failed (a failed read holds nothing back)."""
+    if read is None:
+        return None
+    name = target.parameters.get("BatchQueue")
+    queue = name if isinstance(name, str) and name else None
+    load = read.loads.of(queue) if read.loads is not None else None
+    error = read.error or (f"its CE publishes no queue {queue}" if queue else
+                           "its CE publishes no count of its jobs")
+    record_ce_load(state, load, error=error, read_at=read.at)
+    return load
+
+
+def ce_room(load: CELoad, max_waiting: int) -> tuple[int, str]:
+    """How many more pilots the CE's own counts leave room for, and what limits them: the
+    jobs waiting in its queue (all its users', DIRAC's rule) against the queue's
+    MaxWaitingPilots, and its jobs in all against the MaxTotalJobs it publishes."""
+    room = max_waiting - load.waiting
+    why = (f"{load.waiting} job(s) wait in its queue, MaxWaitingPilots is {max_waiting} "
+           f"({load.line()})")
+    if load.max_total is not None and load.max_total - load.total < room:
+        room = load.max_total - load.total
+        why = f"it holds {load.total} job(s), its MaxTotalJobs is {load.max_total} " \
+              f"({load.line()})"
+    return room, why
 
 
 def backing_off(state: DirectorQueue, now: datetime) -> str:

@@ -44,6 +44,7 @@ from agents.ce.base import (
     TOKEN_FILE,
     CECredentialError,
     CEError,
+    CELoads,
     CEPilot,
     CERefused,
     CEState,
@@ -238,6 +239,11 @@ class ArcCE:
         gone = {p.native_id for p in pilots}
         self._streams = {key: kept for key, kept in self._streams.items()
                          if key[0] not in gone}
+
+    def loads(self) -> CELoads:
+        """What A-REX's information document (GLUE2) says of its queues' jobs, for all its
+        users; it is as old as A-REX's information provider's last run."""
+        return self._call(self.client.loads)
 
     @contextmanager
     def _unbudgeted(self) -> Iterator[None]:

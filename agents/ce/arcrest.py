@@ -49,7 +49,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
@@ -59,6 +59,7 @@ import requests
 from cryptography import x509
 
 from agents.ce import adl, exchange
+from agents.ce.base import CELoad, CELoads
 from agents.ce.budget import TurnBudget
 from agents.ce.reasons import innermost
 from agents.ce.x509proxy import CredentialError, load_credential, sign_proxy_request
@@ -197,6 +198,9 @@ class CeInfo:
     rest_versions: tuple[str, ...]
     #: Its queues (GLUE2 ComputingShare names).
     queues: tuple[str, ...]
+    #: The jobs of each queue (its GLUE2 ComputingShare, by its Name and its MappingQueue)
+    #: and of the CE as a whole (queue "").
+    loads: CELoads = field(default_factory=lambda: CELoads(()))
 
 
 @dataclass(frozen=True)
@@ -208,6 +212,49 @@ class JobInfo:
     state: str
     exit_code: int | None = None
     error: str = ""
+
+
+def _count(value: Any) -> int | None:
+    """A GLUE2 count as A-REX's JSON gives it ("3"), None when it is not one."""
+    text = str(value).strip() if isinstance(value, str | int) else ""
+    return int(text) if text.isdigit() else None
+
+
+def _load(name: str, entity: dict[str, Any]) -> CELoad | None:
+    """The load of a GLUE2 ComputingShare (or of the ComputingService, ``name`` ""): what
+    waits is what is in the batch system's queue and what the CE accepted and has not yet
+    handed to it (PreLRMSWaitingJobs); None when it publishes no RunningJobs."""
+    running = _count(entity.get("RunningJobs"))
+    if running is None:
+        return None
+    waiting = (_count(entity.get("WaitingJobs")) or 0) + (
+        _count(entity.get("PreLRMSWaitingJobs")) or 0)
+    mapped = entity.get("MappingQueue")
+    return CELoad(
+        queue=name, running=running, waiting=waiting,
+        total=_count(entity.get("TotalJobs")) or running + waiting,
+        free_slots=_count(entity.get("FreeSlots")),
+        max_running=_count(entity.get("MaxRunningJobs")),
+        max_total=_count(entity.get("MaxTotalJobs")),
+        aliases=(str(mapped),) if isinstance(mapped, str) and mapped else ())
+
+
+def _ce_info(data: dict[str, Any], versions: tuple[str, ...]) -> CeInfo:
+    """The CE's information document (A-REX's GLUE2 as JSON) as CeInfo."""
+    service: Any = data
+    for key in ("Domains", "AdminDomain", "Services", "ComputingService"):
+        service = service.get(key) if isinstance(service, dict) else None
+    service = service if isinstance(service, dict) else {}
+    version = ""
+    for endpoint in _as_list(service.get("ComputingEndpoint")):
+        if isinstance(endpoint, dict) and endpoint.get("ImplementationVersion"):
+            version = str(endpoint["ImplementationVersion"])
+            break
+    shares = [share for share in _as_list(service.get("ComputingShare"))
+              if isinstance(share, dict) and share.get("Name")]
+    queues = tuple(str(share.get("Name")) for share in shares)
+    loads = [_load("", service)] + [_load(str(share["Name"]), share) for share in shares]
+    return CeInfo(version, versions, queues, CELoads(tuple(x for x in loads if x is not None)))
 
 
 def _as_list(value: Any) -> list[Any]:
@@ -511,19 +558,14 @@ class ArcRestClient:
     # -- the CE ---------------------------------------------------------------------------
 
     def info(self) -> CeInfo:
-        """The CE's version, REST versions and queues (two requests)."""
+        """The CE's version, REST versions, queues and their loads (two requests)."""
         versions = self._versions()
-        data = self._json(self._request("GET", "info"))
-        service = data.get("Domains", {}).get("AdminDomain", {}).get("Services", {}).get(
-            "ComputingService", {})
-        version = ""
-        for endpoint in _as_list(service.get("ComputingEndpoint")):
-            if isinstance(endpoint, dict) and endpoint.get("ImplementationVersion"):
-                version = str(endpoint["ImplementationVersion"])
-                break
-        queues = tuple(str(share.get("Name")) for share in _as_list(service.get(
-            "ComputingShare")) if isinstance(share, dict) and share.get("Name"))
-        return CeInfo(version, versions, queues)
+        return _ce_info(self._json(self._request("GET", "info")), versions)
+
+    def loads(self) -> CELoads:
+        """What the CE says of its queues' jobs (one request, once the REST version is
+        known)."""
+        return _ce_info(self._json(self._request("GET", "info")), ()).loads
 
     # -- delegation -----------------------------------------------------------------------
 

@@ -53,6 +53,50 @@ class PilotSpec:
 
 
 @dataclass(frozen=True)
+class CELoad:
+    """What a CE says of one of its queues (an ARC-CE: its GLUE2 ComputingShare): the jobs it
+    runs and holds for every user, and the limits it publishes (None: not published)."""
+
+    #: The CE's name of the queue ("" for the CE as a whole).
+    queue: str
+    running: int
+    #: Accepted and not running: in the batch system's queue, or not yet handed to it.
+    waiting: int
+    total: int
+    free_slots: int | None = None
+    max_running: int | None = None
+    max_total: int | None = None
+    #: Other names of the queue (an ARC share's MappingQueue: the batch queue it maps to).
+    aliases: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        limits = [f"{n} {what}" for what, n in (("free slot(s)", self.free_slots),
+                                                  ("at most running", self.max_running),
+                                                  ("at most in all", self.max_total))
+                  if n is not None]
+        return (f"{self.running} running, {self.waiting} waiting, {self.total} in all"
+                + (f" ({', '.join(limits)})" if limits else ""))
+
+
+@dataclass(frozen=True)
+class CELoads:
+    """What a CE says of all its queues at once."""
+
+    loads: tuple[CELoad, ...]
+
+    def of(self, queue: str | None) -> CELoad | None:
+        """The load of ``queue`` (its name or one of its aliases); with None, of the CE's
+        only queue, else of the CE as a whole."""
+        queues = [x for x in self.loads if x.queue]
+        if queue:
+            return next((x for x in queues if x.queue == queue), None) or next(
+                (x for x in queues if queue in x.aliases), None)
+        if len(queues) == 1:
+            return queues[0]
+        return next((x for x in self.loads if not x.queue), None)
+
+
+@dataclass(frozen=True)
 class CEPilot:
     """A pilot as its CE knows it."""
 
@@ -154,3 +198,7 @@ class ComputeElement(Protocol):
         """Keep what the CE holds of the credential valid while its pilots live (an ARC-CE
         reached with a proxy: its delegation, renewed before it ends), whether or not
         pilots are submitted. Cheap: nothing is asked of the CE while nothing is due."""
+
+    def loads(self) -> CELoads | None:
+        """What the CE says now of its queues' jobs, in one or two requests; None when this
+        kind of CE says nothing of its load."""

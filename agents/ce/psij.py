@@ -33,6 +33,7 @@ from agents.ce.base import (
     STDOUT_FILE,
     TOKEN_FILE,
     CEError,
+    CELoads,
     CEPilot,
     CERefused,
     CEState,
@@ -147,6 +148,10 @@ class PsijCE:
                 self._latest.pop(p.reference, None)
                 if job is not None:
                     self._references.pop(job.id, None)
+
+    def loads(self) -> CELoads | None:
+        """A batch system's load is not asked: its own limits hold the pilots back."""
+        return None
 
     # -- what the director's tests and the agents look at ------------------------------------
 

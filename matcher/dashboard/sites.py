@@ -28,6 +28,9 @@ from taskqueue.pilots.sitestatus import (
 
 #: Longest site name (the column's) and reason accepted from the forms.
 MAX_SITE, MAX_REASON = 128, 255
+#: A CE that has held waiting jobs and run none for this long is flagged: it accepts jobs
+#: and does not start them.
+CE_IDLE_WARNING = timedelta(minutes=10)
 
 
 @dataclass
@@ -65,6 +68,16 @@ class QueueRow:
     @property
     def alive(self) -> int:
         return sum(self.state.pilots.alive.values())
+
+    @property
+    def ce_idle(self) -> timedelta | None:
+        """How long the CE has held waiting jobs and run none, when that is long enough to
+        say (``CE_IDLE_WARNING``)."""
+        d = self.director
+        if d is None or d.ce_idle_since is None or self.now is None:
+            return None
+        idle = self.now - d.ce_idle_since
+        return idle if idle >= CE_IDLE_WARNING else None
 
 
 def _next_try(until: datetime | None, now: datetime | None) -> str:

@@ -435,6 +435,9 @@ class AgentSettings:
     #: Seconds one CE's requests may take in all in one turn of the director or the pilots
     #: loop; what is left waits for the next turn, so a slow CE cannot hold the others.
     ce_turn_budget: int = 60
+    #: Seconds between two reads of a CE's own state (an ARC-CE's GLUE2 running and waiting
+    #: jobs per queue), which the director's decision heeds; 0: never read.
+    ce_info_period: int = 180
     #: Bytes kept of an ended pilot's standard output, and as many of its standard error
     #: (their ends, which say why it stopped).
     pilot_log_bytes: int = 1024 * 1024

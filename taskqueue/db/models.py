@@ -406,6 +406,17 @@ class DirectorQueue(Base):
     #: Pilots decided for the queue whose submission never reached its CE (it was down,
     #: refused the credentials ...), in all: they leave no pilot record.
     unsent_pilots: Mapped[int] = mapped_column(Integer, default=0)
+    #: What the queue's CE last said of its jobs (all its users'; an ARC-CE's GLUE2 share),
+    #: when it was read, and why the last read failed ("" when it did not).
+    ce_running: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_waiting: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_free_slots: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_max_total: Mapped[int | None] = mapped_column(Integer, default=None)
+    ce_read_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    ce_error: Mapped[str] = mapped_column(String(255), default="")
+    #: Since when the CE has said, at every read, that it holds waiting jobs and runs none.
+    ce_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
 
 
 class AgentRun(Base):

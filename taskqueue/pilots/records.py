@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
@@ -184,6 +185,40 @@ _UNSTORABLE = dict.fromkeys([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20),
 
 #: What stands for the middle of a text shortened to fit.
 ELLIPSIS = " … "
+
+
+class CELoadCounts(Protocol):
+    """What a CE says of one of its queues (agents.ce.base.CELoad)."""
+
+    @property
+    def running(self) -> int: ...
+    @property
+    def waiting(self) -> int: ...
+    @property
+    def total(self) -> int: ...
+    @property
+    def free_slots(self) -> int | None: ...
+    @property
+    def max_total(self) -> int | None: ...
+
+
+def record_ce_load(state: DirectorQueue, load: CELoadCounts | None, *, error: str,
+                   read_at: datetime) -> None:
+    """What the queue's CE said of its jobs at ``read_at`` (``load``), or why it could not be
+    read (``error``: the counts read before are kept, with their time). ``ce_idle_since``
+    marks since when every read found waiting jobs and none running."""
+    if load is None:
+        state.ce_error = storable(error)
+        return
+    if state.ce_read_at is not None and read_at <= state.ce_read_at:
+        return  # that read is stored already
+    state.ce_running, state.ce_waiting, state.ce_total = load.running, load.waiting, load.total
+    state.ce_free_slots, state.ce_max_total = load.free_slots, load.max_total
+    state.ce_read_at, state.ce_error = read_at, ""
+    if load.waiting > 0 and load.running == 0:
+        state.ce_idle_since = state.ce_idle_since or read_at
+    else:
+        state.ce_idle_since = None
 
 
 def storable(text: str, limit: int = 255) -> str:

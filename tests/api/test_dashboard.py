@@ -15,12 +15,18 @@ from flask.testing import FlaskClient
 from sqlalchemy import func, select
 from werkzeug.test import TestResponse
 
+from agents.ce.base import CELoad
 from agents.context import AgentContext
 from agents.maintenance import record_dashboard_activity
 from matcher.dashboard import session as cookies
 from taskqueue.core.settings import Settings
 from taskqueue.db.models import DirectorQueue, Job, JobStatusHistory, Pilot, SiteBan
-from taskqueue.pilots.records import record_ce_failure, record_submission_failure
+from taskqueue.pilots.records import (
+    lock_director_queue,
+    record_ce_failure,
+    record_ce_load,
+    record_submission_failure,
+)
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, PILOT_REF, SITE, VO, Api
 from tests.conftest import Database
@@ -695,3 +701,61 @@ def test_the_sites_page_says_a_queue_stopped_for_failed_starts(
     assert response.status_code == 302
     row = page(operator_http, "/ui/sites")
     assert "0 with a failing director queue" in row
+
+
+def test_the_sites_page_shows_what_the_ce_says_and_a_ce_that_starts_nothing(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    """Issue 34 item 9: the CE's own running and waiting counts, when they were read, why a
+    later read failed, and a CE that has held waiting jobs and run none for long."""
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    now = datetime.now(UTC)
+    first = now - timedelta(minutes=25)
+    with db.factory.begin() as session:
+        state = lock_director_queue(session, *key, now=first)
+        record_ce_load(state, CELoad("htc_mcore", running=0, waiting=7, total=7,
+                                     free_slots=0, max_total=40), error="", read_at=first)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    load = re.search(r'data-field="ce-load"[^>]*>([^<]*)<', row)
+    assert load and "its CE: 0 running, 7 waiting, 0 free slot(s), 7 of at most 40" in \
+        load.group(1), row
+    idle = re.search(r'data-field="ce-idle">([^<]*)<', row)
+    assert idle and "run none since" in idle.group(1) and "(25 min)" in idle.group(1)
+    assert "data-field=\"ce-error\"" not in row
+
+    with db.factory.begin() as session:
+        state = lock_director_queue(session, *key, now=now)
+        record_ce_load(state, None, error="its state could not be read: connection refused",
+                       read_at=now)
+    with db.factory.begin() as session:
+        state = lock_director_queue(session, *key, now=now)
+        # A later read finds it running: it is no longer flagged.
+        record_ce_load(state, CELoad("htc_mcore", running=3, waiting=4, total=7),
+                       error="", read_at=now)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    load = re.search(r'data-field="ce-load"[^>]*>([^<]*)<', row)
+    assert load and "its CE: 3 running, 4 waiting" in load.group(1)
+    assert "ce-idle" not in row and "ce-error" not in row
+
+
+def test_a_failed_read_of_the_ce_is_shown_and_keeps_the_counts(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    now = datetime.now(UTC)
+    with db.factory.begin() as session:
+        state = lock_director_queue(session, *key, now=now)
+        record_ce_load(state, CELoad("htc_mcore", running=2, waiting=1, total=3), error="",
+                       read_at=now - timedelta(minutes=6))
+        record_ce_load(state, None, error="its state could not be read: connection refused",
+                       read_at=now)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    assert re.search(r'data-field="ce-load"[^>]*>its CE: 2 running, 1 waiting', row), row
+    error = re.search(r'data-field="ce-error">([^<]*)<', row)
+    assert error and "connection refused" in error.group(1)

@@ -30,9 +30,10 @@ import requests
 from cryptography import x509
 from sqlalchemy import select
 
+from agents.ce import adl
 from agents.ce.arc import ArcCE
-from agents.ce.arcrest import UNKNOWN
-from agents.ce.base import CEPilot, PilotOutput, PilotSpec
+from agents.ce.arcrest import UNKNOWN, ArcRestClient
+from agents.ce.base import CELoad, CEPilot, PilotOutput, PilotSpec
 from agents.ce.config import CEConfig
 from agents.ce.registry import ComputeElements
 from agents.ce.x509proxy import load_credential, make_proxy
@@ -139,14 +140,16 @@ def operator_token() -> str:
 
 @contextmanager
 def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, *,
-             proxy_file: Path | None = None, **agents: Any) -> Iterator[ArcGrid]:
+             proxy_file: Path | None = None, queue_lines: str = "",
+             **agents: Any) -> Iterator[ArcGrid]:
     if credential == "token":
         line = f'TokenFile = "{write_secret(tmp_path / "ce.token", arc_ce.token())}"'
     else:
         line = f'ProxyFile = "{proxy_file or arc_ce.proxy}"'
     resources = tmp_path / "resources.toml"
     resources.write_text(RESOURCES.format(site=SITE, ce=CE, queue=QUEUE, credential=line,
-                                          endpoint=arc_ce.endpoint, ca=arc_ce.ca_bundle))
+                                          endpoint=arc_ce.endpoint, ca=arc_ce.ca_bundle)
+                         + queue_lines)
     url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
     engine = make_engine(url)
     schema.upgrade(engine)
@@ -506,3 +509,72 @@ def test_the_pilots_loop_renews_a_delegation_while_nothing_is_submitted(
         assert not report.failed, report.line()
         assert _delegations_held(arc_ce, proxy).keys() == {delegation}
         assert _delegations_held(arc_ce, proxy)[delegation] != serial
+
+
+def held_jobs(client: ArcRestClient, n: int) -> list[str]:
+    """``n`` jobs of another user of the CE that wait for an input file never uploaded: the
+    CE counts them waiting in its queue until they are cleaned."""
+    description = adl.job_description(
+        "/bin/true", [], name="held-by-another-user", queue=QUEUE, cores=1, memory_mb=None,
+        wall_minutes=5, environment={}, input_files=["never-uploaded"], stdout="out",
+        stderr="err")
+    ids = [r for r in client.submit([description] * n) if isinstance(r, str)]
+    assert len(ids) == n
+    return ids
+
+
+def wait_for_load(client: ArcRestClient, what: str, check: Callable[[CELoad], bool]
+                  ) -> CELoad:
+    """The CE's load of the queue once its information provider shows ``check`` true."""
+    deadline = time.monotonic() + PATIENCE
+    while True:
+        load = client.info().loads.of(QUEUE)
+        assert load is not None, "the CE publishes no load of its queue"
+        if check(load):
+            return load
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until the CE says {what}: {load.line()}")
+        time.sleep(2)
+
+
+def test_the_director_sends_no_pilot_to_a_ce_that_says_its_queue_is_full(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    """Issue 34 item 9: the CE's own waiting count (all its users') against the queue's
+    MaxWaitingPilots, read from A-REX's GLUE2 information, stored for the sites page."""
+    name = f"{SITE}/{CE}/{QUEUE}"
+    other = arc_ce.token_client(write_secret(tmp_path / "other.token", arc_ce.token()),
+                                timeout=30)
+    held: list[str] = []
+    try:
+        with arc_grid(arc_ce, tmp_path, "token", queue_lines="MaxWaitingPilots = 2\n",
+                      ce_info_period=1) as grid:
+            held = held_jobs(other, 2)
+            wait_for_load(other, "2 jobs wait", lambda load: load.waiting >= 2)
+            grid.submit("/bin/echo", "waits for room at the CE")
+            report = grid.director.cycle()
+            assert report.submitted.get(name, 0) == 0, report.line()
+            why = report.skipped[name]
+            assert "its CE says it is full" in why and "MaxWaitingPilots is 2" in why, why
+            with grid.ctx.factory() as session:
+                assert session.scalars(select(Pilot)).all() == []
+                state = session.get(DirectorQueue, (SITE, CE, QUEUE))
+                assert state is not None and state.ce_read_at is not None
+                assert state.ce_waiting is not None and state.ce_waiting >= 2
+                assert state.ce_running == 0 and state.ce_idle_since is not None
+                assert state.ce_error == ""
+
+            end_jobs(arc_ce, other, held)
+            held = []
+            wait_for_load(other, "fewer than 2 jobs wait", lambda load: load.waiting < 2)
+            time.sleep(1)  # past ce_info_period: the director reads the CE again
+            report = grid.director.cycle()
+            assert report.submitted == {name: 1}, report.line()
+            with grid.ctx.factory() as session:
+                state = session.get(DirectorQueue, (SITE, CE, QUEUE))
+                assert state is not None and state.ce_waiting is not None
+                assert state.ce_waiting < 2
+    finally:
+        if held:
+            end_jobs(arc_ce, other, held)
+        other.close()
+

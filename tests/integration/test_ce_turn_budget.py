@@ -146,7 +146,10 @@ def two_ces(lab: Lab, tmp_path: Path) -> Iterator[TwoCes]:
         auth=replace(base.auth, secret=SECRET),
         agents=replace(base.agents, pilot_workdir=str(tmp_path / "pilots"),
                        pilot_command=("/bin/true",), pilots_per_cycle=PILOTS,
-                       ce_timeout=TIMEOUT, ce_turn_budget=BUDGET))
+                       ce_timeout=TIMEOUT, ce_turn_budget=BUDGET,
+                       # What is counted here are the submission's requests: the CE's
+                       # state is not read (it would be one more request of the budget).
+                       ce_info_period=0))
     ctx = AgentContext(settings, make_session_factory(engine), secret=SECRET)
     jdl = f'[ Executable = "/bin/echo"; Arguments = "hi"; CPUTime = 300; Parameters = {PILOTS} ]'
     result = ctx.transaction(lambda s: submit(s, submissions_from_text(jdl, "jdl"), USER,

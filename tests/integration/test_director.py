@@ -42,6 +42,7 @@ from agents.ce.base import (
     CA_FILE,
     TOKEN_FILE,
     CEError,
+    CELoads,
     CEPilot,
     CERefused,
     CEState,
@@ -226,6 +227,9 @@ class FakeCE:
 
     def keep_credentials(self) -> None:
         pass
+
+    def loads(self) -> CELoads | None:
+        return None
 
 
 class Killed(BaseException):

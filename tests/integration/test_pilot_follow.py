@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from agents.ce.base import CEError, CEPilot, CEState, CEUnavailable, PilotOutput, PilotSpec
+from agents.ce.base import CEError, CELoads, CEPilot, CEState, CEUnavailable, PilotOutput, PilotSpec
 from agents.ce.config import CEConfig
 from agents.ce.registry import ComputeElements
 from agents.context import AgentContext
@@ -177,6 +177,9 @@ class SilentCE:
 
     def keep_credentials(self) -> None:
         pass
+
+    def loads(self) -> CELoads | None:
+        return None
 
 
 def test_a_ce_that_does_not_answer_is_left_alone_a_while_and_its_pilots_kept(
