@@ -17,11 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pilot.features import write_features
+from pilot.isolation import Isolation
 from pilot.logformat import concerning
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
 from pilot.planning import expected_end
 from pilot.protocol import JobPayload
-from pilot.reaper import Family, send
+from pilot.reaper import Family, descendants, read_proc, send
 
 #: Bytes of output sent back with the final report.
 TAIL_BYTES = 16 * 1024
@@ -55,6 +56,8 @@ class Payload:
     max_end_assumed: bool = False
     #: CPU seconds of the first process and the children it waited for, once it has ended.
     root_cpu: float | None = None
+    #: It runs in a sandbox (pilot.isolation): its first process is the sandbox's.
+    isolated: bool = False
 
     @property
     def job_id(self) -> int:
@@ -93,6 +96,12 @@ class Payload:
         outside = self.family.cpu_outside_root() if self.family is not None else 0.0
         if self.root_cpu is not None:
             return self.root_cpu + outside
+        if self.isolated:
+            # The first process is the sandbox's, idle: the payload's time is in the
+            # processes under it (each with the children it waited for).
+            root = read_proc(self.process.pid)
+            tree = descendants(self.process.pid).values()
+            return (root.cpu if root else 0.0) + sum(p.cpu for p in tree) + outside
         try:
             fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
@@ -113,8 +122,13 @@ class Payload:
             self.killed = True
 
     def signal(self, signum: int) -> None:
-        """Signal the payload's process group and every process known to have escaped it."""
-        _signal_group(self.process, signum)
+        """Signal the payload's process group and every process known to have escaped it.
+        In a sandbox, a signal but SIGKILL goes to the processes under the sandbox's first
+        one, not to it: it would end the sandbox at once, not giving the payload its grace."""
+        if self.isolated and signum != signal.SIGKILL:
+            send({p.pid: p.start for p in descendants(self.process.pid).values()}, signum)
+        else:
+            _signal_group(self.process, signum)
         if self.family is not None:
             send(self.family.members, signum)
 
@@ -179,11 +193,11 @@ def resolve_executable(executable: str, directory: Path, search_path: str | None
 def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, now: float,
                   max_end: float, cpu_factor: float | None,
                   machine_features: str | None, base_env: Mapping[str, str],
-                  fresh: bool = True) -> Payload:
+                  fresh: bool = True, isolation: Isolation | None = None) -> Payload:
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
     provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given.
     ``fresh=False``: the folder was made by :func:`fresh_job_folder` (and holds the job's
-    input files)."""
+    input files). ``isolation``: the sandbox it runs in (pilot.isolation; None: bare)."""
     directory = fresh_job_folder(root, job.job_id) if fresh else root / f"job_{job.job_id}"
     features = directory / ".jobfeatures"
     wall = max(0, int(max_end - now))
@@ -220,9 +234,16 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         raise
     program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath),
                                  job_id=job.job_id)
+    command = [program, *job.arguments]
+    isolated = isolation is not None and isolation.isolated
+    if isolated:
+        # What the sandbox could not start fails here, as a bare start would.
+        _check_runnable(program, directory, env.get("PATH", os.defpath))
+    if isolation is not None:
+        command = isolation.command(command, directory)
     try:
         process = subprocess.Popen(
-            [program, *job.arguments], cwd=directory, env=env,
+            command, cwd=directory, env=env,
             stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=out,
             stderr=err if err is not None else subprocess.STDOUT,
             start_new_session=True)
@@ -233,7 +254,20 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
     return Payload(job, cores, memory_mb, directory, process, now,
                    expected_end(now, job.cpu_time, factor, cores, max_end),
-                   max_end, stdout_path, stderr_path)
+                   max_end, stdout_path, stderr_path, isolated=isolated)
+
+
+def _check_runnable(program: str, directory: Path, search_path: str) -> None:
+    """OSError, as starting ``program`` would raise it, when it is not there or cannot be
+    run: its start in a sandbox only fails inside the sandbox."""
+    if "/" in program:
+        path: str | None = str(directory / program)
+    else:
+        path = shutil.which(program, path=search_path)
+    if path is None or not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
 
 
 def open_stdin(directory: Path, name: str) -> int:

@@ -88,6 +88,22 @@ def process_table() -> dict[int, Proc]:
     return table
 
 
+def descendants(root: int, table: dict[int, Proc] | None = None) -> dict[int, Proc]:
+    """The processes descended from ``root`` (not ``root`` itself), by their parents."""
+    table = process_table() if table is None else table
+    children: dict[int, list[Proc]] = {}
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc)
+    found: dict[int, Proc] = {}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.pid not in found and child.pid != root:
+                found[child.pid] = child
+                todo.append(child.pid)
+    return found
+
+
 def job_marker(pid: int) -> str | None:
     """The ``GRIDPILOT_JOB_ID`` in a process's environment, if any."""
     try:
