@@ -58,6 +58,8 @@ class Payload:
     root_cpu: float | None = None
     #: It runs in a sandbox (pilot.isolation): its first process is the sandbox's.
     isolated: bool = False
+    #: The most CPU seconds its processes were seen to have used (sandboxed payloads).
+    seen_cpu: float = 0.0
 
     @property
     def job_id(self) -> int:
@@ -94,20 +96,30 @@ class Payload:
         """CPU seconds used by the payload: its first process and the children it waited
         for, and the processes that escaped it, which the pilot reaps."""
         outside = self.family.cpu_outside_root() if self.family is not None else 0.0
+        if self.isolated:
+            return self._sandbox_cpu() + outside
         if self.root_cpu is not None:
             return self.root_cpu + outside
-        if self.isolated:
-            # The first process is the sandbox's, idle: the payload's time is in the
-            # processes under it (each with the children it waited for).
-            root = read_proc(self.process.pid)
-            tree = descendants(self.process.pid).values()
-            return (root.cpu if root else 0.0) + sum(p.cpu for p in tree) + outside
         try:
             fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
             ticks = sum(int(v) for v in fields[11:15])  # utime stime cutime cstime
             return ticks / _CLOCK_TICKS + outside
         except (OSError, IndexError, ValueError):
             return outside
+
+    def _sandbox_cpu(self) -> float:
+        """The CPU seconds of a sandboxed payload. Its first process is the sandbox's, idle:
+        the payload's time is in the processes under it (each with the children it waited
+        for), which the first process counts once they end, unless the sandbox is killed:
+        then what they were last seen to use counts (the pilot's scans, every second)."""
+        seen = max(self.seen_cpu, self.family.seen_cpu if self.family is not None else 0.0)
+        if self.root_cpu is None:
+            root = read_proc(self.process.pid)
+            tree = descendants(self.process.pid).values()
+            seen = max(seen, (root.cpu if root else 0.0) + sum(p.cpu for p in tree))
+            self.seen_cpu = seen
+            return seen
+        return max(self.root_cpu, seen)
 
     def stop(self, reason: str, now: float) -> None:
         """Ask the payload's whole process group to end (SIGTERM); :meth:`enforce` kills it

@@ -1,0 +1,110 @@
+"""Two users' jobs side by side on one two-core pilot: bob's job keeps a secret in its folder;
+alice's job looks for it where it could know to look (the pilot's work folder, the other job
+folders, /tmp, the folders of the processes it can see) and signals the processes of other
+jobs it can see. With the pilot's default isolation (bubblewrap here) it finds and signals
+nothing; run bare (``--isolation none``) it finds both, which shows the test can fail."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pilot.archive import Member, pack
+from tests.integration import test_sandboxes_pilot
+from tests.integration.test_sandboxes_pilot import User, finish, run_pilot
+
+#: A matcher on loopback with a local sandbox store, on the test database.
+server = test_sandboxes_pilot.server
+
+BOB = b'''\
+import time
+with open("secret.txt", "w") as f:
+    f.write("bob-secret-0451")
+time.sleep(15)
+print("bob done")
+'''
+
+ALICE = b'''\
+import os
+me = os.environ["GRIDPILOT_JOB_ID"]
+here = os.getcwd()
+found, signalled = set(), set()
+def look(folder):
+    path = os.path.join(folder, "secret.txt")
+    try:
+        with open(path) as f:
+            if "bob-secret" in f.read():
+                found.add(path)
+    except OSError:
+        pass
+workdir = os.path.dirname(here)
+for top in (workdir, os.path.dirname(workdir), "/tmp"):
+    for folder, _, _ in os.walk(top):
+        look(folder)
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) == os.getpid():
+        continue
+    try:
+        with open(f"/proc/{name}/environ", "rb") as f:
+            env = f.read().split(b"\\0")
+    except OSError:
+        continue
+    ids = [e.split(b"=", 1)[1].decode() for e in env if e.startswith(b"GRIDPILOT_JOB_ID=")]
+    if ids and ids[0] != me:
+        look(f"/proc/{name}/cwd")
+        try:
+            os.kill(int(name), 0)
+            signalled.add(name)
+        except OSError:
+            pass
+print("secrets found", len(found), sorted(found))
+print("processes of other jobs signalled", len(signalled))
+'''
+
+
+def _wait(what: str, ready: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not ready():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed")
+@pytest.mark.parametrize("isolation", ["default", "none"])
+def test_a_payload_finds_and_signals_nothing_of_another_users_payload(
+        server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolation: str) -> None:
+    # The pilot's defaults: no shared area shown to payloads.
+    monkeypatch.delenv("GRIDPILOT_ISOLATION_BIND", raising=False)
+    monkeypatch.delenv("GRIDPILOT_ISOLATION", raising=False)
+    alice, bob = User(server), User(server, "bob")
+    bob_box = bob.upload(pack([Member("bob.py", BOB)]))
+    bob_job = bob.submit(f'[Executable = "{sys.executable}"; Arguments = "bob.py"; '
+                         f'InputSandbox = {{"{bob_box}"}}]')
+    args = ["--cores", "2", "--idle-timeout", "5"]
+    proc = run_pilot(server, tmp_path, *args,
+                     *(["--isolation", "none"] if isolation == "none" else []))
+    secret = tmp_path / "work" / f"job_{bob_job}" / "secret.txt"
+    _wait("bob's secret", secret.exists)
+    alice_box = alice.upload(pack([Member("alice.py", ALICE)]))
+    alice_job = alice.submit(f'[Executable = "{sys.executable}"; Arguments = "alice.py"; '
+                             f'InputSandbox = {{"{alice_box}"}}]')
+    _wait("alice's job to end", lambda: alice.get(f"/jobs/{alice_job}")["status"]
+          in ("Done", "Failed"))
+    # Side by side: bob's job still runs when alice's has ended.
+    assert bob.get(f"/jobs/{bob_job}")["status"] == "Running"
+    out = finish(proc)
+    assert alice.get(f"/jobs/{alice_job}")["status"] == "Done", out
+    assert bob.get(f"/jobs/{bob_job}")["status"] == "Done", out
+    tail = alice.get(f"/jobs/{alice_job}/output")["output_tail"]
+    if isolation == "none":
+        assert "secrets found 0" not in tail, tail
+        assert "processes of other jobs signalled 0" not in tail, tail
+        assert "WITHOUT ISOLATION" in out
+    else:
+        assert "secrets found 0 []" in tail, tail
+        assert "processes of other jobs signalled 0" in tail, tail
+        assert "payloads run isolated: bwrap" in out, out
