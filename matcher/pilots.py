@@ -289,7 +289,8 @@ def put_pilot(call: Call, reference: str) -> dict[str, Any]:
     body = call.body
     if call.principal.site is not None and body["site"] != call.principal.site:
         raise Problem(403, f"this pilot token is for site {call.principal.site} only")
-    info = PilotInfo(reference, body["site"], body["ce"], body["queue"], body["status"])
+    info = PilotInfo(reference, body["site"], body["ce"], body["queue"], body["status"],
+                     body.get("isolation"))
 
     def work(session: Session) -> dict[str, Any]:
         pilot = register_pilot(session, call.principal.vo, info, now=call.now)

@@ -98,7 +98,12 @@ STATUS_REPORT = obj({
 STATUS_ANSWER = obj({"job_id": ID, "status": STRING}, ("job_id", "status"))
 
 PILOT_REGISTRATION = obj({"site": SHORT_NAME, "ce": NAME, "queue": SHORT_NAME,
-                          "status": {"type": "string", "enum": list(PILOT_STATES)}},
+                          "status": {"type": "string", "enum": list(PILOT_STATES)},
+                          "isolation": {
+                              "type": "string", "maxLength": 64,
+                              "description": "how the pilot isolates its payloads: the tool "
+                                             "and its version (\"bwrap 0.8.0\"), or "
+                                             "\"none\""}},
                          ("site", "ce", "queue", "status"))
 PILOT = obj({"reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
              "status": STRING, "submitted_at": TIME, "last_seen_at": TIME})
@@ -117,6 +122,7 @@ PILOT_FIELDS: dict[str, Schema] = {
                            "(match, heartbeat) after its record said it ended; it is told "
                            "to stop"},
     "token_renewals": COUNT, "token_renewed_at": TIME, "token_expires_at": TIME,
+    "isolation": nullable(STRING),
 }
 PILOT_SUMMARY = obj(PILOT_FIELDS)
 PILOT_TOKEN = obj({"token": STRING, "expires_at": TIME, "renewals": COUNT},

@@ -32,7 +32,8 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "heard_after_end_at": iso(pilot.heard_after_end_at),
             "token_renewals": pilot.token_renewals,
             "token_renewed_at": iso(pilot.token_renewed_at),
-            "token_expires_at": iso(pilot.token_expires_at)}
+            "token_expires_at": iso(pilot.token_expires_at),
+            "isolation": pilot.isolation}
 
 
 def log_state(pilot: Any) -> str:

@@ -336,6 +336,9 @@ class Pilot(Base):
     token_renewals: Mapped[int] = mapped_column(Integer, default=0)
     token_renewed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
     token_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: How the pilot isolates its payloads, as it said when it registered: the tool and its
+    #: version ("bwrap 0.8.0"), "none", or NULL (not said: a pilot older than the field).
+    isolation: Mapped[str | None] = mapped_column(String(64), default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),

@@ -637,3 +637,17 @@ def test_the_pilot_page_shows_its_token_renewals(client: Api, grid: dict[str, An
         client.ok("POST", "/api/v1/pilots/pilot-1/token", pilot_token)
     html = page(operator_http, "/ui/pilots/pilot-1")
     assert re.search(r'id="token">renewed 2 time\(s\), last [^;]+; expires \d{4}-', html), html
+
+
+def test_the_pilot_page_shows_how_it_isolates_its_payloads(
+        client: Api, pilot_token: str, operator_http: FlaskClient) -> None:
+    site = {"site": SITE, "ce": "ce503.cern.ch", "queue": "condor"}
+    for reference, isolation in (("pilot-b", "bwrap 0.8.0"), ("pilot-n", "none")):
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={**site, "status": "Running", "isolation": isolation})
+    client.ok("PUT", "/api/v1/pilots/pilot-o", pilot_token,
+              json_body={**site, "status": "Running"})
+    assert 'id="isolation">bwrap 0.8.0<' in page(operator_http, "/ui/pilots/pilot-b")
+    assert re.search(r'id="isolation"><span class="bad-text">none: its payloads run bare',
+                     page(operator_http, "/ui/pilots/pilot-n"))
+    assert 'id="isolation">not said<' in page(operator_http, "/ui/pilots/pilot-o")

@@ -310,6 +310,26 @@ def test_register_and_update_a_pilot(client: Api, pilot_token: str) -> None:
     assert updated["last_seen_at"] is not None
 
 
+def test_a_pilot_says_how_it_isolates_its_payloads(client: Api, pilot_token: str,
+                                                  operator_token: str) -> None:
+    client.ok("PUT", "/api/v1/pilots/pilot-8", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Running", "isolation": "bwrap 0.8.0"})
+    record = client.ok("GET", "/api/v1/pilots/pilot-8", operator_token)
+    assert record["isolation"] == "bwrap 0.8.0"
+    # A registration that does not say it (the pilot's last one, an older pilot) keeps it.
+    client.ok("PUT", "/api/v1/pilots/pilot-8", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Done"})
+    assert client.ok("GET", "/api/v1/pilots/pilot-8", operator_token)["isolation"] == (
+        "bwrap 0.8.0")
+    client.ok("PUT", "/api/v1/pilots/pilot-9", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Running"})
+    assert client.ok("GET", "/api/v1/pilots/pilot-9", operator_token)["isolation"] is None
+    response = client.call("PUT", "/api/v1/pilots/pilot-9", pilot_token,
+                           json_body={**CERN_CONDOR, "status": "Running",
+                                      "isolation": "x" * 65})
+    assert_problem(response, 422, "body.isolation")
+
+
 def test_pilot_registration_is_validated(client: Api, pilot_token: str) -> None:
     response = client.call("PUT", "/api/v1/pilots/pilot-7", pilot_token,
                            json_body={**CERN_CONDOR, "status": "Happy"})
