@@ -251,6 +251,7 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     if isolated:
         # What the sandbox could not start fails here, as a bare start would.
         _check_runnable(program, directory, env.get("PATH", os.defpath))
+        _token_file_inside(env, directory)
     if isolation is not None:
         command = isolation.command(command, directory)
     try:
@@ -267,6 +268,27 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     return Payload(job, cores, memory_mb, directory, process, now,
                    expected_end(now, job.cpu_time, factor, cores, max_end),
                    max_end, stdout_path, stderr_path, isolated=isolated)
+
+
+def _token_file_inside(env: dict[str, str], directory: Path) -> None:
+    """A ``$BEARER_TOKEN_FILE`` outside the job folder, which a sandbox does not show, is
+    copied into it (``.bearer_token``, mode 0600), and the variable names the copy."""
+    name = env.get("BEARER_TOKEN_FILE")
+    if not name:
+        return
+    source = Path(name) if name.startswith("/") else directory / name
+    with contextlib.suppress(OSError, ValueError):
+        if source.resolve().is_relative_to(directory.resolve()) or not source.is_file():
+            return
+    copy = directory / ".bearer_token"
+    try:
+        fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(source.read_bytes())
+    except OSError as exc:
+        raise OSError(f"$BEARER_TOKEN_FILE {name} cannot be copied into the job folder: "
+                      f"{exc.strerror or exc}") from exc
+    env["BEARER_TOKEN_FILE"] = str(copy)
 
 
 def _check_runnable(program: str, directory: Path, search_path: str) -> None:

@@ -12,10 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
+from matcher.auth import issue_token
 from pilot.archive import Member, pack
 from tests.integration import test_sandboxes_pilot
-from tests.integration.test_sandboxes_pilot import User, finish, run_pilot
+from tests.integration.test_sandboxes_pilot import SECRET, User, finish, run_pilot
 
 #: A matcher on loopback with a local sandbox store, on the test database.
 server = test_sandboxes_pilot.server
@@ -100,7 +102,14 @@ def test_a_payload_finds_and_signals_nothing_of_another_users_payload(
     assert alice.get(f"/jobs/{alice_job}")["status"] == "Done", out
     assert bob.get(f"/jobs/{bob_job}")["status"] == "Done", out
     tail = alice.get(f"/jobs/{alice_job}/output")["output_tail"]
+    operator = {"Authorization": "Bearer " + issue_token(
+        SECRET, subject="olga", role="operator", vo="lhcb", group="lhcb_admin",
+        lifetime=3600)}
+    reference = alice.get(f"/jobs/{alice_job}")["pilot_reference"]
+    record = requests.get(f"{server}/api/v1/pilots/{reference}", headers=operator,
+                          timeout=30).json()
     if isolation == "none":
+        assert record["isolation"] == "none", record
         assert "secrets found 0" not in tail, tail
         assert "processes of other jobs signalled 0" not in tail, tail
         assert "WITHOUT ISOLATION" in out
@@ -108,3 +117,4 @@ def test_a_payload_finds_and_signals_nothing_of_another_users_payload(
         assert "secrets found 0 []" in tail, tail
         assert "processes of other jobs signalled 0" in tail, tail
         assert "payloads run isolated: bwrap" in out, out
+        assert record["isolation"].startswith("bwrap "), record

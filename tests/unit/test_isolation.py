@@ -138,12 +138,15 @@ def _job(job_id: int, code: str) -> JobPayload:
                       cpu_time=600)
 
 
-def _start(tmp_path: Path, job_id: int, code: str) -> Payload:
+def _start(tmp_path: Path, job_id: int, code: str,
+           environment: dict[str, str] | None = None) -> Payload:
     work = tmp_path / "work"
     layout = Layout(work, binds=(Bind(Path(sys.prefix), False),))
     isolation = Bubblewrap(layout, BWRAP or "bwrap")
     now = time.time()
-    return start_payload(_job(job_id, code), cores=1, memory_mb=0, root=work, now=now,
+    job = _job(job_id, code)
+    job.environment.update(environment or {})
+    return start_payload(job, cores=1, memory_mb=0, root=work, now=now,
                          max_end=now + 600, cpu_factor=None, machine_features=None,
                          base_env=os.environ, isolation=isolation)
 
@@ -196,3 +199,18 @@ def test_the_cpu_time_of_a_running_sandboxed_payload_counts(tmp_path: Path) -> N
         payload.signal(signal.SIGKILL)
         payload.wait()
     assert payload.cpu_used() >= 0.9
+
+
+@needs_bwrap
+def test_a_token_file_outside_the_job_folder_comes_into_it(tmp_path: Path) -> None:
+    token = tmp_path / "elsewhere" / "token"
+    token.parent.mkdir()
+    token.write_text("eyJ.token.sig")
+    code = ("import os\n"
+            "print(os.environ['BEARER_TOKEN_FILE'], open(os.environ['BEARER_TOKEN_FILE'])"
+            f".read(), os.path.exists({str(token)!r}))\n")
+    payload = _start(tmp_path, 4, code, {"BEARER_TOKEN_FILE": str(token)})
+    assert payload.wait() == 0
+    copy = payload.directory / ".bearer_token"
+    assert payload.tail().split() == [str(copy), "eyJ.token.sig", "False"]
+    assert copy.stat().st_mode & 0o777 == 0o600
