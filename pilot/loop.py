@@ -68,6 +68,8 @@ KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
 #: Seconds of the last attempt at the reports (and the final registration) after a signal
 #: or once the matcher has been silent too long; each request gets at most this long.
 LAST_ATTEMPT = 5.0
+#: The tag a pilot whose payloads run isolated offers (with the tool's name: "bwrap").
+ISOLATED_TAG = "isolated"
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
 
@@ -747,8 +749,9 @@ class Pilot:
             log.warning("$JOBSTATUS %s cannot be removed: %s", directory, exc)
 
     def _isolate(self) -> bool:
-        """Choose the payloads' sandbox; False (exit EXIT_USAGE) when the tool the site
-        named does not work."""
+        """Choose the payloads' sandbox, and offer the tags :data:`ISOLATED_TAG` and the
+        tool's name with it; False (exit EXIT_USAGE) when the tool the site named does not
+        work."""
         o = self.options
         layout = layout_for(o.workdir, jobstatus=o.jobstatus,
                             machine_features=o.machine_features, binds=o.isolation_binds)
@@ -759,6 +762,9 @@ class Pilot:
             self.summary.stopped_because = "isolation unavailable"
             return False
         self.isolation = chosen
+        if chosen.isolated:  # jobs that ask for it (Tags) go only to isolated pilots
+            extra = tuple(t for t in (ISOLATED_TAG, chosen.name) if t not in self.node.tags)
+            self.node = replace(self.node, tags=(*self.node.tags, *extra))
         return True
 
     def _register(self, status: str) -> None:

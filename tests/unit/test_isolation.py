@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -23,8 +24,11 @@ from pilot.isolation import (
     layout_for,
     start,
 )
+from pilot.loop import Pilot, PilotOptions
 from pilot.payload import Payload, start_payload
 from pilot.protocol import JobPayload
+from pilot.resource import NodeDescription
+from tests.helpers import write_token_file
 
 BWRAP = shutil.which("bwrap")
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap is not installed")
@@ -214,3 +218,42 @@ def test_a_token_file_outside_the_job_folder_comes_into_it(tmp_path: Path) -> No
     copy = payload.directory / ".bearer_token"
     assert payload.tail().split() == [str(copy), "eyJ.token.sig", "False"]
     assert copy.stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("mode", ["bwrap", "none"])
+def test_an_isolated_pilot_offers_the_isolated_tag(tmp_path: Path, mode: str) -> None:
+    if mode == "bwrap" and BWRAP is None:
+        pytest.skip("bubblewrap is not installed")
+    node = NodeDescription(vo="lhcb", reference="p-1", tags=("GPU",))
+    pilot = Pilot(PilotOptions(matcher_url="http://127.0.0.1:9", token="a.b.c", node=node,
+                               workdir=tmp_path / "w", cores=2, isolation=mode))
+    now = time.time()
+    pilot.prepare(now)
+    assert pilot._isolate()
+    resource = pilot.match_request(now, pilot.limits(now))
+    assert resource is not None
+    expected = ["GPU", "isolated", "bwrap"] if mode == "bwrap" else ["GPU"]
+    assert resource["tags"] == expected
+
+
+def _pilot_cli(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess[str]:
+    token = write_token_file(tmp_path / "pilot.token", "a.b.c")
+    return subprocess.run(
+        [sys.executable, "-m", "pilot.cli", "--matcher", "http://127.0.0.1:9", "--vo", "lhcb",
+         "--token-file", str(token), "--workdir", str(tmp_path / "w"), *args],
+        env={**os.environ, "PATH": path}, capture_output=True, text=True, timeout=60,
+        check=False)
+
+
+def test_a_pilot_told_to_use_a_missing_tool_says_so_and_exits_2(tmp_path: Path) -> None:
+    done = _pilot_cli(tmp_path, "--isolation", "bwrap", path=str(tmp_path))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "gridpilot-pilot: exit 2: --isolation bwrap: bwrap is not installed (not on the PATH)")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_relative_isolation_bind_is_refused(tmp_path: Path) -> None:
+    done = _pilot_cli(tmp_path, "--isolation-bind", "cvmfs:ro", path=os.environ["PATH"])
+    assert done.returncode == 2
+    assert "--isolation-bind needs an absolute path, got 'cvmfs:ro'" in done.stderr
