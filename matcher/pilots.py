@@ -23,7 +23,7 @@ from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
 from pilot import protocol
-from pilot.protocol import JobPayload
+from pilot.protocol import ISOLATED_TAG, JobPayload
 from taskqueue.core.errors import ConflictError, NotFoundError
 from taskqueue.core.resources import Resource, parse_resource
 from taskqueue.core.states import JobStatus
@@ -100,6 +100,14 @@ def match(call: Call) -> dict[str, Any]:
     most = call.runtime.settings.matcher.max_jobs_per_match
     if count > most:
         raise Problem(422, f"body.count must be at most {most}, got {count}")
+    if resource.vo in call.runtime.settings.matcher.isolation_required_vos and (
+            resource.tags is None or ISOLATED_TAG not in resource.tags):
+        call.runtime.metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
+        call.runtime.metrics.inc("gridpilot_no_matches_total", {"reason": NO_MATCH_NO_JOB})
+        return {"jobs": [], "no_match": {
+            "reason": NO_MATCH_NO_JOB,
+            "detail": f"the jobs of VO {resource.vo} go only to pilots that run payloads "
+                      f"isolated (tag {ISOLATED_TAG!r}); this pilot offers no such tag"}}
     answer = match_for_pilot(call.runtime.match_database(), resource, now=call.now,
                              count=count, rng=call.runtime.random(),
                              expression_check=expression_check(resource))

@@ -68,8 +68,6 @@ KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
 #: Seconds of the last attempt at the reports (and the final registration) after a signal
 #: or once the matcher has been silent too long; each request gets at most this long.
 LAST_ATTEMPT = 5.0
-#: The tag a pilot whose payloads run isolated offers (with the tool's name: "bwrap").
-ISOLATED_TAG = "isolated"
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
 
@@ -749,7 +747,7 @@ class Pilot:
             log.warning("$JOBSTATUS %s cannot be removed: %s", directory, exc)
 
     def _isolate(self) -> bool:
-        """Choose the payloads' sandbox, and offer the tags :data:`ISOLATED_TAG` and the
+        """Choose the payloads' sandbox, and offer the tags protocol.ISOLATED_TAG and the
         tool's name with it; False (exit EXIT_USAGE) when the tool the site named does not
         work."""
         o = self.options
@@ -763,7 +761,8 @@ class Pilot:
             return False
         self.isolation = chosen
         if chosen.isolated:  # jobs that ask for it (Tags) go only to isolated pilots
-            extra = tuple(t for t in (ISOLATED_TAG, chosen.name) if t not in self.node.tags)
+            extra = tuple(t for t in (protocol.ISOLATED_TAG, chosen.name)
+                          if t not in self.node.tags)
             self.node = replace(self.node, tags=(*self.node.tags, *extra))
         return True
 
