@@ -6,16 +6,21 @@ nothing; run bare (``--isolation none``) it finds both, which shows the test can
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import requests
 
 from matcher.auth import issue_token
 from pilot.archive import Member, pack
+from pilot.client import MatcherClient
 from tests.integration import test_sandboxes_pilot
 from tests.integration.test_sandboxes_pilot import SECRET, User, finish, run_pilot
 
@@ -118,3 +123,45 @@ def test_a_payload_finds_and_signals_nothing_of_another_users_payload(
         assert "processes of other jobs signalled 0" in tail, tail
         assert "payloads run isolated: bwrap" in out, out
         assert record["isolation"].startswith("bwrap "), record
+
+
+class _OlderMatcher(BaseHTTPRequestHandler):
+    """A matcher from before the registration's ``isolation`` field: its closed schema refuses
+    the field (422), as the real one refused any unknown field."""
+
+    bodies: ClassVar[list[dict[str, object]]] = []
+
+    def do_PUT(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        if "isolation" in body:
+            answer, status = {"title": "Unprocessable", "status": 422,
+                              "detail": "body: unknown field 'isolation'"}, 422
+        else:
+            answer, status = {"reference": "p-1", **body}, 200
+        data = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_pilot_registers_with_a_matcher_that_does_not_know_the_field() -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _OlderMatcher)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        client = MatcherClient(f"http://127.0.0.1:{server.server_address[1]}", "a.b.c",
+                               timeout=10)
+        client.register("p-1", site="S", ce="C", queue="Q", status="Running",
+                        isolation="bwrap 0.8.0")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [b.get("isolation") for b in _OlderMatcher.bodies] == ["bwrap 0.8.0", None]
+    assert _OlderMatcher.bodies[1] == {"site": "S", "ce": "C", "queue": "Q",
+                                       "status": "Running"}
