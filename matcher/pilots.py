@@ -24,7 +24,7 @@ from optimizers.classads import expression_check
 from optimizers.description import JobDescription, JobDescriptionError
 from optimizers.queuework import queue_pools_and_waiting
 from pilot import protocol
-from pilot.protocol import JobPayload
+from pilot.protocol import ISOLATED_TAG, JobPayload
 from taskqueue.core.errors import ConflictError, NotFoundError
 from taskqueue.core.resources import Resource, parse_resource
 from taskqueue.core.states import JobStatus
@@ -102,6 +102,14 @@ def match(call: Call) -> dict[str, Any]:
     most = call.runtime.settings.matcher.max_jobs_per_match
     if count > most:
         raise Problem(422, f"body.count must be at most {most}, got {count}")
+    if resource.vo in call.runtime.settings.matcher.isolation_required_vos and (
+            resource.tags is None or ISOLATED_TAG not in resource.tags):
+        call.runtime.metrics.inc("gridpilot_match_requests_total", {"outcome": "no_match"})
+        call.runtime.metrics.inc("gridpilot_no_matches_total", {"reason": NO_MATCH_NO_JOB})
+        return {"jobs": [], "no_match": {
+            "reason": NO_MATCH_NO_JOB,
+            "detail": f"the jobs of VO {resource.vo} go only to pilots that run payloads "
+                      f"isolated (tag {ISOLATED_TAG!r}); this pilot offers no such tag"}}
     answer = match_for_pilot(call.runtime.match_database(), resource, now=call.now,
                              count=count, rng=call.runtime.random(),
                              expression_check=expression_check(resource))
@@ -312,7 +320,8 @@ def put_pilot(call: Call, reference: str) -> dict[str, Any]:
     body = call.body
     if call.principal.site is not None and body["site"] != call.principal.site:
         raise Problem(403, f"this pilot token is for site {call.principal.site} only")
-    info = PilotInfo(reference, body["site"], body["ce"], body["queue"], body["status"])
+    info = PilotInfo(reference, body["site"], body["ce"], body["queue"], body["status"],
+                     body.get("isolation"))
 
     def work(session: Session) -> dict[str, Any]:
         pilot = register_pilot(session, call.principal.vo, info, now=call.now)

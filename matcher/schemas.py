@@ -98,7 +98,12 @@ STATUS_REPORT = obj({
 STATUS_ANSWER = obj({"job_id": ID, "status": STRING}, ("job_id", "status"))
 
 PILOT_REGISTRATION = obj({"site": SHORT_NAME, "ce": NAME, "queue": SHORT_NAME,
-                          "status": {"type": "string", "enum": list(PILOT_STATES)}},
+                          "status": {"type": "string", "enum": list(PILOT_STATES)},
+                          "isolation": {
+                              "type": "string", "maxLength": 64,
+                              "description": "how the pilot isolates its payloads: the tool "
+                                             "and its version (\"bwrap 0.8.0\"), or "
+                                             "\"none\""}},
                          ("site", "ce", "queue", "status"))
 PILOT = obj({"reference": STRING, "vo": STRING, "site": STRING, "ce": STRING, "queue": STRING,
              "status": STRING, "submitted_at": TIME, "last_seen_at": TIME})
@@ -123,6 +128,7 @@ PILOT_FIELDS: dict[str, Schema] = {
     "hung_in": {**nullable(STRING), "description": "the CE state the pilot stayed in past "
                 "its timeout, for which it was killed (Submitting: its director never "
                 "submitted it)"},
+    "isolation": nullable(STRING),
 }
 PILOT_REFERENCE = obj({"pilot_reference": NAME}, ("pilot_reference",))
 PAYLOAD_TOKEN = obj({"token": STRING, "expires_at": TIME, "scope": STRING},

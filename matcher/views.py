@@ -34,7 +34,7 @@ def pilot_summary(pilot: Any) -> dict[str, Any]:
             "token_renewed_at": iso(pilot.token_renewed_at),
             "token_expires_at": iso(pilot.token_expires_at),
             "ce_state": pilot.ce_state, "ce_state_since": iso(pilot.ce_state_since),
-            "hung_in": pilot.hung_in}
+            "hung_in": pilot.hung_in, "isolation": pilot.isolation}
 
 
 def log_state(pilot: Any) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from pilot import logformat
 from pilot.client import Backoff, MatcherClient
+from pilot.isolation import MODES, Bind
 from pilot.loop import (
     EXIT_KILLED,
     EXIT_OK,
@@ -163,6 +164,23 @@ def parser() -> argparse.ArgumentParser:
     files.add_argument("--max-output-mb", type=int, default=MAX_OUTPUT_BYTES // 2**20,
                        help="MB of output a payload may keep per stream while it runs; beyond "
                             f"it only the end is kept (default {MAX_OUTPUT_BYTES // 2**20})")
+    iso = p.add_argument_group("isolation of payloads")
+    iso.add_argument("--isolation", choices=MODES, default=_env("GRIDPILOT_ISOLATION") or "auto",
+                     help="how each payload is sandboxed (own user, mount, PID namespaces; "
+                          "the system read-only, its job folder writable, a private /tmp, "
+                          "nothing of other payloads or of the pilot): auto (default; "
+                          "$GRIDPILOT_ISOLATION) takes the first of apptainer and bwrap that "
+                          "passes a self-test at the start, else runs payloads bare and says "
+                          "so; a named tool that fails stops the pilot (exit 2)")
+    iso.add_argument("--isolation-bind", action="append", dest="isolation_binds",
+                     metavar="PATH[:ro]", default=None,
+                     help="a path of the node payloads see, read-write (PATH:ro read-only), "
+                          "e.g. a shared software area (repeatable; default: "
+                          "$GRIDPILOT_ISOLATION_BIND, paths separated by ':')")
+    iso.add_argument("--isolation-image", default=_env("GRIDPILOT_ISOLATION_IMAGE") or "/",
+                     metavar="IMAGE",
+                     help="apptainer's image or folder, e.g. on CVMFS (default: the node's "
+                          "own /)")
     timing = p.add_argument_group("timing")
     timing.add_argument("--idle-timeout", type=float, default=600.0,
                         help="stop after this many seconds without any job (default 600)")
@@ -269,6 +287,17 @@ def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
             attributes[name.strip()] = json.loads(text)
         except ValueError:
             attributes[name.strip()] = text
+    binds: list[Bind] = []
+    texts = args.isolation_binds
+    if texts is None:
+        texts = [t for t in (_env("GRIDPILOT_ISOLATION_BIND") or "").split(":") if t]
+        # "PATH:ro" split at ":" comes back together.
+        texts = _rejoin(texts)
+    for text in texts:
+        try:
+            binds.append(Bind.parse(text))
+        except ValueError as exc:
+            problems.append(str(exc))
     if problems:
         return None
     pools = None
@@ -291,8 +320,20 @@ def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
         priority_factor=args.priority_factor, keep_job_folders=args.keep_job_folders,
         max_output_bytes=args.max_output_mb * 2**20, wall_limit=args.wall_limit,
-        cpu_factor=args.cpu_factor, verify=verify)
+        cpu_factor=args.cpu_factor, verify=verify, isolation=args.isolation,
+        isolation_binds=tuple(binds), isolation_image=args.isolation_image)
     return options
+
+
+def _rejoin(parts: list[str]) -> list[str]:
+    """$GRIDPILOT_ISOLATION_BIND split at ":": "ro" and "rw" belong to the path before."""
+    out: list[str] = []
+    for part in parts:
+        if part in ("ro", "rw") and out:
+            out[-1] = f"{out[-1]}:{part}"
+        else:
+            out.append(part)
+    return out
 
 
 def _replay(args: argparse.Namespace, token: str, verify: str | bool) -> int:

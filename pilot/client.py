@@ -115,9 +115,19 @@ class MatcherClient:
         """POST /sandboxes: whether the sandbox is stored already, or where to send it."""
         return self._call("POST", protocol.SANDBOXES_PATH, dict, dict(body))
 
-    def register(self, reference: str, *, site: str, ce: str, queue: str, status: str) -> None:
-        self._call("PUT", protocol.PILOT_PATH.format(reference=reference), lambda answer: None,
-                   {"site": site, "ce": ce, "queue": queue, "status": status})
+    def register(self, reference: str, *, site: str, ce: str, queue: str, status: str,
+                 isolation: str | None = None) -> None:
+        """``isolation``: how its payloads are isolated ("bwrap 0.8.0", "none")."""
+        body = {"site": site, "ce": ce, "queue": queue, "status": status}
+        path = protocol.PILOT_PATH.format(reference=reference)
+        if isolation:
+            try:
+                self._call("PUT", path, lambda answer: None, {**body, "isolation": isolation})
+                return
+            except RefusedError as exc:  # a matcher older than the field: without it
+                if exc.status not in (400, 422):
+                    raise
+        self._call("PUT", path, lambda answer: None, body)
 
     def renew_token(self, reference: str) -> str:
         """The pilot's successor token, asked for with the current one."""

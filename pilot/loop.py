@@ -33,6 +33,8 @@ from pilot import protocol, transfer
 from pilot.archive import is_sandbox_id
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from pilot.features import Features, Limits
+from pilot.isolation import Bind, Isolation, layout_for
+from pilot.isolation import start as start_isolation
 from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
@@ -114,6 +116,11 @@ class PilotOptions:
     output_limit: int = OUTPUT_LIMIT
     #: The CAs trusted for an https matcher (pilot.tls.trusted_cas): True is the system's.
     verify: str | bool = True
+    #: How payloads are isolated (pilot.isolation): auto, apptainer, bwrap or none; the
+    #: site's paths they see; apptainer's image.
+    isolation: str = "auto"
+    isolation_binds: tuple[Bind, ...] = ()
+    isolation_image: str = "/"
 
 
 @dataclass
@@ -170,6 +177,8 @@ class Pilot:
     payload_tokens: dict[int, PayloadToken] = field(default_factory=dict)
     #: Why payloads get no token from this matcher ("" while they do).
     _payload_tokens_off: str = ""
+    #: The sandbox payloads run in, chosen at the start (pilot.isolation).
+    isolation: Isolation | None = None
 
     def __post_init__(self) -> None:
         o = self.options
@@ -224,6 +233,8 @@ class Pilot:
         now = self.clock()
         self.prepare(now)
         o.workdir.mkdir(parents=True, exist_ok=True)
+        if not self._isolate():
+            return self.summary
         self._install_signal_handlers()
         log.info("pilot %s: %d cores, %s MB, matcher %s", o.node.reference, self.cores,
                  self.memory_mb or "unknown", o.matcher_url)
@@ -393,7 +404,8 @@ class Pilot:
                                     machine_features=o.machine_features,
                                     base_env=os.environ, fresh=False,
                                     token_file=self._first_payload_token(job.job_id,
-                                                                         directory))
+                                                                         directory),
+                                    isolation=self.isolation)
         except OSError as exc:
             log.error("job %d cannot start: %s", job.job_id, exc, extra=concerning(job.job_id))
             self.summary.failed += 1
@@ -787,6 +799,26 @@ class Pilot:
         except OSError as exc:
             log.warning("$JOBSTATUS %s cannot be removed: %s", directory, exc)
 
+    def _isolate(self) -> bool:
+        """Choose the payloads' sandbox, and offer the tags protocol.ISOLATED_TAG and the
+        tool's name with it; False (exit EXIT_USAGE) when the tool the site named does not
+        work."""
+        o = self.options
+        layout = layout_for(o.workdir, jobstatus=o.jobstatus,
+                            machine_features=o.machine_features, binds=o.isolation_binds)
+        chosen = start_isolation(o.isolation, layout, image=o.isolation_image)
+        if isinstance(chosen, str):
+            log.error("%s", chosen)
+            self.summary.exit_code, self.summary.error = EXIT_USAGE, chosen
+            self.summary.stopped_because = "isolation unavailable"
+            return False
+        self.isolation = chosen
+        if chosen.isolated:  # jobs that ask for it (Tags) go only to isolated pilots
+            extra = tuple(t for t in (protocol.ISOLATED_TAG, chosen.name)
+                          if t not in self.node.tags)
+            self.node = replace(self.node, tags=(*self.node.tags, *extra))
+        return True
+
     def _register(self, status: str) -> None:
         n = self.node
         if not (n.site and n.ce and n.queue):
@@ -794,7 +826,8 @@ class Pilot:
         assert self.client is not None
         try:
             self.client.register(n.reference, site=n.site, ce=n.ce, queue=n.queue,
-                                 status=status)
+                                 status=status, isolation=self.isolation.describe()
+                                 if self.isolation else None)
         except TransientError as exc:
             log.warning("pilot registration (%s) not delivered: %s", status, exc)
         except RefusedError as exc:

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pilot.features import write_features
+from pilot.isolation import Isolation
 from pilot.logformat import concerning
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
 from pilot.payloadtoken import TOKEN_FILE_VARIABLE
 from pilot.planning import expected_end
 from pilot.protocol import JobPayload
-from pilot.reaper import Family, send
+from pilot.reaper import Family, descendants, read_proc, send
 
 #: Bytes of output sent back with the final report.
 TAIL_BYTES = 16 * 1024
@@ -56,6 +57,10 @@ class Payload:
     max_end_assumed: bool = False
     #: CPU seconds of the first process and the children it waited for, once it has ended.
     root_cpu: float | None = None
+    #: It runs in a sandbox (pilot.isolation): its first process is the sandbox's.
+    isolated: bool = False
+    #: The most CPU seconds its processes were seen to have used (sandboxed payloads).
+    seen_cpu: float = 0.0
 
     @property
     def job_id(self) -> int:
@@ -92,6 +97,8 @@ class Payload:
         """CPU seconds used by the payload: its first process and the children it waited
         for, and the processes that escaped it, which the pilot reaps."""
         outside = self.family.cpu_outside_root() if self.family is not None else 0.0
+        if self.isolated:
+            return self._sandbox_cpu() + outside
         if self.root_cpu is not None:
             return self.root_cpu + outside
         try:
@@ -100,6 +107,20 @@ class Payload:
             return ticks / _CLOCK_TICKS + outside
         except (OSError, IndexError, ValueError):
             return outside
+
+    def _sandbox_cpu(self) -> float:
+        """The CPU seconds of a sandboxed payload. Its first process is the sandbox's, idle:
+        the payload's time is in the processes under it (each with the children it waited
+        for), which the first process counts once they end, unless the sandbox is killed:
+        then what they were last seen to use counts (the pilot's scans, every second)."""
+        seen = max(self.seen_cpu, self.family.seen_cpu if self.family is not None else 0.0)
+        if self.root_cpu is None:
+            root = read_proc(self.process.pid)
+            tree = descendants(self.process.pid).values()
+            seen = max(seen, (root.cpu if root else 0.0) + sum(p.cpu for p in tree))
+            self.seen_cpu = seen
+            return seen
+        return max(self.root_cpu, seen)
 
     def stop(self, reason: str, now: float) -> None:
         """Ask the payload's whole process group to end (SIGTERM); :meth:`enforce` kills it
@@ -114,8 +135,13 @@ class Payload:
             self.killed = True
 
     def signal(self, signum: int) -> None:
-        """Signal the payload's process group and every process known to have escaped it."""
-        _signal_group(self.process, signum)
+        """Signal the payload's process group and every process known to have escaped it.
+        In a sandbox, a signal but SIGKILL goes to the processes under the sandbox's first
+        one, not to it: it would end the sandbox at once, not giving the payload its grace."""
+        if self.isolated and signum != signal.SIGKILL:
+            send({p.pid: p.start for p in descendants(self.process.pid).values()}, signum)
+        else:
+            _signal_group(self.process, signum)
         if self.family is not None:
             send(self.family.members, signum)
 
@@ -180,11 +206,12 @@ def resolve_executable(executable: str, directory: Path, search_path: str | None
 def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, now: float,
                   max_end: float, cpu_factor: float | None,
                   machine_features: str | None, base_env: Mapping[str, str],
-                  fresh: bool = True, token_file: Path | None = None) -> Payload:
+                  fresh: bool = True, token_file: Path | None = None,
+                  isolation: Isolation | None = None) -> Payload:
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
     provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given.
     ``fresh=False``: the folder was made by :func:`fresh_job_folder` (and holds the job's
-    input files)."""
+    input files). ``isolation``: the sandbox it runs in (pilot.isolation; None: bare)."""
     directory = fresh_job_folder(root, job.job_id) if fresh else root / f"job_{job.job_id}"
     features = directory / ".jobfeatures"
     wall = max(0, int(max_end - now))
@@ -225,9 +252,16 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         raise
     program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath),
                                  job_id=job.job_id)
+    command = [program, *job.arguments]
+    isolated = isolation is not None and isolation.isolated
+    if isolated:
+        # What the sandbox could not start fails here, as a bare start would.
+        _check_runnable(program, directory, env.get("PATH", os.defpath))
+    if isolation is not None:
+        command = isolation.command(command, directory)
     try:
         process = subprocess.Popen(
-            [program, *job.arguments], cwd=directory, env=env,
+            command, cwd=directory, env=env,
             stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=out,
             stderr=err if err is not None else subprocess.STDOUT,
             start_new_session=True)
@@ -238,7 +272,20 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     # Expected wall time: the requested CPU time, normalised, spread over the cores.
     return Payload(job, cores, memory_mb, directory, process, now,
                    expected_end(now, job.cpu_time, factor, cores, max_end),
-                   max_end, stdout_path, stderr_path)
+                   max_end, stdout_path, stderr_path, isolated=isolated)
+
+
+def _check_runnable(program: str, directory: Path, search_path: str) -> None:
+    """OSError, as starting ``program`` would raise it, when it is not there or cannot be
+    run: its start in a sandbox only fails inside the sandbox."""
+    if "/" in program:
+        path: str | None = str(directory / program)
+    else:
+        path = shutil.which(program, path=search_path)
+    if path is None or not os.path.exists(path):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    if os.path.isdir(path) or not os.access(path, os.X_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), program)
 
 
 def open_stdin(directory: Path, name: str) -> int:

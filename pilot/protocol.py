@@ -37,6 +37,9 @@ PILOT_KILLED = "pilot_killed"
 NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNED,
                                      PILOT_KILLED)
 
+#: The tag a pilot whose payloads run isolated from each other offers (pilot.isolation).
+ISOLATED_TAG = "isolated"
+
 #: The one command a heartbeat answer carries for a job: stop it, it is not this pilot's any
 #: more (killed, deleted, rescheduled, or never given to it).
 KILL = "kill"

@@ -88,6 +88,22 @@ def process_table() -> dict[int, Proc]:
     return table
 
 
+def descendants(root: int, table: dict[int, Proc] | None = None) -> dict[int, Proc]:
+    """The processes descended from ``root`` (not ``root`` itself), by their parents."""
+    table = process_table() if table is None else table
+    children: dict[int, list[Proc]] = {}
+    for proc in table.values():
+        children.setdefault(proc.ppid, []).append(proc)
+    found: dict[int, Proc] = {}
+    todo = [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child.pid not in found and child.pid != root:
+                found[child.pid] = child
+                todo.append(child.pid)
+    return found
+
+
 def job_marker(pid: int) -> str | None:
     """The ``GRIDPILOT_JOB_ID`` in a process's environment, if any."""
     try:
@@ -112,6 +128,10 @@ class Family:
     reaped_cpu: float = 0.0
     #: CPU seconds, as last seen, of the adopted orphans still alive.
     orphan_cpu: dict[int, float] = field(default_factory=dict)
+    #: The most CPU seconds the root and the members were seen to have used together: what
+    #: a sandboxed payload used when its sandbox is killed (pilot.isolation), its
+    #: processes then not being waited for by the sandbox's first process.
+    seen_cpu: float = 0.0
 
     def cpu_outside_root(self) -> float:
         """CPU time of the payload's processes that the root's own accounting misses."""
@@ -180,6 +200,11 @@ class Reaper:
             if proc.ppid == self.pilot_pid:
                 family.orphan_cpu[proc.pid] = proc.cpu
                 self._reap_orphan(proc, family)
+        for family in self.families.values():
+            root = table.get(family.root)
+            total = (root.cpu if root else 0.0) + sum(
+                table[pid].cpu for pid in family.members if pid in table)
+            family.seen_cpu = max(family.seen_cpu, total)
         if not self.families and self.strays:
             self._end_processes(self.strays, None, LEFTOVER_GRACE)
 

@@ -254,6 +254,9 @@ class MatcherSettings:
     #: knows the client's address and the URL and scheme the client used. None by default:
     #: the headers are ignored.
     trusted_proxies: tuple[str, ...] = ()
+    #: VOs whose jobs go only to pilots that run payloads isolated from each other (they
+    #: offer the tag "isolated", pilot.isolation): a pilot without it gets none of their jobs.
+    isolation_required_vos: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.metrics_token and len(self.metrics_token) < 32:

@@ -349,6 +349,9 @@ class Pilot(Base):
     #: queue's pilots could run were there (True: the pilot's own description misses work
     #: its queue has; False: others had taken it, an overshoot); NULL until such an answer.
     missed_work: Mapped[bool | None] = mapped_column(Boolean, default=None)
+    #: How the pilot isolates its payloads, as it said when it registered: the tool and its
+    #: version ("bwrap 0.8.0"), "none", or NULL (not said: a pilot older than the field).
+    isolation: Mapped[str | None] = mapped_column(String(64), default=None)
 
     #: updated_at: the pilots that ended lately, per site, for the agents' metrics.
     __table_args__ = (UniqueConstraint("reference", "vo"),

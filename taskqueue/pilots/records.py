@@ -32,6 +32,8 @@ class PilotInfo:
     ce: str
     queue: str
     status: str
+    #: How it isolates its payloads ("bwrap 0.8.0", "none"); None: not said.
+    isolation: str | None = None
 
 
 def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime) -> Pilot:
@@ -50,13 +52,15 @@ def register_pilot(session: Session, vo: str, info: PilotInfo, *, now: datetime)
             with session.begin_nested():
                 pilot = Pilot(reference=info.reference, vo=vo, site=info.site, ce=info.ce,
                               queue=info.queue, status=info.status, submitted_at=now,
-                              last_seen_at=now)
+                              last_seen_at=now, isolation=info.isolation)
                 session.add(pilot)
             return pilot
         except IntegrityError:  # registered by a concurrent call: update that record
             pilot = _locked(session, vo, info.reference)
             assert pilot is not None
     pilot.site, pilot.ce, pilot.queue = info.site, info.ce, info.queue
+    if info.isolation is not None:
+        pilot.isolation = info.isolation
     if may_move(pilot.status, info.status):
         pilot.status, pilot.updated_at = info.status, now
     pilot.last_seen_at = now

@@ -759,3 +759,17 @@ def test_a_failed_read_of_the_ce_is_shown_and_keeps_the_counts(
     assert re.search(r'data-field="ce-load"[^>]*>its CE: 2 running, 1 waiting', row), row
     error = re.search(r'data-field="ce-error">([^<]*)<', row)
     assert error and "connection refused" in error.group(1)
+
+
+def test_the_pilot_page_shows_how_it_isolates_its_payloads(
+        client: Api, pilot_token: str, operator_http: FlaskClient) -> None:
+    site = {"site": SITE, "ce": "ce503.cern.ch", "queue": "condor"}
+    for reference, isolation in (("pilot-b", "bwrap 0.8.0"), ("pilot-n", "none")):
+        client.ok("PUT", f"/api/v1/pilots/{reference}", pilot_token,
+                  json_body={**site, "status": "Running", "isolation": isolation})
+    client.ok("PUT", "/api/v1/pilots/pilot-o", pilot_token,
+              json_body={**site, "status": "Running"})
+    assert 'id="isolation">bwrap 0.8.0<' in page(operator_http, "/ui/pilots/pilot-b")
+    assert re.search(r'id="isolation"><span class="bad-text">none: its payloads run bare',
+                     page(operator_http, "/ui/pilots/pilot-n"))
+    assert 'id="isolation">not said<' in page(operator_http, "/ui/pilots/pilot-o")

@@ -71,6 +71,22 @@ def test_count_above_the_maximum_is_422(make_app: Callable[[Settings], Flask],
     assert_problem(response, 422, "body.count")
 
 
+def test_a_vo_that_requires_isolation_gets_its_jobs_run_by_isolated_pilots_only(
+        make_app: Callable[[Settings], Flask], api_settings: Settings, user_token: str,
+        pilot_token: str) -> None:
+    settings = replace(api_settings, matcher=replace(api_settings.matcher,
+                                                     isolation_required_vos=(VO,)))
+    api = Api(make_app(settings).test_client(), settings, SECRET)
+    (job_id,) = api.submit_jdl(user_token)
+    bare = api.match(pilot_token, pilot_reference="bare", site=SITE, tags=["GPU"])
+    assert bare["jobs"] == [] and bare["no_match"]["reason"] == "no_matching_job"
+    assert "go only to pilots that run payloads isolated" in bare["no_match"]["detail"]
+    assert api.job(user_token, job_id)["status"] == "Waiting"
+    isolated = api.match(pilot_token, pilot_reference="boxed", site=SITE,
+                         tags=["isolated", "bwrap"])
+    assert [j["job_id"] for j in isolated["jobs"]] == [job_id]
+
+
 def test_no_matching_job(client: Api, user_token: str, pilot_token: str) -> None:
     empty = client.match(pilot_token, pilot_reference=PILOT_REF)
     assert empty == {"jobs": [], "no_match": {"reason": "no_matching_job",
@@ -308,6 +324,26 @@ def test_register_and_update_a_pilot(client: Api, pilot_token: str) -> None:
     assert updated["status"] == "Running"
     assert updated["submitted_at"] == registered["submitted_at"]
     assert updated["last_seen_at"] is not None
+
+
+def test_a_pilot_says_how_it_isolates_its_payloads(client: Api, pilot_token: str,
+                                                  operator_token: str) -> None:
+    client.ok("PUT", "/api/v1/pilots/pilot-8", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Running", "isolation": "bwrap 0.8.0"})
+    record = client.ok("GET", "/api/v1/pilots/pilot-8", operator_token)
+    assert record["isolation"] == "bwrap 0.8.0"
+    # A registration that does not say it (the pilot's last one, an older pilot) keeps it.
+    client.ok("PUT", "/api/v1/pilots/pilot-8", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Done"})
+    assert client.ok("GET", "/api/v1/pilots/pilot-8", operator_token)["isolation"] == (
+        "bwrap 0.8.0")
+    client.ok("PUT", "/api/v1/pilots/pilot-9", pilot_token,
+              json_body={**CERN_CONDOR, "status": "Running"})
+    assert client.ok("GET", "/api/v1/pilots/pilot-9", operator_token)["isolation"] is None
+    response = client.call("PUT", "/api/v1/pilots/pilot-9", pilot_token,
+                           json_body={**CERN_CONDOR, "status": "Running",
+                                      "isolation": "x" * 65})
+    assert_problem(response, 422, "body.isolation")
 
 
 def test_pilot_registration_is_validated(client: Api, pilot_token: str) -> None:

@@ -115,6 +115,21 @@ def topology() -> Iterator[Topology]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _payloads_see_the_test_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The test payloads' scripts and records are in the tests' temporary folders: pilots
+    started here let their (isolated) payloads see them, as a site shows its shared areas
+    (--isolation-bind); the pilot's work folder stays hidden."""
+    name = "GRIDPILOT_ISOLATION_BIND"
+    before = os.environ.get(name)
+    os.environ[name] = str(tmp_path_factory.getbasetemp())
+    yield
+    if before is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = before
+
+
 @pytest.fixture(autouse=True)
 def _no_pilot_outlives_its_test() -> Iterator[None]:
     """Pilots started through tests.integration.pilots.start_pilot end with their test."""

@@ -10,7 +10,10 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
+
+from pilot.reaper import descendants, process_table, read_proc
 
 #: The pilots started by the running test.
 STARTED: list[subprocess.Popen[Any]] = []
@@ -40,3 +43,33 @@ def stop_started_pilots() -> list[int]:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     return [proc.pid for proc in left]
+
+
+def payload_processes(pilot_pid: int, folder: Path) -> dict[int, int]:
+    """The processes of the payload a pilot runs in the job folder ``folder``, pid → start
+    time: the pilot's child working there (the payload's first process, or its sandbox's,
+    pilot.isolation) and every process under it. Pids of the test's namespace: a payload's
+    own pid, in its sandbox's PID namespace, means nothing here."""
+    table = process_table()
+    roots = [p for p in table.values() if p.ppid == pilot_pid and _cwd(p.pid) == folder]
+    found = {p.pid: p.start for p in roots}
+    for root in roots:
+        found.update({p.pid: p.start for p in descendants(root.pid, table).values()})
+    return found
+
+
+def running(processes: dict[int, int]) -> list[int]:
+    """Those of ``processes`` (pid → start time) that still run (not ended, not zombies)."""
+    left = []
+    for pid, start in processes.items():
+        proc = read_proc(pid)
+        if proc is not None and proc.start == start and proc.state not in ("Z", "X"):
+            left.append(pid)
+    return left
+
+
+def _cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/cwd"))
+    except OSError:
+        return None

@@ -19,7 +19,7 @@ from matcher.auth import issue_token
 from pilot.features import write_features
 from taskqueue.db.database import make_engine
 from tests.helpers import write_token_file
-from tests.integration.pilots import start_pilot
+from tests.integration.pilots import payload_processes, running, start_pilot
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "pilot-integration-secret-0123456789"
@@ -184,13 +184,13 @@ def test_a_kill_from_the_matcher_kills_the_payload(grid: Grid) -> None:
     while not pid_file.exists():
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    pid = int(pid_file.read_text())
+    processes = payload_processes(proc.pid, pid_file.parent)
+    assert processes, "the payload's processes were not found"
     killed = grid.user.post(f"{grid.base}/api/v1/jobs/{job_id}/kill", json={}, timeout=30)
     assert killed.status_code == 200, killed.text
     code, out = _finish(proc, timeout=60)
     assert code == 0, out
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+    assert running(processes) == []
     job = grid.job(job_id)
     assert job["status"] == "Killed" and job["exit_code"] is not None
     assert "1 killed" in out

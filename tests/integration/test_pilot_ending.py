@@ -18,7 +18,7 @@ from gridpilot import schema
 from gridpilot.devserver import matcher_server
 from taskqueue.db.database import make_engine
 from tests.helpers import write_token_file
-from tests.integration.pilots import start_pilot, stop_started_pilots
+from tests.integration.pilots import payload_processes, running, start_pilot, stop_started_pilots
 from tests.integration.test_pilot import ROOT, SECRET, Grid
 
 #: Far longer than any wait below: the pilot must not need them.
@@ -27,12 +27,12 @@ LONG = "600"
 EXIT_WAIT = 90
 
 
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+def payload_of(pilot: subprocess.Popen[str], folder: Path) -> dict[int, int]:
+    """The processes of the payload the pilot runs in ``folder`` (its own pid, written from
+    a sandbox, would be one of the sandbox's PID namespace)."""
+    found = payload_processes(pilot.pid, folder)
+    assert found, f"no process of the payload in {folder}"
+    return found
 
 
 class HangingMatcher:
@@ -103,12 +103,12 @@ def test_sigterm_ends_a_pilot_whose_matcher_hangs_and_whose_payload_ignores_it(
                    and len(server.paths) > 1):
             assert proc.poll() is None and time.monotonic() < deadline, server.paths
             time.sleep(0.1)
-        payload = int(pid_file.read_text())
+        payload = payload_of(proc, tmp_path / "work" / "job_7")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=EXIT_WAIT)
     finally:
         server.close()
-    assert not alive(payload)
+    assert running(payload) == []
     assert proc.returncode == 4, out
     assert "Traceback" not in out
     kept = json.loads((tmp_path / "work" / "undelivered-reports.json").read_text())
@@ -168,12 +168,12 @@ def test_a_pilot_a_test_leaves_running_is_ended_with_its_payload(tmp_path: Path)
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert proc.poll() is None and time.monotonic() < deadline
             time.sleep(0.1)
-        payload = int(pid_file.read_text())
+        payload = payload_of(proc, tmp_path / "work" / "job_8")
         assert stop_started_pilots() == [proc.pid]
     finally:
         server.close()
     assert proc.returncode is not None
-    assert not alive(payload)
+    assert running(payload) == []
     assert stop_started_pilots() == []
 
 
@@ -201,10 +201,10 @@ def test_a_pilot_whose_matcher_is_gone_stops_its_payload_and_exits(tmp_path: Pat
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        payload = int(pid_file.read_text())
+        payload = payload_of(proc, tmp_path / "work" / f"job_{job_id}")
     out, _ = proc.communicate(timeout=EXIT_WAIT)
     assert proc.returncode == 4, out
-    assert not alive(payload)
+    assert running(payload) == []
     kept = json.loads((tmp_path / "work" / "undelivered-reports.json").read_text())
     assert [(r["job_id"], r["status"]) for r in kept] == [(job_id, "Rescheduled")], kept
     assert "has not answered for 3 s" in kept[0]["minor_status"]

@@ -84,20 +84,26 @@ def finish(proc: subprocess.Popen[str], timeout: float = 120) -> tuple[int, str]
 # -- item 4: the token ----------------------------------------------------------------------
 
 
-def test_a_payload_finds_the_pilot_token_nowhere(grid: Grid) -> None:
+@pytest.mark.parametrize("isolation", ["none", "auto"])
+def test_a_payload_finds_the_pilot_token_nowhere(grid: Grid, isolation: str) -> None:
     script = grid.tmp / "snoop.py"
     script.write_text(SNOOP, encoding="utf-8")
     result = grid.tmp / "seen.json"
     token_file = grid.tmp / "pilot.token"
     job_id = submit(grid, sys.executable, f"{script} {result} {token_file}")
-    proc = grid.pilot("--cores", "1", "--idle-timeout", "2")
+    proc = grid.pilot("--cores", "1", "--idle-timeout", "2", "--isolation", isolation)
     code, out = finish(proc)
     assert code == 0, out
     assert grid.job(job_id)["status"] == "Done", out
     seen = json.loads(result.read_text())
-    # The payload did look at the pilot (its parent) and beyond.
-    assert f"{proc.pid}/environ" in seen and f"{proc.pid}/cmdline" in seen
-    assert len([k for k in seen if k.endswith("/environ")]) >= 2
+    if "payloads run isolated" in out:
+        # In its sandbox's PID namespace the payload sees no process above it: not the pilot.
+        assert not [k for k in seen if k.endswith("/environ")], seen.keys()
+    else:
+        # The payload did look at the pilot (its parent) and beyond.
+        assert isolation == "none", out
+        assert f"{proc.pid}/environ" in seen and f"{proc.pid}/cmdline" in seen
+        assert len([k for k in seen if k.endswith("/environ")]) >= 2
     leaks = [where for where, text in seen.items() if grid.pilot_token in text]
     assert not leaks, f"the payload read the pilot token in {leaks}"
     assert seen["token file"].startswith("unreadable"), "the token file was left behind"

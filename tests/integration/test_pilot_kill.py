@@ -5,7 +5,6 @@ pilot a job."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import requests
 
 from matcher.auth import issue_token
 from pilot.loop import EXIT_KILLED, KILLED_BY_MATCHER
+from tests.integration.pilots import payload_processes, running
 from tests.integration.test_pilot import SECRET, SITE, Grid, _finish, grid
 
 __all__ = ["grid"]
@@ -50,7 +50,8 @@ def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
         while not pid_file.exists():
             assert time.monotonic() < deadline, "the payload never started"
             time.sleep(0.1)
-        pid = int(pid_file.read_text())
+        processes = payload_processes(proc.pid, pid_file.parent)
+        assert processes, "the payload's processes were not found"
         operator = {"Authorization": "Bearer " + issue_token(
             SECRET, subject="olga", role="operator", vo="lhcb", group="lhcb_admin",
             lifetime=3600)}
@@ -66,12 +67,7 @@ def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
     assert KILLED_BY_MATCHER in out
     assert "1 handed back for rescheduling" in out
     # The payload is gone, killed before it could end by itself.
-    try:
-        os.kill(pid, 0)
-        alive = True
-    except ProcessLookupError:
-        alive = False
-    assert not alive
+    assert running(processes) == []
     assert not ended.exists()
     job = grid.job(job_id)
     assert (job["status"], job["reschedule_count"]) == ("Waiting", 1), job

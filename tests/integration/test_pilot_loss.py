@@ -27,12 +27,13 @@ import requests
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
 from gridpilot.devserver import matcher_server
+from pilot.reaper import read_proc
 from taskqueue.core.settings import MatcherSettings, ResourcesSettings, Settings
 from taskqueue.pilots.records import set_pilot_status
 from taskqueue.tokens import issue_token
 from tests.conftest import Database
 from tests.helpers import write_token_file
-from tests.integration.pilots import start_pilot
+from tests.integration.pilots import payload_processes, start_pilot
 
 ROOT = Path(__file__).resolve().parents[2]
 RESOURCES = ROOT / "conf" / "resources.toml"
@@ -174,8 +175,10 @@ def kill_mid_payload(grid: Grid, job_id: int, first: str) -> subprocess.Popen[by
         pid_file = grid.tmp / first / f"job_{job_id}" / "pid"
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip() != "",
                  f"the payload's pid file {pid_file}")
-        payload_pid = int(pid_file.read_text())
-        # The payload leads its own process group, in its own session, under the pilot.
+        (payload_pid,) = [pid for pid in payload_processes(proc.pid, pid_file.parent)
+                          if (seen := read_proc(pid)) is not None and seen.ppid == proc.pid]
+        # The payload (or its sandbox) leads its own process group, in its own session,
+        # under the pilot.
         assert os.getpgid(payload_pid) == payload_pid
         assert int(Path(f"/proc/{payload_pid}/stat").read_text().rsplit(")", 1)[1]
                    .split()[1]) == proc.pid
