@@ -174,7 +174,8 @@ def payload(job: Any) -> JobPayload:
         processors=desc.processors, memory=desc.memory,
         input_sandbox=list(desc.input_sandbox), output_sandbox=list(desc.output_sandbox),
         stdout=desc.stdout, stderr=desc.stderr, stdin=desc.stdin, job_name=desc.job_name,
-        description=job.description, description_format=job.description_format,
+        container_image=desc.container_image, description=job.description,
+        description_format=job.description_format,
         extra=dict(desc.extra))
 
 

@@ -95,6 +95,9 @@ class JobDescription:
     #: The scopes its payload's token is to have (narrower than the VO grants; empty: all
     #: that the VO grants).
     token_scopes: tuple[str, ...] = ()
+    #: The container image its payload runs in (a path on the worker node: an unpacked image
+    #: folder, as on CVMFS, or an image file); None: the node's own system.
+    container_image: str | None = None
     #: The parameter this job was expanded for, in a parametric bulk.
     parameter: str | None = None
     #: Fields gridpilot does not interpret: kept and passed to the payload.
@@ -128,7 +131,7 @@ KNOWN_FIELDS = (
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
     "MaxNumberOfProcessors", "MaxRAM", "Requirements", "GridCE", "InputData",
-    "DataRequirements", "TokenScopes", *PARAMETRIC,
+    "DataRequirements", "TokenScopes", "ContainerImage", *PARAMETRIC,
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
 CANONICAL["bannedsites"] = "BannedSite"
@@ -259,6 +262,9 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
     assert executable is not None
     processors, max_processors = _processors(raw)
     requirements, expression = _requirements(raw)
+    image = _container_image(raw)
+    tags = frozenset(_labels(raw, "Tags")) | (
+        {container_tag(image)} if image is not None else frozenset())
     return JobDescription(
         executable=executable,
         arguments=_arguments(raw),
@@ -279,7 +285,7 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         sites=frozenset(_labels(raw, "Site")),
         banned_sites=frozenset(_labels(raw, "BannedSite")),
         platforms=frozenset(_labels(raw, "Platform")),
-        tags=frozenset(_labels(raw, "Tags")),
+        tags=tags,
         ces=frozenset(_labels(raw, "GridCE")),
         memory=_integer(raw, "MaxRAM", 0, low=0, high=MAX_MEMORY_MB,
                         what="a non-negative integer number of MB"),
@@ -289,6 +295,7 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
         requirements_expression=expression,
         input_data=_input_data(raw, warnings),
         token_scopes=_strings(raw, "TokenScopes"),
+        container_image=image,
         parameter=parameter,
         extra=dict(extra),
         warnings=tuple(dict.fromkeys(warnings + _sandbox_notes(raw)
@@ -296,6 +303,35 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
                                                         _strings(raw, "InputSandbox"))
                                      + _expression_notes(expression))),
     )
+
+
+#: The tag a pilot offers when it can run a job in an image folder (any of its isolation
+#: tools), and the one for an image file (apptainer only).
+CONTAINER_TAG, IMAGE_FILE_TAG = "container", "apptainer"
+#: Image files by their ending; anything else is an unpacked image folder.
+IMAGE_FILE_ENDINGS = (".sif", ".img", ".simg")
+MAX_IMAGE_PATH = 1024
+
+
+def container_tag(image: str) -> str:
+    """The tag a pilot must offer to run a job in ``image``."""
+    return IMAGE_FILE_TAG if image.lower().endswith(IMAGE_FILE_ENDINGS) else CONTAINER_TAG
+
+
+def _container_image(raw: Raw) -> str | None:
+    """ContainerImage: an absolute path on the worker node, without "..", at most
+    MAX_IMAGE_PATH characters."""
+    image = _string(raw, "ContainerImage")
+    if image is None:
+        return None
+    label = raw["ContainerImage"][0]
+    if (not image.startswith("/") or len(image) > MAX_IMAGE_PATH
+            or ".." in image.split("/") or any(ord(c) < 32 or ord(c) == 127 for c in image)):
+        raise JobDescriptionError(
+            f"{label} must be the absolute path of an image on the worker node (an unpacked "
+            f"image folder, e.g. on /cvmfs, or a .sif file), without '..', at most "
+            f"{MAX_IMAGE_PATH} characters; got {_show(image)}", label)
+    return image
 
 
 def _input_data(raw: Raw, warnings: list[str]) -> tuple[str, ...]:

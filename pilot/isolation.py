@@ -98,8 +98,13 @@ class Isolation:
         """The tool and its version, as the pilot reports it: "bwrap 0.8.0", "none"."""
         return f"{self.name} {self.version}".strip()
 
-    def command(self, argv: Sequence[str], job_dir: Path) -> list[str]:
-        """The command that runs ``argv`` in ``job_dir`` (the current folder) isolated."""
+    def command(self, argv: Sequence[str], job_dir: Path,
+                image: str | None = None) -> list[str]:
+        """The command that runs ``argv`` in ``job_dir`` (the current folder) isolated, in
+        the job's container ``image`` when it names one (ImageError when this isolation
+        cannot run it)."""
+        if image is not None:
+            raise ImageError(f"payloads run bare here: no container image ({image})")
         return list(argv)
 
     def self_test(self) -> str:
@@ -135,6 +140,35 @@ class Isolation:
                 shutil.rmtree(folder, ignore_errors=True)
 
 
+class ImageError(OSError):
+    """A job's container image cannot be run (missing, or of a kind the tool cannot run)."""
+
+
+def _image_root(image: str, keep: Sequence[Path]) -> list[str]:
+    """bwrap's arguments that make an unpacked image folder the sandbox's root: a tmpfs root,
+    each top-level entry of the image bound read-only (links made again), except those the
+    sandbox mounts itself or that hold one of the ``keep`` paths (the job's folder, the
+    site's binds), which come from the node."""
+    root = Path(image)
+    if not root.is_dir():
+        raise ImageError(f"container image {image} is not a folder on this node (an image "
+                         "file needs apptainer)")
+    held = {p.parts[1] for p in keep if len(p.parts) > 1}
+    args = ["--tmpfs", "/"]
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise ImageError(f"container image {image} cannot be read: {exc.strerror}") from exc
+    for entry in entries:
+        if entry.name in ("proc", "dev", "tmp") or entry.name in held:
+            continue
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry), f"/{entry.name}"]
+        else:
+            args += ["--ro-bind", str(entry), f"/{entry.name}"]
+    return args
+
+
 def _tool_version(executable: str) -> str:
     """The version a tool prints ("bubblewrap 0.8.0" → "0.8.0"), "" if it says none."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
@@ -156,21 +190,25 @@ class Bubblewrap(Isolation):
         self.executable = executable
         self.version = _tool_version(executable)
 
-    def command(self, argv: Sequence[str], job_dir: Path) -> list[str]:
+    def command(self, argv: Sequence[str], job_dir: Path,
+                image: str | None = None) -> list[str]:
         cmd = [self.executable, "--die-with-parent", "--unshare-pid", "--unshare-ipc"]
         # Unprivileged, bwrap needs a user namespace for the others; as root, it would keep
         # every capability (mounts, devices): the payload gets none.
         cmd += ["--unshare-user"] if os.geteuid() != 0 else ["--cap-drop", "ALL"]
-        cmd += ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp"]
-        for bind in self.layout.binds:
-            if bind.path.exists():
-                cmd += ["--bind" if bind.writable else "--ro-bind", str(bind.path),
-                        str(bind.path)]
+        binds = [b for b in self.layout.binds if b.path.exists()]
+        if image is None:
+            cmd += ["--ro-bind", "/", "/"]
+        else:
+            cmd += _image_root(image, [job_dir, *(b.path for b in binds)])
+        cmd += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+        for bind in binds:
+            cmd += ["--bind" if bind.writable else "--ro-bind", str(bind.path), str(bind.path)]
         # What is hidden goes after the binds (a shared area may hold the work folder), and
-        # the job folder comes back last.
+        # the job folder comes back last. In an image the node's folders are not there.
         for path in (self.layout.workdir, *self.layout.hidden):
-            if path.is_dir():
+            if path.is_dir() and (image is None or any(
+                    path.is_relative_to(b.path) for b in binds)):
                 cmd += ["--tmpfs", str(path)]
         cmd += ["--bind", str(job_dir), str(job_dir), "--chdir", str(job_dir), "--", *argv]
         return cmd
@@ -192,7 +230,8 @@ class Apptainer(Isolation):
         #: An empty folder mounted over what must stay hidden.
         self.empty = layout.workdir / ".isolation-empty"
 
-    def command(self, argv: Sequence[str], job_dir: Path) -> list[str]:
+    def command(self, argv: Sequence[str], job_dir: Path,
+                image: str | None = None) -> list[str]:
         cmd = [self.executable, "exec", "--contain", "--pid", "--ipc", "--no-home"]
         for bind in self.layout.binds:
             if bind.path.exists():
@@ -203,7 +242,10 @@ class Apptainer(Isolation):
                 self.empty.mkdir(mode=0o555, exist_ok=True)
             for path in hidden:
                 cmd += ["--bind", f"{self.empty}:{path}:ro"]
-        cmd += ["--bind", f"{job_dir}:{job_dir}:rw", "--pwd", str(job_dir), self.image, *argv]
+        if image is not None and not Path(image).exists():
+            raise ImageError(f"container image {image} is not on this node")
+        cmd += ["--bind", f"{job_dir}:{job_dir}:rw", "--pwd", str(job_dir),
+                image or self.image, *argv]
         return cmd
 
 

@@ -814,8 +814,8 @@ class Pilot:
             return False
         self.isolation = chosen
         if chosen.isolated:  # jobs that ask for it (Tags) go only to isolated pilots
-            extra = tuple(t for t in (protocol.ISOLATED_TAG, chosen.name)
-                          if t not in self.node.tags)
+            extra = tuple(t for t in (protocol.ISOLATED_TAG, protocol.CONTAINER_TAG,
+                                      chosen.name) if t not in self.node.tags)
             self.node = replace(self.node, tags=(*self.node.tags, *extra))
         return True
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from pilot.features import write_features
-from pilot.isolation import Isolation
+from pilot.isolation import ImageError, Isolation
 from pilot.logformat import concerning
 from pilot.output import cap_output, open_output, output_path, remove_folder, valid_text
 from pilot.payloadtoken import TOKEN_FILE_VARIABLE
@@ -250,16 +250,20 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
         if stdin is not None:
             os.close(stdin)
         raise
-    program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath),
-                                 job_id=job.job_id)
-    command = [program, *job.arguments]
     isolated = isolation is not None and isolation.isolated
-    if isolated:
-        # What the sandbox could not start fails here, as a bare start would.
-        _check_runnable(program, directory, env.get("PATH", os.defpath))
-    if isolation is not None:
-        command = isolation.command(command, directory)
-    try:
+    image = job.container_image
+    try:  # what cannot start leaves no descriptor open
+        program = resolve_executable(job.executable, directory, env.get("PATH", os.defpath),
+                                     job_id=job.job_id)
+        command = [program, *job.arguments]
+        if image is not None and not isolated:
+            raise ImageError(f"this pilot runs payloads bare: it cannot run container image "
+                             f"{image}")
+        if isolated and image is None:
+            # What the sandbox could not start fails here, as a bare start would.
+            _check_runnable(program, directory, env.get("PATH", os.defpath))
+        if isolation is not None:
+            command = isolation.command(command, directory, image=image)
         process = subprocess.Popen(
             command, cwd=directory, env=env,
             stdin=stdin if stdin is not None else subprocess.DEVNULL, stdout=out,

@@ -39,6 +39,8 @@ NO_MATCH_REASONS: tuple[str, ...] = (NO_MATCHING_JOB, HELD_BY_LIMITS, SITE_BANNE
 
 #: The tag a pilot whose payloads run isolated from each other offers (pilot.isolation).
 ISOLATED_TAG = "isolated"
+#: What an isolated pilot offers besides: it runs jobs in an image folder (ContainerImage).
+CONTAINER_TAG = "container"
 
 #: The one command a heartbeat answer carries for a job: stop it, it is not this pilot's any
 #: more (killed, deleted, rescheduled, or never given to it).
@@ -84,6 +86,8 @@ class JobPayload:
     #: The file of the job's folder (from its input sandbox) its standard input is read from.
     stdin: str | None = None
     job_name: str | None = None
+    #: The image the payload runs in (a path on the node); None: the node's own system.
+    container_image: str | None = None
     #: The description exactly as submitted, and its format ("jdl" or "json").
     description: str = ""
     description_format: str = "jdl"
@@ -145,6 +149,7 @@ _FIELD_KINDS: dict[str, Callable[[Any], bool]] = {
         isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
     "cpu_time": _integer, "processors": _integer, "memory": _integer,
     "input_sandbox": _texts, "output_sandbox": _texts, "stdin": _maybe_text, "stdout": _maybe_text,
-    "stderr": _maybe_text, "job_name": _maybe_text, "description": _text,
+    "stderr": _maybe_text, "job_name": _maybe_text, "container_image": _maybe_text,
+    "description": _text,
     "description_format": _text, "extra": lambda v: isinstance(v, dict),
 }

@@ -18,6 +18,7 @@ from pilot.isolation import (
     Apptainer,
     Bind,
     Bubblewrap,
+    ImageError,
     Isolation,
     Layout,
     choose,
@@ -233,7 +234,7 @@ def test_an_isolated_pilot_offers_the_isolated_tag(tmp_path: Path, mode: str) ->
     assert pilot._isolate()
     resource = pilot.match_request(now, pilot.limits(now))
     assert resource is not None
-    expected = ["GPU", "isolated", "bwrap"] if mode == "bwrap" else ["GPU"]
+    expected = ["GPU", "isolated", "container", "bwrap"] if mode == "bwrap" else ["GPU"]
     assert resource["tags"] == expected
 
 
@@ -258,3 +259,92 @@ def test_a_relative_isolation_bind_is_refused(tmp_path: Path) -> None:
     done = _pilot_cli(tmp_path, "--isolation-bind", "cvmfs:ro", path=os.environ["PATH"])
     assert done.returncode == 2
     assert "--isolation-bind needs an absolute path, got 'cvmfs:ro'" in done.stderr
+
+
+# -- a job's own container image -------------------------------------------------------------
+
+BUSYBOX = Path("/bin/busybox")
+needs_busybox = pytest.mark.skipif(BWRAP is None or not BUSYBOX.is_file(),
+                                   reason="bubblewrap or busybox-static is not installed")
+
+
+def _image(tmp_path: Path) -> Path:
+    """The smallest real image folder: one static program and the names it answers to."""
+    image = tmp_path / "images" / "busybox"
+    (image / "bin").mkdir(parents=True)
+    (image / "etc").mkdir()
+    shutil.copy(BUSYBOX, image / "bin" / "busybox")
+    for name in ("sh", "cat", "echo", "ls", "test", "kill"):
+        (image / "bin" / name).symlink_to("busybox")
+    (image / "etc" / "image-name").write_text("busybox-test-image\n")
+    (image / "lib").symlink_to("bin")
+    return image
+
+
+def test_busybox_is_there_in_ci() -> None:
+    """CI installs busybox-static (.ci/run): the image tests below must not skip there."""
+    if os.environ.get("GRIDPILOT_TEST_REQUIRE_SERVERS") == "1":
+        assert BUSYBOX.is_file() and BWRAP is not None
+
+
+@needs_busybox
+def test_a_job_runs_in_its_image_folder_and_sees_its_own_folder_only(tmp_path: Path) -> None:
+    image = _image(tmp_path)
+    other = tmp_path / "work" / "job_1"
+    other.mkdir(parents=True)
+    (other / "secret.txt").write_text("x")
+    work = tmp_path / "work"
+    isolation = Bubblewrap(Layout(work), BWRAP or "bwrap")
+    job = JobPayload(job_id=9, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable="/bin/sh", container_image=str(image),
+                     arguments=["-c", "cat /etc/image-name > seen; "
+                                f"test -e {sys.executable} || echo no-host-python >> seen; "
+                                f"test -e {other}/secret.txt || echo no-secret >> seen; "
+                                "ls -l /lib >> seen"])
+    now = time.time()
+    payload = start_payload(job, cores=1, memory_mb=0, root=work, now=now, max_end=now + 60,
+                            cpu_factor=None, machine_features=None, base_env=os.environ,
+                            isolation=isolation)
+    assert payload.wait() == 0, payload.tail()
+    seen = (payload.directory / "seen").read_text().splitlines()
+    assert seen[:3] == ["busybox-test-image", "no-host-python", "no-secret"]
+    assert "-> bin" in seen[3]
+
+
+def test_an_image_folder_that_is_not_there_fails_the_start_with_a_reason(
+        tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    isolation = Bubblewrap(Layout(work), BWRAP or "bwrap")
+    job = JobPayload(job_id=3, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable="/bin/sh",
+                     container_image=str(tmp_path / "nowhere"))
+    now = time.time()
+    before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(ImageError, match="is not a folder on this node"):
+        start_payload(job, cores=1, memory_mb=0, root=work, now=now, max_end=now + 60,
+                      cpu_factor=None, machine_features=None, base_env=os.environ,
+                      isolation=isolation)
+    # Nothing of the start is left open (its output file was opened before the refusal).
+    assert len(os.listdir("/proc/self/fd")) == before
+
+
+def test_a_bare_pilot_runs_no_image(tmp_path: Path) -> None:
+    job = JobPayload(job_id=4, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable="/bin/true", container_image="/cvmfs/x")
+    now = time.time()
+    with pytest.raises(ImageError, match="runs payloads bare"):
+        start_payload(job, cores=1, memory_mb=0, root=tmp_path / "w", now=now,
+                      max_end=now + 60, cpu_factor=None, machine_features=None,
+                      base_env=os.environ, isolation=None)
+
+
+def test_apptainer_runs_the_jobs_image_instead_of_the_sites(tmp_path: Path) -> None:
+    image = tmp_path / "centos7.sif"
+    image.write_bytes(b"SIF")
+    apptainer = Apptainer(Layout(tmp_path / "work"), "apptainer", image="/")
+    job_dir = tmp_path / "work" / "job_1"
+    command = apptainer.command(["/bin/true"], job_dir, image=str(image))
+    assert command[-2:] == [str(image), "/bin/true"]
+    assert apptainer.command(["/bin/true"], job_dir)[-2:] == ["/", "/bin/true"]
+    with pytest.raises(ImageError, match="not on this node"):
+        apptainer.command(["/bin/true"], job_dir, image=str(tmp_path / "gone.sif"))
