@@ -150,11 +150,14 @@ def _judge_empty_answer(call: Call, resource: Resource) -> None:
     vo = call.principal.vo
 
     def waiting(session: Session, site: str, ce: str, queue: str) -> bool:
-        try:
-            _pools, n = queue_pools_and_waiting(session, config, site, ce, queue, vo)
-        except NotFoundError:  # its queue left the configuration: nothing to judge by
-            return False
-        return n > 0
+        def find() -> bool:
+            try:
+                _pools, n = queue_pools_and_waiting(session, config, site, ce, queue, vo)
+            except NotFoundError:  # its queue left the configuration: nothing to judge by
+                return False
+            return n > 0
+
+        return call.runtime.queue_work.get((vo, site, ce, queue), find)
 
     call.runtime.transaction(lambda session: note_empty_answer(
         session, vo, resource.pilot_reference, waiting))

@@ -19,6 +19,7 @@ from matcher.idp import IdentityProviders
 from matcher.metrics import Metrics
 from optimizers.chain import ChainContext
 from optimizers.datalocation import ReplicaCatalogue, catalogue_for
+from optimizers.queuework import QueueWork
 from optimizers.resources import ResourcesConfig, load_resources
 from taskqueue.core.settings import Settings
 from taskqueue.db.database import (
@@ -53,6 +54,8 @@ class Runtime:
     _catalogue: ReplicaCatalogue | None = None
     #: The process's random draws (queue keys), seeded afresh in each forked worker.
     _rng: tuple[int, random.Random] | None = None
+    #: Whether work each queue could run is waiting, as last found (optimizers.queuework).
+    queue_work: QueueWork = field(default_factory=QueueWork)
 
     def sandbox_store(self) -> SandboxStore:
         """Where sandbox bytes are kept ([sandboxes] settings), opened on first use."""
