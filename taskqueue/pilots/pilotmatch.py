@@ -38,7 +38,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.core.resources import Resource
 from taskqueue.core.settings import DatabaseSettings
-from taskqueue.db.database import UNAVAILABLE, engine_for, run_in_transaction
+from taskqueue.db.database import (
+    UNAVAILABLE,
+    engine_for,
+    is_read_only_server,
+    run_in_transaction,
+)
 from taskqueue.db.groupcommit import GroupCommit
 from taskqueue.db.statementdeadline import limits_of, statement_deadline
 from taskqueue.matching.claim import MATCHED_MINOR, Claim, ExpressionCheck
@@ -349,7 +354,8 @@ def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
                                     "processes; try again") from exc
             # Anything else may leave an answer half read: the connection is not reused.
             connection.invalidate(exc)
-            if isinstance(exc, driver.OperationalError):
+            if isinstance(exc, driver.OperationalError) or is_read_only_server(exc):
+                # A read-only server (a standby: the primary failed over) changed nothing.
                 raise DatabaseUnavailableError(UNAVAILABLE) from exc
             raise
         finally:
