@@ -141,7 +141,7 @@ def is_read_only_server(exc: BaseException) -> bool:
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if getattr(orig, "sqlstate", None) in _READ_ONLY_PG:
         return True
-    args = getattr(orig, "args", ())
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
     return bool(args) and isinstance(args[0], int) and args[0] in _READ_ONLY_MYSQL
 
 

@@ -12,6 +12,7 @@ The seconds without a match and the refusals of each are written to
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import random
@@ -168,7 +169,7 @@ class Load:
         """One bulk submission; whether the service took it (its ids are then recorded)."""
         jdl = (f'[ Executable = "/bin/true"; Parameters = {jobs}; JobGroup = "{self.group}";'
                f' Site = "{SITE}"; CPUTime = 3600; ]')
-        session = RecordedSession(self.ledger, True)
+        session = RecordedSession(self.ledger, "")
         try:
             answer = session.post(f"{self.grid.url}/api/v1/jobs", data=jdl.encode(),
                                   headers={"Authorization": f"Bearer {self.user_token}",
@@ -192,7 +193,7 @@ class Load:
     def _pilot(self, index: int) -> None:
         ledger, reference = self.ledger, f"ha-{self.group}-pilot-{index}"
         client = MatcherClient(self.grid.url, self.pilot_token, timeout=40,
-                               session=RecordedSession(ledger, True))
+                               session=RecordedSession(ledger, ""))
         rng = random.Random(index)
         backoff = Backoff(base=0.1, cap=2.0, rng=rng)
         resource = {"vo": VO, "site": SITE, "ce": "ce503.cern.ch",
@@ -259,8 +260,8 @@ def _unfinished(grid: Grid, group: str) -> int:
         engine.dispose()
 
 
-def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], None],
-              repair: Callable[[], None]) -> dict[str, Any]:
+def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
+              repair: Callable[[], object]) -> dict[str, Any]:
     """Run the load, ``fault`` once a sixth of the first jobs are done, ``repair`` once
     matching works again; then let every job finish and check the outcome."""
     events: dict[str, float] = {}
@@ -321,7 +322,7 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], None],
     illegal = {job_id: moves for job_id, moves in history.items()
                if moves.count("Done") != 1 or not all(
                    a == b or is_allowed(JobStatus(a), JobStatus(b))  # a == b: a minor status
-                   for a, b in zip(moves, moves[1:]))}
+                   for a, b in itertools.pairwise(moves))}
     assert illegal == {}
 
     failed = [r for r in ledger.failures if r.at >= events["fault"] - 1]
