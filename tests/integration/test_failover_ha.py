@@ -8,7 +8,11 @@ Each scenario asserts that no job was handed to two pilots, none was lost, every
 Done through legal moves only, and that every request refused meanwhile said when to come
 back (503 with Retry-After, never a 500). The matcher and the agents are never restarted.
 The seconds without a match and the refusals of each are written to
-``work/artifacts/ha/<scenario>.json`` (or ``$GRIDPILOT_TEST_ARTIFACTS``)."""
+``work/artifacts/ha/<scenario>.json`` (or ``$GRIDPILOT_TEST_ARTIFACTS``).
+
+GRIDPILOT_TEST_HA_VIA=multihost runs them with libpq's multi-host URL
+(``target_session_attrs=read-write``) instead of HAProxy, to compare the two (figures in
+``<scenario>-multihost.json``)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +46,7 @@ from matcher.auth import issue_token
 from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
 from taskqueue.core.states import JobStatus, is_allowed
 from taskqueue.db.database import make_engine, make_session_factory
-from taskqueue.db.models import Job, JobStatusHistory
+from taskqueue.db.models import AgentRun, Job, JobStatusHistory
 from tests.integration.conftest import ROOT, HACluster
 from tests.integration.test_topology import Ledger, RecordedSession
 
@@ -54,6 +59,8 @@ PILOTS = 16
 #: Jobs submitted before the pilots start, and by each bulk submission while they run.
 FIRST_JOBS, BULK_JOBS = 300, 20
 #: The agents return a match whose answer was lost after this many seconds.
+#: How the matcher and the agents reach the primary: "haproxy" or "multihost".
+VIA = os.environ.get("GRIDPILOT_TEST_HA_VIA", "haproxy")
 AGENT_SETTINGS = {"GRIDPILOT_AGENTS_MATCHED_LEASE": "10",
                   "GRIDPILOT_AGENTS_WATCHDOG_INTERVAL": "2",
                   "GRIDPILOT_AGENTS_OPTIMIZER_INTERVAL": "2"}
@@ -64,6 +71,8 @@ class Grid:
     url: str
     database_url: str
     logs: Path
+    #: ``gridpilot serve`` and ``gridpilot agents``: never restarted by the tests.
+    processes: list[subprocess.Popen[bytes]]
 
 
 def _wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
@@ -83,9 +92,10 @@ def ha_grid(ha_cluster: HACluster, tmp_path_factory: pytest.TempPathFactory) -> 
     lost), all reaching the primary through HAProxy."""
     name = f"gp_ha_{os.getpid()}_{uuid.uuid4().hex[:8]}"
     admin = create_engine(ha_cluster.url, isolation_level="AUTOCOMMIT")
+    base = ha_cluster.env["GRIDPILOT_HA_MULTIHOST_URL"] if VIA == "multihost" else ha_cluster.url
     with admin.connect() as conn:
         conn.execute(text(f"CREATE DATABASE {name}"))
-    url = make_url(ha_cluster.url).set(database=name).render_as_string(hide_password=False)
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
     engine = make_engine(url, statement_timeout=0)
     schema.upgrade(engine)
     engine.dispose()
@@ -116,7 +126,7 @@ def ha_grid(ha_cluster: HACluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 return False
 
         _wait_for("gridpilot serve healthy", healthy, 120)
-        yield Grid(f"http://127.0.0.1:{port}", url, logs)
+        yield Grid(f"http://127.0.0.1:{port}", url, logs, processes)
     finally:
         for process in processes:
             os.killpg(process.pid, signal.SIGTERM)
@@ -260,6 +270,16 @@ def _unfinished(grid: Grid, group: str) -> int:
         engine.dispose()
 
 
+def _turn_ended_after(grid: Grid, loop: str, at: datetime) -> bool:
+    engine = make_engine(grid.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            ended = session.scalar(select(AgentRun.finished_at).where(AgentRun.name == loop))
+    finally:
+        engine.dispose()
+    return ended is not None and ended > at
+
+
 def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
               repair: Callable[[], object]) -> dict[str, Any]:
     """Run the load, ``fault`` once a sixth of the first jobs are done, ``repair`` once
@@ -270,6 +290,7 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         ledger = load.ledger
         _wait_for("50 jobs done", lambda: len(ledger.done) >= 50 or ledger.errors, 120)
         events["fault"] = time.monotonic()
+        fault_at = datetime.now(UTC)
         fault()
         events["fault done"] = time.monotonic()
         _wait_for("a match after the fault", lambda: any(
@@ -286,6 +307,11 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     roles_after = ha.members()
 
     assert ledger.errors == []
+    # The matcher and the agents rode it out in the same processes; the agents' turns (their
+    # leases are rows of agent_runs) go on after it.
+    assert [process.poll() for process in grid.processes] == [None, None]
+    _wait_for("a watchdog turn ended after the fault",
+              lambda: _turn_ended_after(grid, "watchdog", fault_at), 60)
     confirmed = Counter(job_id for _, job_id in ledger.confirmed)
     duplicated = sorted(job_id for job_id, n in confirmed.items() if n > 1)
     assert duplicated == []
@@ -328,7 +354,7 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     failed = [r for r in ledger.failures if r.at >= events["fault"] - 1]
     before = [t for t in ledger.matched_at if t <= events["fault"]]
     figures = {
-        "scenario": name, "pilots": PILOTS, "jobs": len(jobs),
+        "scenario": name, "via": VIA, "pilots": PILOTS, "jobs": len(jobs),
         "submitted_and_acknowledged": len(load.submitted),
         "jobs_not_acknowledged_but_stored": len(set(jobs) - set(load.submitted)),
         "duplicated": 0, "lost": 0,
@@ -347,7 +373,8 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     }
     base = Path(os.environ.get("GRIDPILOT_TEST_ARTIFACTS") or ROOT / "work" / "artifacts")
     (base / "ha").mkdir(parents=True, exist_ok=True)
-    (base / "ha" / f"{name}.json").write_text(json.dumps(figures, indent=2) + "\n")
+    suffix = "" if VIA == "haproxy" else f"-{VIA}"
+    (base / "ha" / f"{name}{suffix}.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"{name}:", json.dumps(figures))
     return figures
 
