@@ -20,9 +20,11 @@ import itertools
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -73,6 +75,11 @@ class Grid:
     logs: Path
     #: ``gridpilot serve`` and ``gridpilot agents``: never restarted by the tests.
     processes: list[subprocess.Popen[bytes]]
+    secret: str = SECRET
+    #: The CA to trust (the topology's TLS), or "" for plain HTTP.
+    ca: str = ""
+    #: tools/topology's folder when the grid is that deployment.
+    topology: Path | None = None
 
 
 def _wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
@@ -167,9 +174,9 @@ class Load:
         self.ledger = Ledger()
         self.submitted: list[int] = []
         self.stop, self.stop_submitting = threading.Event(), threading.Event()
-        self.pilot_token = issue_token(SECRET, subject="ha-pilots", role="pilot", vo=VO,
+        self.pilot_token = issue_token(grid.secret, subject="ha-pilots", role="pilot", vo=VO,
                                        group="lhcb_pilot", lifetime=3600, site=SITE)
-        self.user_token = issue_token(SECRET, subject="ha-user", role="user", vo=VO,
+        self.user_token = issue_token(grid.secret, subject="ha-user", role="user", vo=VO,
                                       group="lhcb_user", lifetime=3600)
         self.threads = [threading.Thread(target=self._pilot, args=(i,), name=f"pilot-{i}")
                         for i in range(PILOTS)]
@@ -179,7 +186,7 @@ class Load:
         """One bulk submission; whether the service took it (its ids are then recorded)."""
         jdl = (f'[ Executable = "/bin/true"; Parameters = {jobs}; JobGroup = "{self.group}";'
                f' Site = "{SITE}"; CPUTime = 3600; ]')
-        session = RecordedSession(self.ledger, "")
+        session = RecordedSession(self.ledger, self.grid.ca)
         try:
             answer = session.post(f"{self.grid.url}/api/v1/jobs", data=jdl.encode(),
                                   headers={"Authorization": f"Bearer {self.user_token}",
@@ -203,7 +210,7 @@ class Load:
     def _pilot(self, index: int) -> None:
         ledger, reference = self.ledger, f"ha-{self.group}-pilot-{index}"
         client = MatcherClient(self.grid.url, self.pilot_token, timeout=40,
-                               session=RecordedSession(ledger, ""))
+                               session=RecordedSession(ledger, self.grid.ca))
         rng = random.Random(index)
         backoff = Backoff(base=0.1, cap=2.0, rng=rng)
         resource = {"vo": VO, "site": SITE, "ce": "ce503.cern.ch",
@@ -309,7 +316,12 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     assert ledger.errors == []
     # The matcher and the agents rode it out in the same processes; the agents' turns (their
     # leases are rows of agent_runs) go on after it.
-    assert [process.poll() for process in grid.processes] == [None, None]
+    assert all(process.poll() is None for process in grid.processes)
+    if grid.topology is not None:
+        status = json.loads(subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "topology"), "status", "--dir",
+             str(grid.topology)], capture_output=True, text=True, check=True).stdout)
+        assert all(status["alive"].values()), status["alive"]
     _wait_for("a watchdog turn ended after the fault",
               lambda: _turn_ended_after(grid, "watchdog", fault_at), 60)
     confirmed = Counter(job_id for _, job_id in ledger.confirmed)
@@ -426,3 +438,36 @@ def test_etcd_is_lost_and_restarted_under_load(ha_grid: Grid, ha_cluster: HAClus
     _scenario(ha_grid, ha_cluster, "etcd-restarted", lose_etcd, lambda: None)
     _wait_for("a leader and a synchronous standby", lambda: sorted(
         ha_cluster.members().values()) == ["leader", "sync_standby"], 60)
+
+
+# -- the whole deployment on it ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ha_topology(ha_cluster: HACluster) -> Iterator[Grid]:
+    """tools/topology (nginx, HAProxy, three matchers, PgBouncer in transaction mode, the
+    agents) with PgBouncer in front of the HA cluster's HAProxy."""
+    folder = Path(tempfile.mkdtemp(prefix="gridpilot-topology-ha-"))
+    folder.chmod(0o755)
+    tool = [sys.executable, str(ROOT / "tools" / "topology")]
+    up = subprocess.run([*tool, "up", "--dir", str(folder), "--postgres", ha_cluster.url],
+                        capture_output=True, text=True, timeout=900)
+    try:
+        assert up.returncode == 0, f"tools/topology up failed: {up.stderr}"
+        state = json.loads((folder / "state.json").read_text())
+        yield Grid(state["url"], state["direct_url"], folder, [], secret=state["secret"],
+                   ca=state["ca"], topology=folder)
+    finally:
+        subprocess.run([*tool, "down", "--dir", str(folder)], capture_output=True, timeout=300)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_topology_follows_the_primary_through_pgbouncer(
+        ha_topology: Grid, ha_cluster: HACluster) -> None:
+    """The whole deployment on the HA database: PgBouncer's server connections go through
+    the cluster's HAProxy; the primary dies under load and every service carries on,
+    nothing restarted."""
+    killed: list[str] = []
+    figures = _scenario(ha_topology, ha_cluster, "topology-primary-killed",
+                        lambda: killed.append(ha_cluster.tool("kill", "primary")),
+                        lambda: ha_cluster.tool("start", killed[0]))
+    assert figures["roles_after"][killed[0]] != "leader"
