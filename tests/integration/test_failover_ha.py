@@ -292,6 +292,11 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     """Run the load, ``fault`` once a sixth of the first jobs are done, ``repair`` once
     matching works again; then let every job finish and check the outcome."""
     events: dict[str, float] = {}
+    # Each scenario starts from a whole cluster (what an earlier one left is started again)
+    # with its synchronous standby in place.
+    ha.tool("up")
+    _wait_for("a leader and a synchronous standby", lambda: sorted(
+        ha.members().values()) == ["leader", "sync_standby"], 120)
     roles_before = ha.members()
     with Load(grid, name) as load:
         ledger = load.ledger
@@ -300,11 +305,13 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         fault_at = datetime.now(UTC)
         fault()
         events["fault done"] = time.monotonic()
-        _wait_for("a match after the fault", lambda: any(
-            t > events["fault done"] for t in ledger.matched_at) or ledger.errors, 120)
+        try:
+            _wait_for("a match after the fault", lambda: any(
+                t > events["fault done"] for t in ledger.matched_at) or ledger.errors, 120)
+        finally:
+            repair()  # also when the service did not come back: the next test needs it
         events["first match after"] = min(
             (t for t in ledger.matched_at if t > events["fault done"]), default=0.0)
-        repair()
         events["repaired"] = time.monotonic()
         time.sleep(2)  # bulk submissions on the repaired cluster
         load.stop_submitting.set()
