@@ -27,6 +27,7 @@ demo: $(DEMO_STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/mypy tools/pg-ha
 
 test: lint
 	$(BIN)/pytest

@@ -44,6 +44,13 @@ LOST_AT_COMMIT = ("the database connection was lost while the change was being c
 #: Driver error codes that mean "the transaction lost a race; run it again".
 _RETRYABLE_PG = {"40001", "40P01"}  # serialization failure, deadlock
 _RETRYABLE_MYSQL = {1205, 1213}  # lock wait timeout, deadlock
+#: Driver error codes of a write refused by a server that is read-only: a standby, e.g. a
+#: primary demoted under its pooled connections when its HA manager (Patroni) lost the
+#: leader key, or a member a balancer still sends to for a moment after a failover. The
+#: server changed nothing; the connection is treated as lost, so that the next one is made
+#: anew (through the balancer, to the new primary).
+_READ_ONLY_PG = {"25006"}  # read_only_sql_transaction
+_READ_ONLY_MYSQL = {1290, 1792}  # --read-only server, read-only transaction
 
 
 def _redacted(url: str) -> str:
@@ -116,6 +123,7 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         engine = create_engine(url, echo=echo,
                                isolation_level="AUTOCOMMIT" if autocommit else "READ COMMITTED",
                                hide_parameters=True, connect_args=connect_args, **pooling)
+        _read_only_is_a_lost_connection(engine)
         if backend == "postgresql":
             # Also behind a pooler, whose server-side timeout is the server's own setting.
             install_deadline(engine, statement_timeout, alive=liveness,
@@ -125,6 +133,27 @@ def make_engine(url: str, *, echo: bool = False, pool_size: int = 5,
         f"database URL {shown!r}: backend {backend!r} is not supported; "
         "use sqlite, postgresql+psycopg or mysql+pymysql"
     )
+
+
+def is_read_only_server(exc: BaseException) -> bool:
+    """Whether a driver error (or SQLAlchemy's wrapping of one) is a write refused because
+    the server is read-only (a standby): see ``_READ_ONLY_PG``."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    if getattr(orig, "sqlstate", None) in _READ_ONLY_PG:
+        return True
+    args: tuple[Any, ...] = tuple(getattr(orig, "args", ()))
+    return bool(args) and isinstance(args[0], int) and args[0] in _READ_ONLY_MYSQL
+
+
+def _read_only_is_a_lost_connection(engine: Engine) -> None:
+    """A connection to a server that went read-only is invalidated, with the pool's others
+    of its age (they reach the same server): run_in_transaction then retries on a fresh
+    one, and a caller that still gets the error is told the database is unavailable."""
+
+    @event.listens_for(engine, "handle_error")
+    def _read_only(context: Any) -> None:
+        if is_read_only_server(context.original_exception):
+            context.is_disconnect = True
 
 
 def _server_connect_args(backend: str, connect_timeout: float, statement_timeout: float

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -38,8 +38,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.core.resources import Resource
 from taskqueue.core.settings import DatabaseSettings
-from taskqueue.db.database import UNAVAILABLE, engine_for, run_in_transaction
+from taskqueue.core.states import JobStatus
+from taskqueue.db.database import (
+    UNAVAILABLE,
+    engine_for,
+    is_read_only_server,
+    run_in_transaction,
+)
 from taskqueue.db.groupcommit import GroupCommit
+from taskqueue.db.models import Job
 from taskqueue.db.statementdeadline import limits_of, statement_deadline
 from taskqueue.matching.claim import MATCHED_MINOR, Claim, ExpressionCheck
 from taskqueue.matching.limits import (
@@ -154,9 +161,61 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
     """Claim up to ``count`` jobs for the pilot ``resource`` describes, each Matched to it,
     honouring every matching rule, the site mask and the site limits; committed on return.
     A pilot that must stop as a whole (taskqueue.pilots.records.pilot_stop_reason) gets none, with
-    the reason NO_MATCH_PILOT_KILLED."""
+    the reason NO_MATCH_PILOT_KILLED.
+
+    A claim whose database went away under it (a failover: the connection lost while the
+    claim function ran or committed, or after it committed and before the rest of the claim)
+    may have stored some of its matches. Its outcome is read back, not guessed: every claim
+    marks its jobs Matched to the pilot with ``heartbeat_at`` set to ``now``, the request's
+    own time, so the jobs this very claim stored are found by (pilot, Matched, ``now``) and
+    handed to the pilot as if the answer had arrived (:func:`claimed_at`). When nothing was
+    stored, or the read fails too, the caller gets :class:`DatabaseUnavailableError` (503):
+    a job the read could not find stays Matched, unconfirmed, and goes back to its queue after
+    ``[agents] matched_lease``; no job is handed to two pilots either way."""
     if count < 1:
         raise ValueError(f"count must be at least 1, got {count}")
+    try:
+        return _match_for_pilot(db, resource, now=now, count=count, rng=rng,
+                                expression_check=expression_check)
+    except DatabaseUnavailableError:
+        if not resource.pilot_reference:
+            raise
+        try:
+            stored = claimed_at(db, resource.vo, resource.pilot_reference, now)
+        except DatabaseUnavailableError:
+            stored = []
+        if not stored:
+            raise
+        return MatchAnswer(stored, [])
+
+
+#: The jobs one claim stored (see claimed_at), with what a pilot is handed for each.
+_CLAIMED_AT = ("SELECT id, vo, owner, owner_group, job_type, description, description_format, "
+               "bulk_index FROM jobs WHERE pilot_reference = %s AND vo = %s AND status = "
+               "'Matched' AND heartbeat_at = %s ORDER BY id")
+
+
+def claimed_at(db: MatchDatabase, vo: str, reference: str, now: datetime) -> list[PilotJob]:
+    """The jobs the claim made at ``now`` for the pilot ``reference`` holds, still Matched
+    (unconfirmed): what its answer would have carried. Read on the claim function's
+    connection where there is one (the sessions' engine may be the one that failed)."""
+    engine = db.autocommit
+    at = now.astimezone(UTC).replace(tzinfo=None)
+    if engine is not None and engine.dialect.name in SERVER_CLAIMS:
+        return [PilotJob(*row) for row in _call(engine, (reference, vo, at), _CLAIMED_AT)]
+
+    def work(session: Session) -> list[PilotJob]:
+        ids = session.scalars(select(Job.id).where(
+            Job.pilot_reference == reference, Job.vo == vo,
+            Job.status == JobStatus.MATCHED.value, Job.heartbeat_at == now)).all()
+        return [PilotJob(*row) for row in jobs_for_pilot(session, ids)]
+
+    return run_in_transaction(db.sessions, work)
+
+
+def _match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, count: int,
+                     rng: random.Random | None,
+                     expression_check: ExpressionCheck | None) -> MatchAnswer:
     rng = rng or random.Random()
     if resource.pilot_reference:
         # A pilot that must stop (killed, or ended by its record) claims nothing. A kill that
@@ -349,7 +408,8 @@ def _call(engine: Engine, params: Sequence[Any], statement: str | None = None
                                     "processes; try again") from exc
             # Anything else may leave an answer half read: the connection is not reused.
             connection.invalidate(exc)
-            if isinstance(exc, driver.OperationalError):
+            if isinstance(exc, driver.OperationalError) or is_read_only_server(exc):
+                # A read-only server (a standby: the primary failed over) changed nothing.
                 raise DatabaseUnavailableError(UNAVAILABLE) from exc
             raise
         finally:

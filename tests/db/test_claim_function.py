@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, select, text, update
+from sqlalchemy.orm import sessionmaker
 
 from taskqueue.core.errors import ConflictError, DatabaseUnavailableError
 from taskqueue.core.resources import parse_resource
@@ -28,7 +29,13 @@ from taskqueue.matching.limits import (
     ban_site,
     set_limit,
 )
-from taskqueue.pilots.pilotmatch import SERVER_CLAIMS, MatchAnswer, MatchDatabase, match_for_pilot
+from taskqueue.pilots.pilotmatch import (
+    SERVER_CLAIMS,
+    MatchAnswer,
+    MatchDatabase,
+    claimed_at,
+    match_for_pilot,
+)
 from tests.conftest import BACKENDS, Database
 from tests.helpers import claim, requirements, submit
 
@@ -280,11 +287,61 @@ def test_a_dropped_connection_is_replaced(db: Database, settings: Settings,
         pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar()
     with db.engine.begin() as conn:
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    # Each request has a time of its own (the matcher's: the claim's key when it is read
+    # back, test_a_claim_is_read_back_by_its_pilot_and_time).
     with pytest.raises(DatabaseUnavailableError):
         match_for_pilot(matches, parse_resource({"vo": "lhcb", "pilot_reference": "p"}),
-                        now=now)
+                        now=now + timedelta(seconds=1))
     answer = match_for_pilot(matches, parse_resource({"vo": "lhcb", "pilot_reference": "p"}),
-                             now=now)
+                             now=now + timedelta(seconds=2))
     engine.dispose()
     assert len(answer.jobs) == 1
 
+
+
+def test_a_claim_is_read_back_by_its_pilot_and_time(db: Database, settings: Settings,
+                                                    now: datetime) -> None:
+    """What a claim stored is found again by (pilot, Matched, the request's time): the
+    matcher's answer to a claim whose database went away before the answer came back."""
+    with db.factory.begin() as s:
+        submit(s, settings, now, [requirements(owner=f"u{i}") for i in range(4)])
+    answer = match(db, now, count=2, pilot_reference="p-back")
+    other = match(db, now + timedelta(seconds=1), count=1, pilot_reference="p-back")
+    assert len(answer.jobs) == 2 and len(other.jobs) == 1
+    assert claimed_at(db.matches, "lhcb", "p-back", now) == answer.jobs
+    assert claimed_at(db.matches, "lhcb", "p-back", now + timedelta(seconds=1)) == other.jobs
+    assert claimed_at(db.matches, "lhcb", "p-else", now) == []
+    assert claimed_at(db.matches, "lhcb", "p-back", now + timedelta(seconds=2)) == []
+    with db.factory.begin() as s:  # a confirmed job is the pilot's own business now
+        s.execute(update(Job).where(Job.id == answer.jobs[0].id).values(status="Running"))
+    assert claimed_at(db.matches, "lhcb", "p-back", now) == answer.jobs[1:]
+
+
+def test_a_claim_cut_half_way_hands_over_what_it_stored(db: Database, settings: Settings,
+                                                        now: datetime) -> None:
+    """The claim function stores the plain queue's jobs and hands the expression queue to
+    the Python path, whose database is unreachable (a failover under it): the pilot is given
+    the jobs stored, which would otherwise wait Matched for the lease; it is refused only
+    when nothing of its claim was stored. Never a job Matched to it that it did not get."""
+    if not on_server(db):
+        pytest.skip("SQLite claims in one transaction: nothing is stored half way")
+    with db.factory.begin() as s:
+        plain = submit(s, settings, now, [requirements(owner="bob")] * 3)
+        submit(s, settings, now, [requirements(expression="other.Memory > 4000")])
+        # The expression's queue comes last in the draw: the function claims the plain
+        # queue's three jobs first, then hands the walk over.
+        s.execute(update(TaskQueue).where(TaskQueue.expression.is_not(None))
+                  .values(draw_key=10.0**9))
+    unreachable = make_engine("postgresql+psycopg://nobody@127.0.0.1:9/none"
+                              if db.backend == "postgresql" else
+                              "mysql+pymysql://nobody@127.0.0.1:9/none", connect_timeout=1)
+    cut = MatchDatabase(sessionmaker(unreachable), db.matches.autocommit)
+    try:
+        answer = match_for_pilot(cut, parse_resource({"vo": "lhcb", "pilot_reference": "p-cut"}),
+                                 now=now, count=4, expression_check=lambda _text: True)
+    finally:
+        unreachable.dispose()
+    with db.factory() as s:
+        stored = sorted(s.scalars(select(Job.id).where(Job.pilot_reference == "p-cut",
+                                                       Job.status == "Matched")))
+    assert [j.id for j in answer.jobs] == stored == sorted(plain)

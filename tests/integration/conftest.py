@@ -1,11 +1,13 @@
 """The deployment of tools/topology, once per test session: nginx (TLS) → HAProxy → three
 matcher instances → PgBouncer (transaction mode) → a database of its own on the PostgreSQL
-server the tests use, the agents, Prometheus and Alertmanager."""
+server the tests use, the agents, Prometheus and Alertmanager. The highly available
+PostgreSQL of tools/pg-ha (Patroni, etcd, HAProxy), also once per session."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -135,3 +137,59 @@ def _no_pilot_outlives_its_test() -> Iterator[None]:
     """Pilots started through tests.integration.pilots.start_pilot end with their test."""
     yield
     stop_started_pilots()
+
+
+# -- the highly available PostgreSQL of tools/pg-ha -------------------------------------------
+
+PG_HA = ROOT / "tools" / "pg-ha"
+
+
+def _ha_required() -> bool:
+    return any(os.environ.get(name) not in (None, "", "0") for name in (
+        "CI", "GRIDPILOT_TEST_REQUIRE_SERVERS", "GRIDPILOT_TEST_REQUIRE_PGHA"))
+
+
+@dataclass
+class HACluster:
+    """What tools/pg-ha brought up: its `env` lines as a mapping, and its commands."""
+
+    env: dict[str, str]
+
+    @property
+    def url(self) -> str:
+        """The SQLAlchemy URL of the database ``postgres`` through HAProxy."""
+        return self.env["GRIDPILOT_HA_URL"]
+
+    def tool(self, *args: str) -> str:
+        """Run tools/pg-ha (e.g. "kill", "primary"); its output."""
+        done = subprocess.run([str(PG_HA), *args], capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, f"tools/pg-ha {' '.join(args)}: {done.stderr}"
+        return done.stdout.strip()
+
+    def members(self) -> dict[str, str]:
+        """Patroni's roles now: member name -> leader, sync_standby or replica."""
+        state = json.loads(self.tool("status"))
+        return {m["name"]: m["role"] for m in state["cluster"]}
+
+
+@pytest.fixture(scope="session")
+def ha_cluster() -> Iterator[HACluster]:
+    """tools/pg-ha's cluster, started once per session (left running if it was up before:
+    .ci/run starts it); skipped when it cannot start, except in CI."""
+    was_up = subprocess.run([str(PG_HA), "env"], capture_output=True, timeout=60
+                            ).returncode == 0
+    up = subprocess.run([str(PG_HA), "up"], capture_output=True, text=True, timeout=900)
+    if up.returncode != 0:
+        message = f"tools/pg-ha up failed: {up.stderr[-3000:]}"
+        if _ha_required():
+            pytest.fail(message)
+        pytest.skip(message)
+    env = dict(line.removeprefix("export ").split("=", 1) for line in subprocess.run(
+        [str(PG_HA), "env"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.splitlines())
+    try:
+        yield HACluster({k: shlex.split(v)[0] for k, v in env.items()})
+    finally:
+        if not was_up:
+            subprocess.run([str(PG_HA), "down"], capture_output=True, timeout=300)

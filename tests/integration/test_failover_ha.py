@@ -1,0 +1,480 @@
+"""gridpilot on the highly available PostgreSQL of tools/pg-ha (two members under Patroni, a
+synchronous standby, etcd, HAProxy checking Patroni's GET /primary), under pilot load: 16
+pilot threads claim and report through a real ``gridpilot serve`` while bulk submissions come
+in, and the database fails under them: the primary's host dies (SIGKILL of its Patroni and
+postmaster), a planned switchover, the standby dies and rejoins, etcd is lost and restarted.
+
+Each scenario asserts that no job was handed to two pilots, none was lost, every job ended
+Done through legal moves only, and that every request refused meanwhile said when to come
+back (503 with Retry-After, never a 500). The matcher and the agents are never restarted.
+The seconds without a match and the refusals of each are written to
+``work/artifacts/ha/<scenario>.json`` (or ``$GRIDPILOT_TEST_ARTIFACTS``).
+
+GRIDPILOT_TEST_HA_VIA=multihost runs them with libpq's multi-host URL
+(``target_session_attrs=read-write``) instead of HAProxy, to compare the two (figures in
+``<scenario>-multihost.json``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import NullPool
+
+from gridpilot import schema
+from gridpilot.devserver import free_port
+from matcher.auth import issue_token
+from pilot.client import Backoff, MatcherClient, RefusedError, TransientError
+from taskqueue.core.states import JobStatus, is_allowed
+from taskqueue.db.database import make_engine, make_session_factory
+from taskqueue.db.models import AgentRun, Job, JobStatusHistory
+from tests.integration.conftest import ROOT, HACluster
+from tests.integration.test_topology import Ledger, RecordedSession
+
+pytestmark = pytest.mark.slow
+
+SECRET = "ha-failover-secret-0123456789abcdef"
+SITE = "LCG.CERN.cern"
+VO = "lhcb"
+PILOTS = 16
+#: Jobs submitted before the pilots start, and by each bulk submission while they run.
+FIRST_JOBS, BULK_JOBS = 300, 20
+#: The agents return a match whose answer was lost after this many seconds.
+#: How the matcher and the agents reach the primary: "haproxy" or "multihost".
+VIA = os.environ.get("GRIDPILOT_TEST_HA_VIA", "haproxy")
+AGENT_SETTINGS = {"GRIDPILOT_AGENTS_MATCHED_LEASE": "10",
+                  "GRIDPILOT_AGENTS_WATCHDOG_INTERVAL": "2",
+                  "GRIDPILOT_AGENTS_OPTIMIZER_INTERVAL": "2"}
+
+
+@dataclass
+class Grid:
+    url: str
+    database_url: str
+    logs: Path
+    #: ``gridpilot serve`` and ``gridpilot agents``: never restarted by the tests.
+    processes: list[subprocess.Popen[bytes]]
+    secret: str = SECRET
+    #: The CA to trust (the topology's TLS), or "" for plain HTTP.
+    ca: str = ""
+    #: tools/topology's folder when the grid is that deployment.
+    topology: Path | None = None
+
+
+def _wait_for(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"{what} did not happen within {timeout} s"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def ha_grid(ha_cluster: HACluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Grid]:
+    """A database of its own on the cluster, its schema, one ``gridpilot serve`` (two
+    workers) and ``gridpilot agents`` (the watchdog, to return matches whose answer was
+    lost), all reaching the primary through HAProxy."""
+    name = f"gp_ha_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(ha_cluster.url, isolation_level="AUTOCOMMIT")
+    base = ha_cluster.env["GRIDPILOT_HA_MULTIHOST_URL"] if VIA == "multihost" else ha_cluster.url
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    url = make_url(base).set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(url, statement_timeout=0)
+    schema.upgrade(engine)
+    engine.dispose()
+    logs = tmp_path_factory.mktemp("ha-grid")
+    port = free_port()
+    env = {**os.environ, **AGENT_SETTINGS, "GRIDPILOT_DATABASE_URL": url,
+           "GRIDPILOT_AUTH_SECRET": SECRET,
+           "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
+           "GRIDPILOT_MATCHER_URL": f"http://127.0.0.1:{port}",
+           "GRIDPILOT_MATCHER_METRICS_DIR": str(logs / "metrics"),
+           "GRIDPILOT_SANDBOXES_DIRECTORY": str(logs / "sandboxes")}
+    processes = []
+    try:
+        for command, log in (
+                (["serve", "--bind", f"127.0.0.1:{port}", "--workers", "2"], "serve.log"),
+                (["agents", "watchdog", "optimizer"], "agents.log")):
+            with (logs / log).open("wb") as output:
+                processes.append(subprocess.Popen(
+                    [sys.executable, "-m", "gridpilot", *command], env=env, cwd=logs,
+                    stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
+                    start_new_session=True))
+
+        def healthy() -> bool:
+            assert processes[0].poll() is None, (logs / "serve.log").read_text()[-3000:]
+            try:
+                return requests.get(f"http://127.0.0.1:{port}/healthz", timeout=2).ok
+            except requests.RequestException:
+                return False
+
+        _wait_for("gridpilot serve healthy", healthy, 120)
+        yield Grid(f"http://127.0.0.1:{port}", url, logs, processes)
+    finally:
+        for process in processes:
+            os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+        admin.dispose()  # its connection may have died with a primary: a new one
+        admin = create_engine(ha_cluster.url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+        _wait_for("the database dropped", lambda: _drop(admin, name), 60)
+
+
+def _drop(admin: Engine, name: str) -> bool:
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    except OperationalError:
+        return False
+    return True
+
+
+def _detail(text: str) -> str:
+    try:
+        return str(json.loads(text).get("detail", ""))[:90]
+    except ValueError:
+        return text[:90]
+
+
+# -- load -------------------------------------------------------------------------------------
+
+class Load:
+    """16 pilot threads matching, confirming (Running) and finishing (Done) jobs, and a
+    submitter sending bulk submissions, all through the matcher's HTTP API."""
+
+    def __init__(self, grid: Grid, group: str) -> None:
+        self.grid, self.group = grid, group
+        self.ledger = Ledger()
+        self.submitted: list[int] = []
+        self.stop, self.stop_submitting = threading.Event(), threading.Event()
+        self.pilot_token = issue_token(grid.secret, subject="ha-pilots", role="pilot", vo=VO,
+                                       group="lhcb_pilot", lifetime=3600, site=SITE)
+        self.user_token = issue_token(grid.secret, subject="ha-user", role="user", vo=VO,
+                                      group="lhcb_user", lifetime=3600)
+        self.threads = [threading.Thread(target=self._pilot, args=(i,), name=f"pilot-{i}")
+                        for i in range(PILOTS)]
+        self.threads.append(threading.Thread(target=self._submitter, name="submitter"))
+
+    def submit(self, jobs: int) -> bool:
+        """One bulk submission; whether the service took it (its ids are then recorded)."""
+        jdl = (f'[ Executable = "/bin/true"; Parameters = {jobs}; JobGroup = "{self.group}";'
+               f' Site = "{SITE}"; CPUTime = 3600; ]')
+        session = RecordedSession(self.ledger, self.grid.ca)
+        try:
+            answer = session.post(f"{self.grid.url}/api/v1/jobs", data=jdl.encode(),
+                                  headers={"Authorization": f"Bearer {self.user_token}",
+                                           "Content-Type": "text/plain"}, timeout=60)
+        except requests.RequestException:
+            return False
+        finally:
+            session.close()
+        if answer.status_code == 201:
+            self.submitted.extend(answer.json()["job_ids"])
+            return True
+        if answer.status_code != 503:
+            self.ledger.errors.append(f"submission: {answer.status_code} {answer.text[:300]}")
+        return False
+
+    def _submitter(self) -> None:
+        while not self.stop_submitting.is_set():
+            self.submit(BULK_JOBS)
+            time.sleep(0.5)
+
+    def _pilot(self, index: int) -> None:
+        ledger, reference = self.ledger, f"ha-{self.group}-pilot-{index}"
+        client = MatcherClient(self.grid.url, self.pilot_token, timeout=40,
+                               session=RecordedSession(ledger, self.grid.ca))
+        rng = random.Random(index)
+        backoff = Backoff(base=0.1, cap=2.0, rng=rng)
+        resource = {"vo": VO, "site": SITE, "ce": "ce503.cern.ch",
+                    "pilot_reference": reference, "cpu_time": 10**6}
+
+        def report(job_id: int, status: str) -> bool:
+            body: dict[str, Any] = {"pilot_reference": reference, "status": status}
+            if status == "Done":
+                body["exit_code"] = 0
+            retry = Backoff(base=0.1, cap=2.0, rng=rng)
+            while not self.stop.is_set():
+                try:
+                    client.report(job_id, body)
+                    return True
+                except RefusedError as exc:
+                    ledger.refused.append((status, job_id, f"{exc.status} {exc.detail}"))
+                    return False
+                except TransientError:
+                    time.sleep(retry.next_delay())
+            return False
+
+        try:
+            while not self.stop.is_set():
+                try:
+                    answer = client.match(resource, count=rng.choice((1, 2)))
+                except TransientError:
+                    time.sleep(backoff.next_delay())
+                    continue
+                backoff.reset()
+                if not answer.jobs:
+                    time.sleep(0.2)
+                    continue
+                for job in answer.jobs:
+                    if not report(job.job_id, "Running"):
+                        continue  # taken back (unconfirmed for too long): another pilot runs it
+                    ledger.confirmed.append((reference, job.job_id))
+                    if report(job.job_id, "Done"):
+                        ledger.done.append(job.job_id)
+        except Exception as exc:  # the test fails with it
+            ledger.errors.append(f"{reference}: {type(exc).__name__}: {exc}")
+
+    def __enter__(self) -> Load:
+        _wait_for("the first submission", lambda: self.submit(FIRST_JOBS), 60)
+        for thread in self.threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop_submitting.set()
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+
+
+def _unfinished(grid: Grid, group: str) -> int:
+    engine = make_engine(grid.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            return int(session.execute(select(func.count()).where(
+                Job.job_group == group, Job.status != JobStatus.DONE.value)).scalar_one())
+    except Exception:  # the database may be failing over; ask again
+        return -1
+    finally:
+        engine.dispose()
+
+
+def _turn_ended_after(grid: Grid, loop: str, at: datetime) -> bool:
+    engine = make_engine(grid.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            ended = session.scalar(select(AgentRun.finished_at).where(AgentRun.name == loop))
+    finally:
+        engine.dispose()
+    return ended is not None and ended > at
+
+
+def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
+              repair: Callable[[], object]) -> dict[str, Any]:
+    """Run the load, ``fault`` once a sixth of the first jobs are done, ``repair`` once
+    matching works again; then let every job finish and check the outcome."""
+    events: dict[str, float] = {}
+    # Each scenario starts from a whole cluster (what an earlier one left is started again)
+    # with its synchronous standby in place.
+    ha.tool("up")
+    _wait_for("a leader and a synchronous standby", lambda: sorted(
+        ha.members().values()) == ["leader", "sync_standby"], 120)
+    roles_before = ha.members()
+    with Load(grid, name) as load:
+        ledger = load.ledger
+        _wait_for("50 jobs done", lambda: len(ledger.done) >= 50 or ledger.errors, 120)
+        events["fault"] = time.monotonic()
+        fault_at = datetime.now(UTC)
+        fault()
+        events["fault done"] = time.monotonic()
+        try:
+            _wait_for("a match after the fault", lambda: any(
+                t > events["fault done"] for t in ledger.matched_at) or ledger.errors, 120)
+        finally:
+            repair()  # also when the service did not come back: the next test needs it
+        events["first match after"] = min(
+            (t for t in ledger.matched_at if t > events["fault done"]), default=0.0)
+        events["repaired"] = time.monotonic()
+        time.sleep(2)  # bulk submissions on the repaired cluster
+        load.stop_submitting.set()
+        _wait_for("every job done", lambda: (
+            (set(load.submitted) <= set(ledger.done) and _unfinished(grid, name) == 0)
+            or ledger.errors), 180)
+    roles_after = ha.members()
+
+    assert ledger.errors == []
+    # The matcher and the agents rode it out in the same processes; the agents' turns (their
+    # leases are rows of agent_runs) go on after it.
+    assert all(process.poll() is None for process in grid.processes)
+    if grid.topology is not None:
+        status = json.loads(subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "topology"), "status", "--dir",
+             str(grid.topology)], capture_output=True, text=True, check=True).stdout)
+        assert all(status["alive"].values()), status["alive"]
+    _wait_for("a watchdog turn ended after the fault",
+              lambda: _turn_ended_after(grid, "watchdog", fault_at), 60)
+    confirmed = Counter(job_id for _, job_id in ledger.confirmed)
+    duplicated = sorted(job_id for job_id, n in confirmed.items() if n > 1)
+    assert duplicated == []
+    assert Counter(ledger.done) == Counter(set(ledger.done))  # each reported Done once
+    # Every refusal says when to come back; none is an internal error.
+    server_errors = [asdict(r) for r in ledger.failures
+                     if r.status is not None and r.status >= 500
+                     and (r.status != 503 or not r.retry_after)]
+    assert server_errors == []
+    assert {(status, reason.split()[0]) for status, _, reason in ledger.refused} <= {
+        ("Running", "403"), ("Running", "409")}, ledger.refused[:5]
+    # The database agrees: every job of the scenario Done once, by legal moves only, by
+    # the pilot that confirmed it; every submission the service took is there.
+    engine = make_engine(grid.database_url)
+    try:
+        with make_session_factory(engine)() as session:
+            jobs = dict(session.execute(select(Job.id, Job.status)
+                                        .where(Job.job_group == name)).all())
+            holders = dict(session.execute(select(Job.id, Job.pilot_reference)
+                                           .where(Job.job_group == name)).all())
+            history: dict[int, list[str]] = {}
+            for job_id, status in session.execute(
+                    select(JobStatusHistory.job_id, JobStatusHistory.status)
+                    .join(Job, Job.id == JobStatusHistory.job_id)
+                    .where(Job.job_group == name).order_by(JobStatusHistory.id)):
+                history.setdefault(job_id, []).append(status)
+    finally:
+        engine.dispose()
+    lost = sorted(set(load.submitted) - set(jobs))
+    assert lost == []
+    assert set(jobs.values()) == {JobStatus.DONE.value}
+    assert set(ledger.done) == set(jobs)
+    assert all(holders[job_id] == reference for reference, job_id in ledger.confirmed)
+    illegal = {job_id: moves for job_id, moves in history.items()
+               if moves.count("Done") != 1 or not all(
+                   a == b or is_allowed(JobStatus(a), JobStatus(b))  # a == b: a minor status
+                   for a, b in itertools.pairwise(moves))}
+    assert illegal == {}
+
+    failed = [r for r in ledger.failures if r.at >= events["fault"] - 1]
+    before = [t for t in ledger.matched_at if t <= events["fault"]]
+    figures = {
+        "scenario": name, "via": VIA, "pilots": PILOTS, "jobs": len(jobs),
+        "submitted_and_acknowledged": len(load.submitted),
+        "jobs_not_acknowledged_but_stored": len(set(jobs) - set(load.submitted)),
+        "duplicated": 0, "lost": 0,
+        "roles_before": roles_before, "roles_after": roles_after,
+        "fault_command_s": round(events["fault done"] - events["fault"], 2),
+        "seconds_without_a_match": round(
+            events["first match after"] - (max(before) if before else events["fault"]), 2),
+        "failed_requests": len(failed),
+        "by_status": dict(Counter(str(r.status) for r in failed)),
+        "answers": dict(Counter(f"{r.status} {_detail(r.detail)}" for r in failed)
+                        .most_common(4)),
+        "running_reports_refused_after_a_lost_answer": len(ledger.refused),
+        "jobs_matched_more_than_once": sum(1 for moves in history.values()
+                                           if moves.count("Matched") > 1),
+        "load_average": round(os.getloadavg()[0], 2), "cores": os.cpu_count(),
+    }
+    base = Path(os.environ.get("GRIDPILOT_TEST_ARTIFACTS") or ROOT / "work" / "artifacts")
+    (base / "ha").mkdir(parents=True, exist_ok=True)
+    suffix = "" if VIA == "haproxy" else f"-{VIA}"
+    (base / "ha" / f"{name}{suffix}.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"{name}:", json.dumps(figures))
+    return figures
+
+
+# -- the scenarios ----------------------------------------------------------------------------
+
+def test_the_primary_dies_under_load(ha_grid: Grid, ha_cluster: HACluster) -> None:
+    """The primary's host dies (SIGKILL of Patroni and the postmaster): the synchronous
+    standby is promoted once the leader key expires, HAProxy follows Patroni's /primary, and
+    the matcher reconnects without a restart. The old primary rejoins as a standby."""
+    killed: list[str] = []
+    figures = _scenario(ha_grid, ha_cluster, "primary-killed",
+                        lambda: killed.append(ha_cluster.tool("kill", "primary")),
+                        lambda: ha_cluster.tool("start", killed[0]))
+    assert figures["roles_after"][killed[0]] != "leader"
+
+
+def test_a_planned_switchover_under_load(ha_grid: Grid, ha_cluster: HACluster) -> None:
+    before = ha_cluster.members()
+    figures = _scenario(ha_grid, ha_cluster, "switchover",
+                        lambda: ha_cluster.tool("switchover"), lambda: None)
+    leader = next(name for name, role in before.items() if role == "leader")
+    assert figures["roles_after"][leader] != "leader"
+
+
+def test_the_standby_dies_and_rejoins_under_load(ha_grid: Grid, ha_cluster: HACluster
+                                                 ) -> None:
+    """Synchronous mode without its standby: Patroni stops waiting for it (the primary
+    commits alone) and makes it synchronous again once it is back."""
+    killed: list[str] = []
+    _scenario(ha_grid, ha_cluster, "standby-killed",
+              lambda: killed.append(ha_cluster.tool("kill", "standby")),
+              lambda: ha_cluster.tool("start", killed[0]))
+    _wait_for("a synchronous standby again",
+              lambda: "sync_standby" in ha_cluster.members().values(), 60)
+
+
+def test_etcd_is_lost_and_restarted_under_load(ha_grid: Grid, ha_cluster: HACluster
+                                               ) -> None:
+    """The consensus store dies (its only member here: its leader). The primary cannot
+    renew its leader key; it stays primary while etcd is back within retry_timeout, and
+    demotes itself otherwise, until a leader is elected again."""
+
+    def lose_etcd() -> None:
+        ha_cluster.tool("kill", "etcd")
+        time.sleep(3)
+        ha_cluster.tool("start", "etcd")
+
+    _scenario(ha_grid, ha_cluster, "etcd-restarted", lose_etcd, lambda: None)
+    _wait_for("a leader and a synchronous standby", lambda: sorted(
+        ha_cluster.members().values()) == ["leader", "sync_standby"], 60)
+
+
+# -- the whole deployment on it ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ha_topology(ha_cluster: HACluster) -> Iterator[Grid]:
+    """tools/topology (nginx, HAProxy, three matchers, PgBouncer in transaction mode, the
+    agents) with PgBouncer in front of the HA cluster's HAProxy."""
+    folder = Path(tempfile.mkdtemp(prefix="gridpilot-topology-ha-"))
+    folder.chmod(0o755)
+    tool = [sys.executable, str(ROOT / "tools" / "topology")]
+    up = subprocess.run([*tool, "up", "--dir", str(folder), "--postgres", ha_cluster.url],
+                        capture_output=True, text=True, timeout=900)
+    try:
+        assert up.returncode == 0, f"tools/topology up failed: {up.stderr}"
+        state = json.loads((folder / "state.json").read_text())
+        yield Grid(state["url"], state["direct_url"], folder, [], secret=state["secret"],
+                   ca=state["ca"], topology=folder)
+    finally:
+        subprocess.run([*tool, "down", "--dir", str(folder)], capture_output=True, timeout=300)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_topology_follows_the_primary_through_pgbouncer(
+        ha_topology: Grid, ha_cluster: HACluster) -> None:
+    """The whole deployment on the HA database: PgBouncer's server connections go through
+    the cluster's HAProxy; the primary dies under load and every service carries on,
+    nothing restarted."""
+    killed: list[str] = []
+    figures = _scenario(ha_topology, ha_cluster, "topology-primary-killed",
+                        lambda: killed.append(ha_cluster.tool("kill", "primary")),
+                        lambda: ha_cluster.tool("start", killed[0]))
+    assert figures["roles_after"][killed[0]] != "leader"
