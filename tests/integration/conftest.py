@@ -119,12 +119,17 @@ def topology() -> Iterator[Topology]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _payloads_see_the_test_folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The test payloads' scripts and records are in the tests' temporary folders: pilots
-    started here let their (isolated) payloads see them, as a site shows its shared areas
-    (--isolation-bind); the pilot's work folder stays hidden."""
+    """The test payloads' scripts and records are in the tests' temporary folders, and many
+    run this Python (``sys.executable``): pilots started here let their (isolated) payloads
+    see them, as a site shows its shared areas (--isolation-bind), the Python and the
+    checkout read-only (a checkout under /tmp would be hidden by the payload's private
+    /tmp); the pilot's work folder stays hidden."""
     name = "GRIDPILOT_ISOLATION_BIND"
     before = os.environ.get(name)
-    os.environ[name] = str(tmp_path_factory.getbasetemp())
+    python = {Path(p).resolve() for p in (sys.prefix, sys.base_prefix)}
+    read_only = sorted({*python, Path(__file__).resolve().parents[2]})
+    os.environ[name] = ":".join([str(tmp_path_factory.getbasetemp()),
+                                 *(f"{p}:ro" for p in read_only)])
     yield
     if before is None:
         os.environ.pop(name, None)
