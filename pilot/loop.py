@@ -445,7 +445,8 @@ class Pilot:
             log.warning("job %d: no token for its payload yet (%s); trying again in %.0f s",
                         job_id, exc, delay, extra=concerning(job_id))
         except RefusedError as exc:
-            if exc.status == 404 and not self.payload_tokens:
+            if exc.status == 404 and "does not exist" not in exc.detail \
+                    and not self.payload_tokens:
                 self._payload_tokens_off = exc.detail
                 log.info("payloads get no token from this matcher: %s", exc.detail)
             else:
