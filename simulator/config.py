@@ -112,6 +112,9 @@ class Scenario:
     #: the matcher's rule) or in total (the rule before, kept to measure the change).
     cpu_time_segments: tuple[int, ...] = DEFAULT_CPU_SEGMENTS
     cpu_time_per_core: bool = True
+    #: The significant bits a job's memory keeps in its task queue's bucket
+    #: (``taskqueue.significant_bits``): 3 rounds 2,000 MB up to 2,048, 7 keeps it.
+    significant_bits: int = 3
 
     def __post_init__(self) -> None:
         problems = []
@@ -139,6 +142,8 @@ class Scenario:
             problems.append("vo_shares must be above 0 and name the VO of every job class")
         if any(not h > 0 for h in self.site_wall_limits_hours):
             problems.append("site_wall_limits_hours must all be above 0")
+        if not 1 <= self.significant_bits <= 16:
+            problems.append("significant_bits must be between 1 and 16")
         segs = self.cpu_time_segments
         if not segs or segs[0] <= 0 or list(segs) != sorted(set(segs)):
             problems.append("cpu_time_segments must be positive, strictly ascending seconds")
