@@ -40,7 +40,7 @@ from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.payloadtoken import PayloadToken
-from pilot.planning import payload_cores, payload_max_end, what_to_ask
+from pilot.planning import memory_left, payload_cores, payload_max_end, what_to_ask
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.renewal import TokenRenewal
 from pilot.resource import NodeDescription
@@ -216,16 +216,15 @@ class Pilot:
                        wall_left=None if wall_end is None else max(0.0, wall_end - now))
 
     def match_request(self, now: float, limits: Limits) -> dict[str, Any] | None:
-        """The resource description of a match request for the free cores now (None: no time
-        left for another job)."""
+        """The resource description of a match request for the free cores and the memory the
+        running payloads leave now (None: no time left for another job)."""
         ask = what_to_ask(free_cores=self._free_cores(),
                           seconds_left=limits.seconds_left(now), margin=self.options.margin,
                           cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
-                          cores=self.cores)
+                          cores=self.cores, free_memory_mb=self._free_memory())
         if ask is None:
             return None
-        return self.node.resource(free_cores=ask.processors,
-                                  free_memory_mb=self._free_memory(),
+        return self.node.resource(free_cores=ask.processors, free_memory_mb=ask.memory,
                                   cpu_time_left=ask.cpu_time_left)
 
     def run(self) -> Summary:
@@ -332,9 +331,7 @@ class Pilot:
         return self.cores - sum(p.cores for p in self.payloads.values())
 
     def _free_memory(self) -> int | None:
-        if self.memory_mb is None:
-            return None
-        return max(0, self.memory_mb - sum(p.memory_mb for p in self.payloads.values()))
+        return memory_left(self.memory_mb, (p.memory_mb for p in self.payloads.values()))
 
     def _fill(self, now: float, limits: Limits, shutdown: float | None) -> float:
         """Ask for jobs while cores are free; return when to ask next."""

@@ -104,7 +104,7 @@ class VoQueues:
         s = self.s
         seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
         key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments),
-               significant_bits_bucket(job.memory))
+               significant_bits_bucket(job.memory, s.significant_bits))
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = deque()

@@ -36,7 +36,14 @@ from pathlib import Path
 from pilot.draincost import PilotCost, assess, drain_order, kill_order
 from pilot.features import Limits
 from pilot.jobstatus import RunningPayload, compute_status
-from pilot.planning import expected_end, payload_cores, payload_max_end, what_to_ask
+from pilot.planning import (
+    Ask,
+    expected_end,
+    memory_first,
+    payload_cores,
+    payload_max_end,
+    what_to_ask,
+)
 from simulator.central import CentralQueue, Job, ModelQueue
 from simulator.config import HOUR, Policy, Scenario
 
@@ -461,14 +468,17 @@ class Simulation:
                 free_cores=p.cores - p.used,
                 seconds_left=None if left is None else left * (1 - s.margin_share),
                 margin=s.margin, cpu_factor=limits.cpu_factor, cpu_left=limits.cpu_left,
-                cores=p.cores)
+                cores=p.cores,
+                free_memory_mb=None if p.memory is None else p.memory - p.memory_used)
             if ask is None:
                 if not p.payloads:
                     self._retire(p)
                 return
-            job = self.central.match(
-                p.vo, p.reference, ask.processors, ask.cpu_time_left,
-                None if p.memory is None else p.memory - p.memory_used, self.now)
+            first = memory_first(ask, memory_mb=p.memory, cores=p.cores) \
+                if s.memory_first else None
+            job = None if first is None else self._match(p, first)
+            if job is None:
+                job = self._match(p, ask)
             if job is None:
                 self.hungry.add(p)
                 if not p.payloads:
@@ -477,6 +487,10 @@ class Simulation:
             self.hungry.discard(p)
             p.asked_once = True
             self._start_payload(p, job, limits)
+
+    def _match(self, p: Pilot, ask: Ask) -> Job | None:
+        return self.central.match(p.vo, p.reference, ask.processors, ask.cpu_time_left,
+                                  ask.memory, self.now)
 
     def _start_payload(self, p: Pilot, job: Job, limits: Limits) -> None:
         now = self.now

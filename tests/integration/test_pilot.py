@@ -60,11 +60,13 @@ class Grid:
         self.script.write_text(PAYLOAD, encoding="utf-8")
         self.record = tmp / "record.txt"
 
-    def submit(self, seconds: float, processors: int = 1, n: int = 1) -> list[int]:
+    def submit(self, seconds: float, processors: int = 1, n: int = 1,
+               memory: int | None = None) -> list[int]:
         jdl = (f'[ Executable = "{sys.executable}"; '
                f'Arguments = "{self.script} {self.record} {seconds}"; CPUTime = 600; '
                f'NumberOfProcessors = {processors}'
-               + (f'; Parameters = {n}' if n > 1 else "") + ' ]')
+               + (f'; Parameters = {n}' if n > 1 else "")
+               + (f'; MaxRAM = {memory}' if memory is not None else "") + ' ]')
         response = self.user.post(f"{self.base}/api/v1/jobs", data=jdl.encode(),
                                   headers={"Content-Type": "text/plain"}, timeout=30)
         assert response.status_code == 201, response.text
@@ -153,6 +155,29 @@ def test_a_four_core_pilot_runs_jobs_of_1_2_and_4_cores_without_overcommitting(
     output = requests.get(f"{grid.base}/api/v1/jobs/{jobs[0]}/output",
                           headers=grid.user.headers, timeout=30).json()
     assert output["exit_code"] == 0 and "payload finished" in output["output_tail"]
+
+
+def test_a_pilot_never_runs_jobs_needing_more_memory_than_it_has_at_once(grid: Grid) -> None:
+    # 2 cores and 4,000 MB: two 3,000 MB jobs never run side by side (the second core's
+    # share would be 2,000 MB, but 1,000 MB is what the first job leaves); whichever job
+    # comes first, a second one fits beside it, so two jobs do run at the same time.
+    big = grid.submit(1.5, 1, n=2, memory=3000)
+    small = grid.submit(1.5, 1, n=2, memory=1000)
+    code, out = _finish(grid.pilot("--cores", "2", "--memory", "4000", "--idle-timeout", "3"))
+    assert code == 0, out
+    assert all(grid.job(j)["status"] == "Done" for j in big + small), out
+    memory = {str(j): 3000 for j in big} | {str(j): 1000 for j in small}
+    events = []
+    for line in grid.record.read_text().splitlines():
+        what, at, _cores, _allocated, job = line.split()
+        events.append((float(at), memory[job] if what == "start" else -memory[job]))
+    in_use, peak, running, most = 0, 0, 0, 0
+    for _, delta in sorted(events, key=lambda e: (e[0], e[1])):  # ends before starts
+        in_use += delta
+        running += 1 if delta > 0 else -1
+        peak, most = max(peak, in_use), max(most, running)
+    assert peak <= 4000
+    assert most == 2, "the payloads never ran side by side"
 
 
 def test_shutdowntime_stops_matching_and_hands_running_jobs_back(grid: Grid) -> None:

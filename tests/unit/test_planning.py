@@ -8,6 +8,8 @@ from pilot.planning import (
     UNBOUNDED_PAYLOAD_SECONDS,
     Ask,
     expected_end,
+    memory_first,
+    memory_left,
     payload_cores,
     payload_max_end,
     what_to_ask,
@@ -46,3 +48,31 @@ def test_payload_ends() -> None:
     assert payload_max_end(100.0, None, None) == 100.0 + UNBOUNDED_PAYLOAD_SECONDS
     assert expected_end(100.0, 800, 2.0, 4, 10_000.0) == 200.0
     assert expected_end(100.0, 800, None, 0, 500.0) == 500.0
+
+
+def test_the_ask_offers_the_memory_the_running_payloads_leave() -> None:
+    # A pilot of 2 cores and 4,000 MB running a 3,000 MB job on one core offers its one free
+    # core and 1,000 MB, not its second core's share (2,000 MB).
+    left = memory_left(4000, [3000])
+    assert left == 1000
+    assert what_to_ask(free_cores=1, seconds_left=None, margin=60.0, cpu_factor=None,
+                       cpu_left=None, cores=2, free_memory_mb=left) == Ask(1, None, 1000)
+
+
+def test_memory_left_is_never_negative_and_unknown_without_the_pilots_memory() -> None:
+    assert memory_left(4000, []) == 4000
+    assert memory_left(4000, [3000, 2000]) == 0
+    assert memory_left(None, [3000]) is None
+
+
+def test_memory_first_narrows_to_one_core_and_the_memory_left_per_free_core() -> None:
+    # 32 cores and 64,000 MB: a 6,000 MB job leaves 58,000 MB for 31 cores (1,870 a core).
+    ask = Ask(processors=31, cpu_time_left=3600, memory=58000)
+    assert memory_first(ask, memory_mb=64000, cores=32) == Ask(1, 3600, 1870 + 1870 // 8)
+    # Memory left above the share per core, one free core, or memory not known: no narrower
+    # ask.
+    assert memory_first(Ask(8, 3600, 20000), memory_mb=64000, cores=32) is None
+    assert memory_first(Ask(1, 3600, 1000), memory_mb=64000, cores=32) is None
+    assert memory_first(Ask(8, 3600, None), memory_mb=None, cores=32) is None
+    # The slack for the buckets' rounding never offers more than is left.
+    assert memory_first(Ask(2, None, 100), memory_mb=64000, cores=32) == Ask(1, None, 56)
