@@ -15,8 +15,9 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 #: Third-party and project modules each package may import (the standard library always).
 ALLOWED: dict[str, set[str]] = {
-    # boto3 only in the S3 sandbox store, imported when that backend is chosen.
-    "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore"},
+    # boto3 only in the S3 sandbox store, imported when that backend is chosen;
+    # cryptography: the payload tokens' ES256 keys (taskqueue/signingkeys.py).
+    "taskqueue": {"taskqueue", "sqlalchemy", "boto3", "botocore", "cryptography"},
     # orjson: each job of a JSON bulk is written back as its own compact text; rucio: the
     # Rucio replica catalogue, imported only when chosen.
     "optimizers": {"optimizers", "taskqueue", "classad2", "orjson", "rucio"},
