@@ -374,7 +374,7 @@ def _input_data(raw: Raw, warnings: list[str]) -> tuple[str, ...]:
 #: pilot may describe more, from its own resource description.
 _DESCRIBED = frozenset(name.lower() for name in (
     "VO", "Site", "CE", "Queue", "Platform", "Tags", "CPUTime", "NumberOfProcessors", "Memory",
-    "MaxRAM"))
+    "MaxRAM", "NumberOfGPUs"))
 
 
 def _expression_notes(expression: str | None) -> list[str]:
@@ -390,7 +390,7 @@ def _expression_notes(expression: str | None) -> list[str]:
     return [f"Requirements reads {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''},"
             " which gridpilot's pilots do not describe unless their resource description "
             "gives it: the job runs only where one does (pilots describe VO, Site, CE, Queue, "
-            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM)"]
+            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM, NumberOfGPUs)"]
 
 
 def _sandbox_notes(raw: Raw) -> list[str]:
