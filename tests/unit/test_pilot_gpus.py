@@ -3,11 +3,14 @@ says of them, and what a match request offers."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
 
 from pilot.cli import gpu_ids, parser, pilot_options
+from pilot.payload import start_payload
 from pilot.planning import GPU_VARIABLES, gpu_environment, payload_gpus
 from pilot.protocol import JobPayload
 from pilot.resource import NodeDescription
@@ -65,3 +68,18 @@ def test_bad_gpus_are_refused_clearly(text: str, problem: str) -> None:
     assert problems == [problem]
     none: list[str] = []
     assert gpu_ids("", none) == () and none == []
+
+
+def test_a_jobs_own_environment_cannot_name_other_devices(tmp_path: Path) -> None:
+    job = JobPayload(job_id=4, vo="lhcb", owner="alice", owner_group="lhcb_user",
+                     job_type="User", executable="/bin/sh", gpus=1,
+                     environment={"CUDA_VISIBLE_DEVICES": "0,1", "ZE_AFFINITY_MASK": "0"},
+                     arguments=["-c", 'echo "$CUDA_VISIBLE_DEVICES|$ROCR_VISIBLE_DEVICES|'
+                                '$ZE_AFFINITY_MASK|$GRIDPILOT_JOB_GPUS" > seen'])
+    now = time.time()
+    payload = start_payload(job, cores=1, memory_mb=0, root=tmp_path / "work", now=now,
+                            max_end=now + 60, cpu_factor=None, machine_features=None,
+                            base_env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1"},
+                            gpu_env=gpu_environment(("1",)))
+    assert payload.wait() == 0, payload.tail()
+    assert (payload.directory / "seen").read_text() == "1|1|1|1\n"
