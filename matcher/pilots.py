@@ -174,7 +174,7 @@ def payload(job: Any) -> JobPayload:
         job_id=job.id, vo=job.vo, owner=job.owner, owner_group=job.owner_group,
         job_type=job.job_type, executable=desc.executable, arguments=list(desc.arguments),
         environment=dict(desc.environment), cpu_time=desc.cpu_time,
-        processors=desc.processors, memory=desc.memory,
+        processors=desc.processors, memory=desc.memory, gpus=desc.gpus,
         input_sandbox=list(desc.input_sandbox), output_sandbox=list(desc.output_sandbox),
         stdout=desc.stdout, stderr=desc.stderr, stdin=desc.stdin, job_name=desc.job_name,
         container_image=desc.container_image, description=job.description,

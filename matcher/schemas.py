@@ -53,15 +53,16 @@ RESOURCE = obj({
     "queue": {"type": "string", "maxLength": 128}, "platform": LABELS, "job_type": LABELS,
     "owner_group": LABELS, "owner": {"type": "string", "maxLength": 255},
     "submit_pools": LABELS, "tags": LABELS, "required_tags": LABELS, "cpu_time": SECONDS,
-    "processors": COUNT, "memory": COUNT,
+    "processors": COUNT, "memory": COUNT, "gpus": COUNT,
 }, ("vo",), closed=False)
 
 JOB_PAYLOAD = obj({
     "job_id": ID, "vo": STRING, "owner": STRING, "owner_group": STRING, "job_type": STRING,
     "executable": STRING, "arguments": STRINGS,
     "environment": {"type": "object", "additionalProperties": STRING},
-    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "input_sandbox": STRINGS,
-    "output_sandbox": STRINGS, "stdout": nullable(STRING), "stderr": nullable(STRING),
+    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "gpus": COUNT,
+    "input_sandbox": STRINGS, "output_sandbox": STRINGS, "stdout": nullable(STRING),
+    "stderr": nullable(STRING),
     "stdin": nullable(STRING), "job_name": nullable(STRING), "description": STRING,
     "description_format": STRING,
     "extra": {"type": "object"},
@@ -208,7 +209,8 @@ REASON = obj({"reason": {"type": "string", "maxLength": 255}})
 
 TASK_QUEUE = obj({
     "tq_id": ID, "vo": STRING, "owner_group": STRING, "owner": nullable(STRING),
-    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "job_type": STRING,
+    "cpu_time": COUNT, "processors": COUNT, "memory": COUNT, "gpus": COUNT,
+    "job_type": STRING,
     "submit_pool": nullable(STRING), "expression": nullable(STRING), "priority": NUMBER,
     "active": {"type": "boolean"}, "waiting": COUNT, "sites": STRINGS,
     "banned_sites": STRINGS, "platforms": STRINGS, "tags": STRINGS,

@@ -39,6 +39,7 @@ def list_queues(call: Call) -> dict[str, Any]:
         queues.append({
             "tq_id": q.id, "vo": q.vo, "owner_group": q.owner_group, "owner": q.owner,
             "cpu_time": q.cpu_time, "processors": q.processors, "memory": q.memory,
+            "gpus": q.gpus,
             "job_type": q.job_type, "submit_pool": q.submit_pool, "expression": q.expression,
             "priority": q.priority, "active": bool(q.active), "waiting": info.waiting,
             **{label: info.values.get(label, [])

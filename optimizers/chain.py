@@ -275,7 +275,7 @@ def _decide(session: Session, jobs: Sequence[tuple[int, Identity, JobDescription
             continue
         fields = (identity, outcome, desc.requirements_expression, desc.cpu_time,
                   desc.processors, desc.memory, desc.job_type, desc.sites, desc.banned_sites,
-                  desc.platforms, desc.tags, desc.ces)
+                  desc.platforms, desc.tags, desc.ces, desc.gpus)
         decided = seen.get(fields)
         if decided is None:
             try:
@@ -433,6 +433,7 @@ def _scheduling_step(identity: Identity, desc: JobDescription,
     return JobRequirements(
         vo=identity.vo, owner=identity.owner, owner_group=identity.owner_group,
         cpu_time=desc.cpu_time, processors=desc.processors, memory=desc.memory,
+        gpus=desc.gpus,
         job_type=desc.job_type, submit_pool=placement.submit_pool, expression=expression,
         sites=placement.sites if placement.sites is not None else desc.sites,
         banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,

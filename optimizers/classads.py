@@ -91,7 +91,8 @@ def resource_attributes(resource: Resource) -> dict[str, Any]:
         attrs["Tags"] = sorted(resource.tags)
     for name, number in (("CPUTime", resource.cpu_time), ("NumberOfProcessors",
                                                          resource.processors),
-                         ("Memory", resource.memory), ("MaxRAM", resource.memory)):
+                         ("Memory", resource.memory), ("MaxRAM", resource.memory),
+                         ("NumberOfGPUs", resource.gpus)):
         if number is not None:
             attrs[name] = number
     known = {name.lower() for name in attrs}

@@ -45,6 +45,8 @@ DEFAULT_CPU_TIME = 86_400
 #: of the largest value still fits the 32-bit column).
 MAX_CPU_TIME = 2**31 - 1
 MAX_MEMORY_MB = 2**30
+#: Most GPUs a job may ask for (NumberOfGPUs).
+MAX_GPUS = 64
 #: Longest job name and job group (their database columns).
 MAX_JOB_NAME = 255
 MAX_JOB_GROUP = 128
@@ -85,6 +87,8 @@ class JobDescription:
     max_processors: int | None = None
     #: Memory in MB; 0 for no requirement.
     memory: int = 0
+    #: GPUs the job needs (NumberOfGPUs); 0: none.
+    gpus: int = 0
     #: RFC 7 requirements section, canonicalised (see taskqueue.queues.submitpools).
     requirements: Mapping[str, Any] | None = None
     #: A gLite-style ClassAd Requirements expression, as canonical ClassAd text.
@@ -130,7 +134,7 @@ KNOWN_FIELDS = (
     "Executable", "Arguments", "Environment", "Directory", "StdInput", "StdOutput", "StdError",
     "InputSandbox", "OutputSandbox", "JobName", "JobGroup", "JobType", "Priority", "CPUTime",
     "Site", "BannedSite", "Platform", "Tags", "NumberOfProcessors", "MinNumberOfProcessors",
-    "MaxNumberOfProcessors", "MaxRAM", "Requirements", "GridCE", "InputData",
+    "MaxNumberOfProcessors", "MaxRAM", "NumberOfGPUs", "Requirements", "GridCE", "InputData",
     "DataRequirements", "TokenScopes", "ContainerImage", *PARAMETRIC,
 )
 CANONICAL = {name.lower(): name for name in KNOWN_FIELDS}
@@ -291,6 +295,8 @@ def _build(raw: Raw, extra: Mapping[str, JSONValue], parameter: str | None,
                         what="a non-negative integer number of MB"),
         processors=processors,
         max_processors=max_processors,
+        gpus=_integer(raw, "NumberOfGPUs", 0, low=0, high=MAX_GPUS,
+                      what=f"an integer from 0 to {MAX_GPUS}"),
         requirements=requirements,
         requirements_expression=expression,
         input_data=_input_data(raw, warnings),
@@ -368,7 +374,7 @@ def _input_data(raw: Raw, warnings: list[str]) -> tuple[str, ...]:
 #: pilot may describe more, from its own resource description.
 _DESCRIBED = frozenset(name.lower() for name in (
     "VO", "Site", "CE", "Queue", "Platform", "Tags", "CPUTime", "NumberOfProcessors", "Memory",
-    "MaxRAM"))
+    "MaxRAM", "NumberOfGPUs"))
 
 
 def _expression_notes(expression: str | None) -> list[str]:
@@ -384,7 +390,7 @@ def _expression_notes(expression: str | None) -> list[str]:
     return [f"Requirements reads {', '.join(unknown[:3])}{' and more' if len(unknown) > 3 else ''},"
             " which gridpilot's pilots do not describe unless their resource description "
             "gives it: the job runs only where one does (pilots describe VO, Site, CE, Queue, "
-            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM)"]
+            "Platform, Tags, CPUTime, NumberOfProcessors, Memory, MaxRAM, NumberOfGPUs)"]
 
 
 def _sandbox_notes(raw: Raw) -> list[str]:

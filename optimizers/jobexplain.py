@@ -156,6 +156,6 @@ def _definition_of(session: Session, job: Job, settings: Settings
         processors=desc.processors, memory=desc.memory, job_type=desc.job_type,
         submit_pool=pool, expression=desc.requirements_expression, sites=desc.sites,
         banned_sites=desc.banned_sites, platforms=desc.platforms, tags=desc.tags,
-        ces=desc.ces)
+        ces=desc.ces, gpus=desc.gpus)
     return TaskQueueDefinition.for_job(req, settings), desc
 

@@ -16,12 +16,11 @@ all, counting each parameter of a parametric job).
 is the CPU time in seconds; processors = processes times ``cpu_cores_per_process``, where the
 processes are ``process_count`` or, on the one node, ``processes_per_node`` (both: they must
 agree). Jobs run on one node: a ``node_count`` above 1, or processes that need more than one
-node, are refused. ``gpu_cores_per_process`` above 0 adds the tag "GPU" to the job's Tags
-(merged with ``custom_attributes.Tags``): resources advertise GPUs as that tag, not as a
-count, so the count itself is only kept with the job's extra fields for the payload.
-``exclusive_node_use`` is kept there too: a pilot runs in the slot it was given and cannot
-reserve a whole node, yet PSI/J sets it to true by default, so refusing it would refuse most
-JobSpecs written by PSI/J.
+node, are refused. ``gpu_cores_per_process`` is the GPUs each process needs: the job's
+NumberOfGPUs is the processes times that (a pilot offers GPUs by count, and hands each payload
+its own devices). ``exclusive_node_use`` is kept with the job's extra fields for the payload:
+a pilot runs in the slot it was given and cannot reserve a whole node, yet PSI/J sets it to
+true by default, so refusing it would refuse most JobSpecs written by PSI/J.
 
 Every JDL field without a PSI/J name goes in ``custom_attributes`` under its JDL name; a string
 ``Requirements`` there is a ClassAd expression (stored re-printed canonically, as the JDL
@@ -74,8 +73,6 @@ MB = 1024 * 1024
 MAX_DEPTH = 32
 #: Longest integer accepted, in digits: Python's default limit for turning text into an int.
 MAX_INT_DIGITS = 4300
-#: The tag resources with GPUs advertise, added to the Tags of a job asking for GPU cores.
-GPU_TAG = "GPU"
 _TOO_DEEP = (f"the JSON description is nested too deeply: at most {MAX_DEPTH} levels of objects "
              "and lists are accepted")
 
@@ -211,12 +208,11 @@ def parse_json(data: Any, *, texts: bool = True) -> list[JobDescription]:
     _check_values(data, texts=texts)
     raw: Raw = {}
     extra: Raw = {}  # fields for the payload, with their labels to refuse repeats
-    gpus: str | None = None
     for key, value in data.items():
         if key in TOP_LEVEL:
             _put(raw, TOP_LEVEL[key], key, value)
         elif key == "resources":
-            gpus = _resources(value, raw, extra)
+            _resources(value, raw, extra)
         elif key == "attributes":
             _attributes(value, raw, extra)
         elif key in _IGNORED_PSIJ:
@@ -225,8 +221,6 @@ def parse_json(data: Any, *, texts: bool = True) -> list[JobDescription]:
             raise JobDescriptionError(
                 f"{key} is not a job description field; put fields of your own in "
                 "attributes.custom_attributes", key)
-    if gpus is not None:
-        _add_gpu_tag(raw, gpus)
     if "Executable" not in raw:
         # Checked here rather than left to build_descriptions, which names the JDL field.
         raise JobDescriptionError("executable is required: the program the job runs",
@@ -299,8 +293,8 @@ def _mapping(value: Any, label: str) -> Mapping[str, Any]:
     return value
 
 
-def _resources(value: Any, raw: Raw, extra: Raw) -> str | None:
-    """Fill in the processors and memory; the label of a GPU request, if there is one."""
+def _resources(value: Any, raw: Raw, extra: Raw) -> None:
+    """Fill in the processors, memory and GPUs."""
     res = _mapping(value, "resources")
     for key in res:
         if key not in _RESOURCES:
@@ -349,29 +343,14 @@ def _resources(value: Any, raw: Raw, extra: Raw) -> str | None:
                 "resources.exclusive_node_use")
         _put(extra, "exclusive_node_use", "resources.exclusive_node_use", exclusive)
     if "gpu_cores_per_process" not in res:
-        return None
+        return
     label = "resources.gpu_cores_per_process"
     gpus = res["gpu_cores_per_process"]
     if isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 0:
         raise JobDescriptionError(
             f"{label} must be a non-negative integer, got {_shown(gpus)}", label)
-    if gpus == 0:
-        return None
-    _put(extra, "gpu_cores_per_process", label, gpus)
-    return label
-
-
-def _add_gpu_tag(raw: Raw, label: str) -> None:
-    """Add the GPU tag to the job's Tags, wherever in the description those were given."""
-    if "Tags" not in raw:
-        raw["Tags"] = (label, [GPU_TAG])
-        return
-    tags_label, tags = raw["Tags"]
-    if isinstance(tags, str):
-        tags = [tags]
-    if isinstance(tags, list) and GPU_TAG not in tags:
-        raw["Tags"] = (tags_label, [*tags, GPU_TAG])
-    # Tags of any other kind are left as they are, to be refused with their own label.
+    if gpus:
+        _put(raw, "NumberOfGPUs", label, processes * gpus)
 
 
 def _attributes(value: Any, raw: Raw, extra: Raw) -> None:

@@ -35,7 +35,7 @@ NOT_ATTRIBUTES = frozenset({
     "Executor", "Endpoint", "TokenFile", "ProxyFile", "CABundle",
     "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
     "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
-    "Platform", "NumberOfProcessors", "MaxRAM"})
+    "Platform", "NumberOfProcessors", "MaxRAM", "NumberOfGPUs"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ class PilotLaunch:
     required_tags: tuple[str, ...]
     #: Further parameters, for ClassAd Requirements expressions, as the pilot reads them.
     attributes: tuple[tuple[str, Any], ...]
+    #: GPUs of one job slot (NumberOfGPUs): the pilot hands out devices 0..gpus-1.
+    gpus: int = 0
 
     @property
     def wall_seconds(self) -> int:
@@ -80,6 +82,8 @@ class PilotLaunch:
             out += ["--cpu-factor", repr(self.cpu_factor)]
         if self.memory_mb:
             out += ["--memory", str(self.memory_mb)]
+        if self.gpus:
+            out += ["--gpus", ",".join(map(str, range(self.gpus)))]
         if submit_pools is not None:
             out += ["--submit-pools", ",".join(submit_pools)]
         for platform in self.platforms or ("ANY",):
@@ -104,6 +108,8 @@ class PilotLaunch:
             "cpu_time": self.cpu_time})
         if self.memory_mb:
             data["memory"] = self.memory_mb
+        if self.gpus:
+            data["gpus"] = self.gpus
         return data
 
 
@@ -124,7 +130,8 @@ def pilot_launch(config: ResourcesConfig, site: str, ce: str, queue: str, vo: st
         memory_mb=_whole(params.get("MaxRAM")), wall_minutes=wall,
         cpu_factor=q.cpu_factor(vo),
         platforms=tuple(dict.fromkeys(labels(params.get("Platform")))),
-        tags=tags, required_tags=required, attributes=attributes)
+        tags=tags, required_tags=required, attributes=attributes,
+        gpus=_whole(params.get("NumberOfGPUs")) or 0)
 
 
 def resource_for_queue(config: ResourcesConfig, site: str, ce: str, queue: str, vo: str, *,

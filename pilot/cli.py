@@ -145,6 +145,10 @@ def parser() -> argparse.ArgumentParser:
                            "CPUs of the node)")
     node.add_argument("--memory", type=int, default=None,
                       help="memory to fill, MB (default: mem_limit_MB of $JOBFEATURES)")
+    node.add_argument("--gpus", default="",
+                      help="comma-separated GPU device ids the pilot may hand out, e.g. 0,1 "
+                           "(default: none): each payload that needs GPUs gets its own, in "
+                           "CUDA_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES and ZE_AFFINITY_MASK")
     files = p.add_argument_group("HEPiX features and site controls")
     files.add_argument("--machine-features", default=_env("MACHINEFEATURES"),
                        help="$MACHINEFEATURES directory or URL")
@@ -298,6 +302,7 @@ def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
             binds.append(Bind.parse(text))
         except ValueError as exc:
             problems.append(str(exc))
+    gpus = gpu_ids(args.gpus, problems)
     if problems:
         return None
     pools = None
@@ -314,7 +319,7 @@ def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
         matcher_url=args.matcher, token=token or "", node=node, workdir=args.workdir.resolve(),
         machine_features=args.machine_features, job_features=args.job_features,
         jobstatus=args.jobstatus, drain_file=args.drain_file, cores=args.cores,
-        memory_mb=args.memory, idle_timeout=args.idle_timeout,
+        memory_mb=args.memory, gpus=gpus, idle_timeout=args.idle_timeout,
         request_timeout=args.request_timeout,
         heartbeat_interval=args.heartbeat, grace=args.grace, margin=args.margin,
         backoff_cap=args.backoff_cap, report_timeout=args.report_timeout,
@@ -323,6 +328,24 @@ def pilot_options(args: argparse.Namespace, token: str, problems: list[str], *,
         cpu_factor=args.cpu_factor, verify=verify, isolation=args.isolation,
         isolation_binds=tuple(binds), isolation_image=args.isolation_image)
     return options
+
+
+#: Most GPU devices one pilot hands out.
+MAX_GPUS = 64
+
+
+def gpu_ids(text: str, problems: list[str]) -> tuple[str, ...]:
+    """The device ids of ``--gpus`` (``0,1``), each named once; a wrong list adds to
+    ``problems``."""
+    ids = tuple(part.strip() for part in text.split(",")) if text.strip() else ()
+    bad = [i for i in ids if not i or not all(c.isalnum() or c in "-_.:" for c in i)]
+    if bad:
+        problems.append(f"--gpus must be comma-separated device ids such as 0,1, got {text!r}")
+    elif len(set(ids)) != len(ids):
+        problems.append(f"--gpus names a device twice: {text!r}")
+    elif len(ids) > MAX_GPUS:
+        problems.append(f"--gpus names {len(ids)} devices, at most {MAX_GPUS} are taken")
+    return ids
 
 
 def _rejoin(parts: list[str]) -> list[str]:

@@ -40,7 +40,14 @@ from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
 from pilot.payloadtoken import PayloadToken
-from pilot.planning import memory_left, payload_cores, payload_max_end, what_to_ask
+from pilot.planning import (
+    gpu_environment,
+    memory_left,
+    payload_cores,
+    payload_gpus,
+    payload_max_end,
+    what_to_ask,
+)
 from pilot.reaper import LEFTOVER_GRACE, Reaper
 from pilot.renewal import TokenRenewal
 from pilot.resource import NodeDescription
@@ -86,6 +93,8 @@ class PilotOptions:
     #: Cores and memory (MB) to fill; None: from $JOBFEATURES (cores: else the node's CPUs).
     cores: int | None = None
     memory_mb: int | None = None
+    #: GPU device ids the pilot may hand out (``--gpus``), each to one payload at a time.
+    gpus: tuple[str, ...] = ()
     #: Stop after this many seconds without a payload and without a match.
     idle_timeout: float = 600.0
     #: Seconds one request to the matcher may take in all, its answer included.
@@ -161,6 +170,8 @@ class Pilot:
     clock: Callable[[], float] = time.time
     features: Features = field(init=False)
     payloads: dict[int, Payload] = field(default_factory=dict)
+    #: The GPU devices each running payload got, by job id.
+    gpus_held: dict[int, tuple[str, ...]] = field(default_factory=dict)
     outbox: list[_Report] = field(default_factory=list)
     summary: Summary = field(default_factory=Summary)
     retiring: str = ""
@@ -225,7 +236,8 @@ class Pilot:
         if ask is None:
             return None
         return self.node.resource(free_cores=ask.processors, free_memory_mb=ask.memory,
-                                  cpu_time_left=ask.cpu_time_left)
+                                  cpu_time_left=ask.cpu_time_left,
+                                  free_gpus=len(self.options.gpus) - len(self._held_gpus()))
 
     def run(self) -> Summary:
         o = self.options
@@ -330,6 +342,12 @@ class Pilot:
     def _free_cores(self) -> int:
         return self.cores - sum(p.cores for p in self.payloads.values())
 
+    def _held_gpus(self) -> set[str]:
+        """The GPU devices of running payloads (those of ended ones are forgotten)."""
+        self.gpus_held = {job_id: devices for job_id, devices in self.gpus_held.items()
+                          if job_id in self.payloads}
+        return {device for devices in self.gpus_held.values() for device in devices}
+
     def _free_memory(self) -> int | None:
         return memory_left(self.memory_mb, (p.memory_mb for p in self.payloads.values()))
 
@@ -369,6 +387,7 @@ class Pilot:
                shutdown: float | None) -> None:
         o = self.options
         cores = payload_cores(job.processors, self._free_cores())
+        gpus = payload_gpus(job.gpus, o.gpus, self._held_gpus())
         max_end = payload_max_end(now, limits.wall_end, shutdown)
         memory = job.memory or (int(self.memory_mb * cores / self.cores)
                                 if self.memory_mb else 0)
@@ -402,7 +421,8 @@ class Pilot:
                                     base_env=os.environ, fresh=False,
                                     token_file=self._first_payload_token(job.job_id,
                                                                          directory),
-                                    isolation=self.isolation)
+                                    isolation=self.isolation,
+                                    gpu_env=gpu_environment(gpus) if o.gpus else None)
         except OSError as exc:
             log.error("job %d cannot start: %s", job.job_id, exc, extra=concerning(job.job_id))
             self.summary.failed += 1
@@ -413,6 +433,7 @@ class Pilot:
         payload.family = self.reaper.adopt(job.job_id, payload.process.pid)
         payload.max_end_assumed = limits.wall_end is None and shutdown is None
         self.payloads[job.job_id] = payload
+        self.gpus_held[job.job_id] = gpus
         self.summary.started += 1
         log.info("job %d started on %d core(s): %s", job.job_id, cores, job.executable,
                  extra=concerning(job.job_id))

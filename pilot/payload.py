@@ -207,11 +207,14 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
                   max_end: float, cpu_factor: float | None,
                   machine_features: str | None, base_env: Mapping[str, str],
                   fresh: bool = True, token_file: Path | None = None,
-                  isolation: Isolation | None = None) -> Payload:
+                  isolation: Isolation | None = None,
+                  gpu_env: Mapping[str, str] | None = None) -> Payload:
     """Start ``job`` in ``root/job_<id>`` with ``cores`` cores: the pilot is the resource
     provider, so the payload gets its own ``$JOBFEATURES`` saying what it was given.
     ``fresh=False``: the folder was made by :func:`fresh_job_folder` (and holds the job's
-    input files). ``isolation``: the sandbox it runs in (pilot.isolation; None: bare)."""
+    input files). ``isolation``: the sandbox it runs in (pilot.isolation; None: bare).
+    ``gpu_env``: the variables naming the GPUs it got (pilot.planning.gpu_environment), over
+    whatever the job's own environment says of them."""
     directory = fresh_job_folder(root, job.job_id) if fresh else root / f"job_{job.job_id}"
     features = directory / ".jobfeatures"
     wall = max(0, int(max_end - now))
@@ -232,6 +235,7 @@ def start_payload(job: JobPayload, *, cores: int, memory_mb: int, root: Path, no
     env.update(job.environment)
     env.update({"JOBFEATURES": str(features), "GRIDPILOT_JOB_ID": str(job.job_id),
                 "GRIDPILOT_JOB_CORES": str(cores), "OMP_NUM_THREADS": str(cores)})
+    env.update(gpu_env or {})
     if machine_features:
         env["MACHINEFEATURES"] = machine_features
     if token_file is not None:

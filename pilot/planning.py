@@ -8,6 +8,8 @@ site simulator (``gridpilot simulate``) with simulated ones.
 - :func:`memory_first`: a narrower ask to try first when memory, not cores, runs out (a what-if
   the simulator measures; the pilot does not ask it).
 - :func:`payload_cores`: the cores a matched job gets.
+- :func:`payload_gpus`: the GPU devices a matched job gets, and :func:`gpu_environment` the
+  variables that show a payload those devices only.
 - :func:`payload_max_end`: when a payload must end (the wall limit or the shutdown time).
 - :func:`expected_end`: when a payload is expected to end, from the CPU time it asked for.
 """
@@ -91,6 +93,27 @@ def payload_cores(requested: int | None, free_cores: int) -> int:
     """The cores a job asking for ``requested`` processors gets from ``free_cores``: at least
     one, at most what is free."""
     return max(1, min(requested or 1, free_cores))
+
+
+def payload_gpus(requested: int, devices: tuple[str, ...], held: Iterable[str]
+                 ) -> tuple[str, ...]:
+    """The devices a job asking for ``requested`` GPUs gets: the first of the pilot's
+    ``devices`` that no running payload ``held``, at most ``requested`` of them."""
+    taken = set(held)
+    return tuple(d for d in devices if d not in taken)[:max(requested, 0)]
+
+
+#: The variables that name the devices a payload may use: NVIDIA CUDA, AMD ROCm, Intel oneAPI
+#: Level Zero, and gridpilot's own.
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                 "GRIDPILOT_JOB_GPUS")
+
+
+def gpu_environment(devices: tuple[str, ...]) -> dict[str, str]:
+    """The environment that shows a payload ``devices`` (comma-separated ids) and no other
+    GPU of the pilot's: empty for a payload that got none."""
+    ids = ",".join(devices)
+    return dict.fromkeys(GPU_VARIABLES, ids)
 
 
 def payload_max_end(now: float, wall_end: float | None, shutdown: float | None) -> float:

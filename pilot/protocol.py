@@ -79,6 +79,8 @@ class JobPayload:
     cpu_time: int = 0
     processors: int = 1
     memory: int = 0
+    #: GPUs the job needs (0: none).
+    gpus: int = 0
     input_sandbox: list[str] = field(default_factory=list)
     output_sandbox: list[str] = field(default_factory=list)
     stdout: str | None = None
@@ -147,7 +149,7 @@ _FIELD_KINDS: dict[str, Callable[[Any], bool]] = {
     "executable": _text, "arguments": _texts,
     "environment": lambda v: isinstance(v, dict) and all(
         isinstance(k, str) and isinstance(x, str) for k, x in v.items()),
-    "cpu_time": _integer, "processors": _integer, "memory": _integer,
+    "cpu_time": _integer, "processors": _integer, "memory": _integer, "gpus": _integer,
     "input_sandbox": _texts, "output_sandbox": _texts, "stdin": _maybe_text, "stdout": _maybe_text,
     "stderr": _maybe_text, "job_name": _maybe_text, "container_image": _maybe_text,
     "description": _text,

@@ -53,7 +53,7 @@ class NodeDescription:
     attributes: tuple[tuple[str, Any], ...] = ()
 
     def resource(self, *, free_cores: int, free_memory_mb: int | None,
-                 cpu_time_left: int | None) -> dict[str, Any]:
+                 cpu_time_left: int | None, free_gpus: int = 0) -> dict[str, Any]:
         """The description for one match request, with what is free right now."""
         data: dict[str, Any] = dict(self.attributes)
         data.update({"vo": self.vo, "pilot_reference": self.reference,
@@ -73,4 +73,6 @@ class NodeDescription:
             data["memory"] = min(free_memory_mb, MAX_MEMORY_MB)
         if cpu_time_left is not None:
             data["cpu_time"] = min(cpu_time_left, MAX_CPU_TIME)
+        if free_gpus:
+            data["gpus"] = free_gpus
         return data

@@ -38,12 +38,14 @@ class JobRequirements:
     tags: frozenset[str] = field(default_factory=frozenset)
     #: Computing elements the job may run on (JDL GridCE); empty: any.
     ces: frozenset[str] = field(default_factory=frozenset)
+    #: GPUs the job needs (JDL NumberOfGPUs); 0: none.
+    gpus: int = 0
 
     def __post_init__(self) -> None:
         for name in ("vo", "owner", "owner_group", "job_type"):
             if not getattr(self, name):
                 raise InvalidInputError(f"{name} must not be empty")
-        for name in ("cpu_time", "memory"):
+        for name in ("cpu_time", "memory", "gpus"):
             if getattr(self, name) < 0:
                 raise InvalidInputError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.processors < 1:
@@ -73,6 +75,8 @@ class TaskQueueDefinition:
     platforms: frozenset[str]
     tags: frozenset[str]
     ces: frozenset[str] = frozenset()
+    #: The bucket of the GPUs the jobs need (0: none).
+    gpus: int = 0
 
     @classmethod
     def for_job(cls, req: JobRequirements, settings: Settings) -> TaskQueueDefinition:
@@ -92,6 +96,7 @@ class TaskQueueDefinition:
             platforms=req.platforms,
             tags=req.tags,
             ces=req.ces,
+            gpus=significant_bits_bucket(req.gpus, tq.significant_bits),
         )
 
     def digest(self) -> str:
@@ -112,5 +117,7 @@ class TaskQueueDefinition:
         }
         if self.ces:  # only when given: the digests of queues without CEs stay as they were
             canonical["ces"] = sorted(self.ces)
+        if self.gpus:  # likewise: the digests of queues of jobs without GPUs stay
+            canonical["gpus"] = self.gpus
         text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(text.encode("ascii")).hexdigest()

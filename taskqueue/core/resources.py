@@ -20,7 +20,7 @@ ANY = "any"
 #: Fields that hold a set of labels, with their meaning when absent.
 _LIST_FIELDS = ("site", "platform", "job_type", "owner_group", "submit_pools", "tags",
                 "required_tags")
-_INT_FIELDS = ("cpu_time", "processors", "memory")
+_INT_FIELDS = ("cpu_time", "processors", "memory", "gpus")
 _STR_FIELDS = ("vo", "owner", "pilot_reference", "ce", "queue")
 #: Longest value of each field (the columns they are compared with or stored in), and the
 #: largest number (the ClassAd library takes 64-bit integers).
@@ -53,6 +53,9 @@ class Resource:
     cpu_time: int | None = None
     processors: int | None = None
     memory: int | None = None
+    #: GPUs the resource has free. Unlike the other numbers, leaving it out offers none: a
+    #: job that needs GPUs goes only to a resource that says it has them.
+    gpus: int = 0
     #: Fields the matching rules do not use, kept for ClassAd Requirements expressions.
     extra: Mapping[str, Any] = field(default_factory=dict)
 

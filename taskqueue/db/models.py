@@ -217,6 +217,8 @@ class TaskQueue(Base):
     cpu_time: Mapped[int] = mapped_column(BigInteger)
     processors: Mapped[int] = mapped_column(Integer)
     memory: Mapped[int] = mapped_column(Integer)
+    #: The bucket of the GPUs the jobs need, 0 for none.
+    gpus: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     job_type: Mapped[str] = mapped_column(String(64))
     submit_pool: Mapped[str | None] = mapped_column(
         ForeignKey("submit_pools.id", ondelete="CASCADE")

@@ -100,7 +100,7 @@ def reach(session: Session, resources: Sequence[tuple[K, Resource, ExpressionChe
 def _terms(r: Resource) -> tuple[Any, ...]:
     """What of a resource the SQL conditions read, but its site and CE."""
     return (r.vo, r.platform, r.job_type, r.owner_group, r.owner, r.submit_pools, r.tags,
-            r.required_tags, r.cpu_time, r.processors, r.memory)
+            r.required_tags, r.cpu_time, r.processors, r.memory, r.gpus)
 
 
 def _matched(session: Session, resource: Resource, limits: Mapping[int, _Limits],

@@ -195,6 +195,9 @@ RULES: tuple[Rule, ...] = (
     Rule("memory", "memory", "memory", "memory", Compare.AT_MOST, "r_mem",
          lambda d, r, _: (f"job needs {memory_text(d.memory)} (bucket); resource offers "
                           f"{r.memory:,} MB")),
+    Rule("GPUs", "gpus", "gpus", "gpus", Compare.AT_MOST, "r_gpus",
+         lambda d, r, _: (f"job needs {d.gpus} GPUs (bucket); resource offers {r.gpus}"
+                          if d.gpus or r.gpus else None)),
     Rule("job type", "job_type", "job_type", "job_type", Compare.ONE_OF, "r_types",
          lambda d, r, _: f"job type {d.job_type}; resource takes {names(r.job_type)}"),
     Rule("SubmitPool", "submit_pools", "submit_pool", "submit_pool", Compare.UNSET_OR_ONE_OF,

@@ -127,7 +127,7 @@ def open_match_database(settings: DatabaseSettings, sessions: sessionmaker[Sessi
 
 #: The calls, with their parameters in the order of :func:`_parameters`.
 _FUNCTION_CALL = ("gridpilot_claim("
-                  "%s, %s, %s::text[], %s, %s, %s, %s::text[], %s::text[], %s::text[], "
+                  "%s, %s, %s::text[], %s, %s, %s, %s, %s::text[], %s::text[], %s::text[], "
                   "%s::text[], %s::text[], %s, %s::text[], %s, %s, %s::timestamp, %s, %s, "
                   "%s::float8[])")
 #: The payload columns of the claim function, in its order.
@@ -138,7 +138,7 @@ _CALL = f"SELECT {', '.join(_COLUMNS)} FROM {_FUNCTION_CALL}"
 _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
 _CONFLICT_STATE = "GP409"
-_CALL_MYSQL = "CALL gridpilot_claim(" + ", ".join(["%s"] * 19) + ")"
+_CALL_MYSQL = "CALL gridpilot_claim(" + ", ".join(["%s"] * 20) + ")"
 #: MariaDB's codes for a lost race: lock wait timeout, deadlock.
 _RETRY_ERRORS = frozenset({1205, 1213})
 #: The error of the procedure's SIGNAL for a job that left Waiting under it (SQLSTATE 45000).
@@ -304,7 +304,7 @@ def _parameters(resource: Resource, *, now: datetime, count: int, rng: random.Ra
 
     return (
         resource.vo, resource.owner, listed(resource.owner_group), resource.cpu_time,
-        resource.processors, resource.memory, listed(resource.job_type),
+        resource.processors, resource.memory, resource.gpus, listed(resource.job_type),
         listed(resource.submit_pools), listed(resource.site), listed(resource.platform),
         listed(resource.tags), resource.ce, listed(resource.required_tags or None),
         with_expressions, resource.pilot_reference or None,

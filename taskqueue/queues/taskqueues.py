@@ -316,7 +316,8 @@ def _queue_row(b: _Batch, now: datetime, clock: float, key: float) -> dict[str, 
     return {
         "digest": d.digest(), "vo": d.vo, "owner_group": d.owner_group, "owner": d.owner,
         "cpu_time": d.cpu_time, "processors": d.processors, "memory": d.memory,
-        "job_type": d.job_type, "submit_pool": d.submit_pool, "expression": d.expression,
+        "gpus": d.gpus, "job_type": d.job_type, "submit_pool": d.submit_pool,
+        "expression": d.expression,
         "priority": INITIAL_PRIORITY,
         "mean_job_priority": b.priority_sum / b.count, "jobs_inserted": b.count,
         "active": 1, "draw_key": key, "draw_clock": clock, "created_at": now,
@@ -415,7 +416,8 @@ def waiting_definition(session: Session, job_id: int) -> TaskQueueDefinition | N
         processors=tq.processors, memory=tq.memory, job_type=tq.job_type,
         submit_pool=tq.submit_pool, expression=tq.expression,
         sites=values(TaskQueueSite), banned_sites=values(TaskQueueBannedSite),
-        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag), ces=values(TaskQueueCE))
+        platforms=values(TaskQueuePlatform), tags=values(TaskQueueTag), ces=values(TaskQueueCE),
+        gpus=tq.gpus)
 
 
 @dataclass(frozen=True)

@@ -773,3 +773,14 @@ def test_the_pilot_page_shows_how_it_isolates_its_payloads(
     assert re.search(r'id="isolation"><span class="bad-text">none: its payloads run bare',
                      page(operator_http, "/ui/pilots/pilot-n"))
     assert 'id="isolation">not said<' in page(operator_http, "/ui/pilots/pilot-o")
+
+
+def test_a_gpu_queue_page_shows_its_gpus(client: Api, user_token: str, operator_token: str,
+                                         operator_http: FlaskClient) -> None:
+    client.submit_jdl(user_token, 'Executable = "x"; NumberOfGPUs = 4;')
+    client.submit_jdl(user_token, 'Executable = "x";')
+    queues = client.ok("GET", "/api/v1/taskqueues", operator_token)["task_queues"]
+    by_gpus = {q["gpus"]: q["tq_id"] for q in queues}
+    assert "<th>GPUs</th><td>4 (bucket)</td>" in page(operator_http,
+                                                      f"/ui/taskqueues/{by_gpus[4]}")
+    assert "<th>GPUs</th>" not in page(operator_http, f"/ui/taskqueues/{by_gpus[0]}")

@@ -234,3 +234,29 @@ def test_explain_says_what_the_site_mask_does_as_the_matcher_does(
     assert lifted["can_run"] is True and "site mask" not in rules(lifted)
     assert [j["job_id"] for j in client.match(pilot_token, site=SITE,
                                               pilot_reference=PILOT_REF)["jobs"]] == [job_id]
+
+
+def test_a_gpu_job_is_listed_and_explained_with_its_gpus(client: Api, user_token: str,
+                                                         operator_token: str,
+                                                         pilot_token: str) -> None:
+    job_id = client.submit_jdl(user_token, 'Executable = "x"; NumberOfGPUs = 2;')[0]
+    (queue,) = client.ok("GET", "/api/v1/taskqueues", operator_token)["task_queues"]
+    assert queue["gpus"] == 2
+    none = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                     json_body={"job_id": job_id, "resource": {"vo": VO, "site": SITE}})
+    assert none["can_run"] is False
+    (failing,) = [r for r in none["rules"] if not r["holds"]]
+    assert (failing["rule"], failing["detail"]) == (
+        "GPUs", "job needs 2 GPUs (bucket); resource offers 0")
+    two = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                    json_body={"job_id": job_id,
+                               "resource": {"vo": VO, "site": SITE, "gpus": 2}})
+    assert two["can_run"] is True and rules(two)["GPUs"] is True
+    # Matched, out of its queue: explain reads the GPUs from its description.
+    assert client.match(pilot_token, site=SITE, pilot_reference=PILOT_REF)["jobs"] == []
+    (matched,) = client.match(pilot_token, site=SITE, pilot_reference=PILOT_REF,
+                              gpus=2)["jobs"]
+    assert (matched["job_id"], matched["gpus"]) == (job_id, 2)
+    later = client.ok("POST", "/api/v1/taskqueues/explain", user_token,
+                      json_body={"job_id": job_id, "resource": {"vo": VO, "site": SITE}})
+    assert later["can_run"] is False and rules(later)["GPUs"] is False

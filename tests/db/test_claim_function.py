@@ -211,6 +211,20 @@ def test_a_required_tag_no_queue_carries_answers_at_once(db: Database, settings:
         assert set(s.scalars(select(TaskQueue.draw_clock))) == {0.0}
 
 
+def test_gpu_jobs_go_only_to_pilots_with_enough_free_gpus(db: Database, settings: Settings,
+                                                          now: datetime) -> None:
+    """A pilot that offers no GPUs (or says nothing of them) gets no job that needs one; one
+    that offers two gets the 2-GPU job and the 1-GPU job, not the 4-GPU one."""
+    with db.factory.begin() as s:
+        one, two, _four = submit(s, settings, now, [requirements(gpus=n) for n in (1, 2, 4)])
+    assert match(db, now, count=3).jobs == []
+    assert match(db, now, count=3, gpus=0).jobs == []
+    answer = match(db, now, count=3, gpus=2)
+    assert sorted(j.id for j in answer.jobs) == [one, two]
+    with db.factory() as s:
+        assert sorted(s.scalars(select(TaskQueue.gpus))) == [1, 2, 4]
+
+
 def test_a_job_that_left_waiting_under_its_queue_abandons_the_claim_and_changes_nothing(
         db: Database, settings: Settings, now: datetime) -> None:
     with db.factory.begin() as s:

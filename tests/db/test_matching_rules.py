@@ -20,7 +20,7 @@ from tests.helpers import claim, requirements, submit
 Case = tuple[dict[str, Any], dict[str, Any], bool]
 
 #: A job's requirement that each bucketed rule is tried with (between two buckets).
-_BUCKETED = {"cpu_time": 3000, "processors": 9, "memory": 3000}
+_BUCKETED = {"cpu_time": 3000, "processors": 9, "memory": 3000, "gpus": 9}
 
 
 def _rule_cases(rule: Rule) -> dict[str, Case]:
@@ -43,9 +43,11 @@ def _rule_cases(rule: Rule) -> dict[str, Case]:
             needs = {key: _BUCKETED[key]}
             bucket = getattr(TaskQueueDefinition.for_job(requirements(**needs), Settings()), key)
             assert bucket > _BUCKETED[key], (key, bucket)  # the resource's next value fails
+            # A field left out sets no condition, or offers its default (GPUs: none).
+            unset = getattr(parse_resource({"vo": "lhcb"}), field)
             out = {"bucket fits": (needs, {field: bucket}, True),
                    "bucket too big": (needs, {field: bucket - 1}, False),
-                   "unset on resource": (needs, {}, True)}
+                   "unset on resource": (needs, {}, unset is None or bucket <= unset)}
         case Compare.LISTS_NONE_OR_ONE_OF | Compare.LISTS_NONE_OR_EQUAL:
             out = {"listed": ({key: ["v1", "v2"]}, {field: "v2"}, True),
                    "not listed": ({key: ["v1"]}, {field: "v2"}, False),
@@ -87,6 +89,10 @@ STATED: dict[str, Case] = {
                                   {"site": ["B", "C"]}, False),
     "platform: ANY": ({"platforms": ["el8"]}, {"platform": "any"}, True),
     "tags: ANY": ({"tags": ["GPU", "AVX512"]}, {"tags": "ANY"}, True),
+    "GPUs: a job without GPUs, a resource without": ({}, {}, True),
+    "GPUs: a job without GPUs, a resource with": ({}, {"gpus": 2}, True),
+    "GPUs: one needed, one offered": ({"gpus": 1}, {"gpus": 1}, True),
+    "GPUs: one needed, none offered": ({"gpus": 1}, {"gpus": 0}, False),
     "SubmitPool: presented": ({"submit_pool": "p1"}, {"submit_pools": ["p0", "p1"]}, True),
     "SubmitPool: not presented": ({"submit_pool": "p1"}, {"submit_pools": "p0"}, False),
     "SubmitPool: job has none, pilot presents some": ({}, {"submit_pools": "p0"}, True),

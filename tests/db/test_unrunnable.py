@@ -190,3 +190,18 @@ def test_a_queue_made_after_the_runnable_ones_were_read_is_left_alone(
     assert outcome == UnrunnableOutcome(1, 0, 0, False)
     assert _job(db, first)[1] == NO_QUEUE_MINOR_STATUS
     assert _job(db, second)[1] == WAITING_MINOR_STATUS
+
+
+def test_a_gpu_job_no_queue_offers_gpus_to_says_so_until_one_does(
+        db: Database, settings: Settings, tmp_path: Path, now: datetime) -> None:
+    settings = _settings(settings, tmp_path)
+    with db.factory.begin() as s:
+        gpu_job, plain_job = submit(s, settings, now, [requirements(cpu_time=600, gpus=1),
+                                                       requirements(cpu_time=600)])
+    assert ", 1 waiting jobs no queue can run" in _watch(db, settings, now)
+    assert _job(db, gpu_job) == ("Waiting", NO_QUEUE_MINOR_STATUS, True)
+    assert _job(db, plain_job) == ("Waiting", WAITING_MINOR_STATUS, True)
+    file = Path(settings.resources.file)
+    file.write_text(ONE_HOUR_QUEUE + "NumberOfGPUs = 2\n", encoding="utf-8")
+    assert ", 1 runnable again" in _watch(db, settings, now + timedelta(minutes=5))
+    assert _job(db, gpu_job) == ("Waiting", WAITING_MINOR_STATUS, True)

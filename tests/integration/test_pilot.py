@@ -269,3 +269,42 @@ def test_a_running_jobs_output_tail_comes_with_the_heartbeats(grid: Grid) -> Non
     code, out = _finish(proc, timeout=60)
     assert code == 0, out
     assert " ERROR " not in out, out
+
+
+#: A payload that writes the GPUs it sees to ``<folder>/<job id>`` and then waits until every
+#: one of ``expected`` payloads has written its own: it ends 0 only if they ran side by side.
+GPU_PAYLOAD = '''\
+import os, sys, time
+folder, expected = sys.argv[1], int(sys.argv[2])
+seen = os.environ.get("CUDA_VISIBLE_DEVICES", "(unset)")
+others = [os.environ.get(n) for n in ("ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK",
+                                      "GRIDPILOT_JOB_GPUS")]
+with open(os.path.join(folder, os.environ["GRIDPILOT_JOB_ID"]), "w") as f:
+    f.write(seen if others == [seen] * 3 else "variables differ: %r %r" % (seen, others))
+deadline = time.monotonic() + 60
+while len(os.listdir(folder)) < expected and time.monotonic() < deadline:
+    time.sleep(0.1)
+sys.exit(0 if len(os.listdir(folder)) >= expected else 3)
+'''
+
+
+def test_gpu_jobs_wait_for_a_pilot_with_gpus_and_each_gets_its_own(grid: Grid) -> None:
+    script, seen = grid.tmp / "gpu_payload.py", grid.tmp / "gpus-seen"
+    script.write_text(GPU_PAYLOAD, encoding="utf-8")
+    seen.mkdir()
+    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {seen} 2"; '
+           'CPUTime = 600; NumberOfGPUs = 1; Parameters = 2 ]')
+    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(),
+                              headers={"Content-Type": "text/plain"}, timeout=30)
+    assert response.status_code == 201, response.text
+    jobs: list[int] = response.json()["job_ids"]
+    for job in jobs:
+        grid.wait_status(job, {"Waiting"})
+    code, out = _finish(grid.pilot("--cores", "2", "--idle-timeout", "2"))
+    assert code == 0, out
+    assert [grid.job(j)["status"] for j in jobs] == ["Waiting", "Waiting"], out
+    assert list(seen.iterdir()) == []
+    code, out = _finish(grid.pilot("--cores", "2", "--gpus", "0,1", "--idle-timeout", "2"))
+    assert code == 0, out
+    assert [grid.job(j)["status"] for j in jobs] == ["Done", "Done"], out
+    assert {path.read_text() for path in seen.iterdir()} == {"0", "1"}

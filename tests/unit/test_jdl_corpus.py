@@ -312,3 +312,17 @@ def test_regression_deep_bare_word_lists_overflow_the_stack() -> None:
     with contextlib.suppress(JobDescriptionError):
         parse_jdl('Executable = "x"; A = ' + "{" * 20 + "a" + "}" * 20 + ";")
     refusal('Executable = "x"; A = ' + "{" * 5000 + "a" + "}" * 5000 + ";")
+
+
+@pytest.mark.parametrize(("text", "gpus"), [
+    ('Executable = "a";', 0), ('Executable = "a"; NumberOfGPUs = 2;', 2),
+    ('Executable = "a"; numberofgpus = 64;', 64)])
+def test_number_of_gpus_is_the_jobs_gpus(text: str, gpus: int) -> None:
+    (job,) = parse_jdl(text)
+    assert job.gpus == gpus
+
+
+@pytest.mark.parametrize("value", ["-1", "65", '"two"', "1.5"])
+def test_a_bad_number_of_gpus_is_refused(value: str) -> None:
+    message = str(refusal(f'Executable = "a"; NumberOfGPUs = {value};'))
+    assert "NumberOfGPUs" in message and "an integer from 0 to 64" in message, message

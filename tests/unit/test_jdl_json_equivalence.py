@@ -278,20 +278,26 @@ def test_bad_resource_fields_are_refused(resources: str, message: str) -> None:
     assert str(refusal(f'{{"executable": "a", "resources": {resources}}}')) == message
 
 
-@pytest.mark.parametrize(("custom", "tags"), [
-    ("{}", {"GPU"}),
-    ('{"Tags": "CUDA12"}', {"CUDA12", "GPU"}),
-    ('{"Tag": ["GPU", "A100"]}', {"GPU", "A100"}),
+@pytest.mark.parametrize(("resources", "gpus"), [
+    ('{"gpu_cores_per_process": 2}', 2),
+    ('{"process_count": 3, "gpu_cores_per_process": 1}', 3),
+    ('{"gpu_cores_per_process": 0}', 0),
 ])
-def test_gpu_cores_add_the_gpu_tag(custom: str, tags: set[str]) -> None:
-    # In both orders: the tags may come before or after the resources.
-    for text in (f'{{"executable": "a", "resources": {{"gpu_cores_per_process": 2}}, '
-                 f'"attributes": {{"custom_attributes": {custom}}}}}',
-                 f'{{"executable": "a", "attributes": {{"custom_attributes": {custom}}}, '
-                 f'"resources": {{"gpu_cores_per_process": 2}}}}'):
-        (job,) = parse_json_text(text)
-        assert job.tags == frozenset(tags)
-        assert job.extra == {"gpu_cores_per_process": 2}
+def test_gpu_cores_are_the_jobs_gpus(resources: str, gpus: int) -> None:
+    """PSI/J's GPU cores per process, times the processes: the job's NumberOfGPUs, as the
+    JDL gives it; no tag is added and nothing is left in the extra fields."""
+    (job,) = parse_json_text(f'{{"executable": "a", "resources": {resources}}}')
+    assert (job.gpus, job.tags, job.extra) == (gpus, frozenset(), {})
+    (same,) = parse_json_text('{"executable": "a", "attributes": {"custom_attributes": '
+                              f'{{"NumberOfGPUs": {gpus}}}}}}}')
+    assert same.gpus == gpus
+
+
+def test_gpus_given_twice_are_refused() -> None:
+    assert str(refusal('{"executable": "a", "resources": {"gpu_cores_per_process": 1}, '
+                       '"attributes": {"custom_attributes": {"NumberOfGPUs": 1}}}')) == (
+        "attributes.custom_attributes.NumberOfGPUs repeats resources.gpu_cores_per_process; "
+        "give it once")
 
 
 def test_no_gpu_cores_add_no_tag_and_exclusive_node_use_is_kept() -> None:

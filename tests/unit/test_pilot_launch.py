@@ -65,6 +65,10 @@ def _check_every_queue(resources: Path, workdir: Path) -> int:
                 started.spec.wall_minutes * 60, where
             assert started.spec.cores == got["processors"], where
             assert started.spec.memory_mb == got.get("memory"), where
+            # A queue's NumberOfGPUs: the pilot hands out devices 0..N-1 and offers N.
+            gpus = launch.gpus
+            assert got.get("gpus", 0) == gpus, where
+            assert started.pilot.options.gpus == tuple(map(str, range(gpus))), where
             checked += 1
     return checked
 
@@ -84,6 +88,21 @@ def test_the_demo_queue_offers_its_hour_less_the_margin(tmp_path: Path) -> None:
     assert "--wall-limit" in started.spec.arguments
 
 
+def test_a_gpu_queue_starts_pilots_that_hand_out_its_gpus(tmp_path: Path) -> None:
+    resources = tmp_path / "resources.toml"
+    resources.write_text('[JobDescription]\nNumberOfGPUs = "number"\n'
+                         '[Sites."S.gpu.org".CEs.ce.Queues.gpu]\n'
+                         'NumberOfProcessors = 2\nNumberOfGPUs = 2\nMaxCPUTime = 60\n',
+                         encoding="utf-8")
+    started = director_pilot(Settings(), resources, "S.gpu.org", "ce", "gpu", "lhcb", [],
+                             tmp_path)
+    arguments = started.spec.arguments
+    assert arguments[arguments.index("--gpus") + 1] == "0,1"
+    assert started.pilot.options.gpus == ("0", "1")
+    assert started.request is not None and started.request["gpus"] == 2
+    assert "NumberOfGPUs" not in started.request  # not a node attribute: the rule reads gpus
+
+
 _LEVELS = ("site", "ce", "queue")
 
 
@@ -96,7 +115,8 @@ def _parameters(rng: random.Random, level: str) -> list[str]:
     for key, values in (("MaxCPUTime", [2, 60, 61, 1440, 2880.5]),
                         ("WallTime", [3, 90, 4320]),
                         ("NumberOfProcessors", [1, 4, 8]),
-                        ("MaxRAM", [1500, 2048, 16384.7])):
+                        ("MaxRAM", [1500, 2048, 16384.7]),
+                        ("NumberOfGPUs", [1, 2, 4])):
         if rng.random() < 0.25:
             out.append(f"{key} = {rng.choice(values)}")
     if rng.random() < 0.3:
@@ -116,7 +136,7 @@ def _parameters(rng: random.Random, level: str) -> list[str]:
 
 def _configuration(rng: random.Random) -> str:
     lines = ['[JobDescription]', 'VO = "list"', 'Platform = "list"', 'Tags = "list"',
-             'RequiredTags = "list"', 'SoftwareTag = "list"', '']
+             'RequiredTags = "list"', 'SoftwareTag = "list"', 'NumberOfGPUs = "number"', '']
     for s in range(rng.randint(1, 3)):
         site = f"S{s}.gen.org"
         lines += [f'[Sites."{site}"]', 'VO = ["lhcb", "belle"]', *_parameters(rng, "site")]

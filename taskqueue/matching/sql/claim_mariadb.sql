@@ -40,7 +40,8 @@
 
 CREATE OR REPLACE PROCEDURE gridpilot_claim(
     p_vo VARCHAR(64), p_owner VARCHAR(255), p_groups LONGTEXT, p_cpu BIGINT, p_procs BIGINT,
-    p_mem BIGINT, p_types LONGTEXT, p_pools LONGTEXT, p_sites LONGTEXT, p_platforms LONGTEXT,
+    p_mem BIGINT, p_gpus BIGINT, p_types LONGTEXT, p_pools LONGTEXT, p_sites LONGTEXT,
+    p_platforms LONGTEXT,
     p_tags LONGTEXT, p_ce VARCHAR(255), p_required LONGTEXT, p_with_expressions BOOLEAN,
     p_pilot VARCHAR(255), p_now DATETIME(6), p_minor VARCHAR(255), p_source VARCHAR(64),
     p_e LONGTEXT)
@@ -129,6 +130,7 @@ BEGIN
                    AND (p_cpu IS NULL OR t.cpu_time <= p_cpu)
                    AND (p_procs IS NULL OR t.processors <= p_procs)
                    AND (p_mem IS NULL OR t.memory <= p_mem)
+                   AND (p_gpus IS NULL OR t.gpus <= p_gpus)
                    AND (p_types IS NULL OR (SELECT 1 FROM JSON_TABLE(p_types, '$[*]' COLUMNS (v VARCHAR(1024) PATH '$' ERROR ON ERROR)) AS g
                                              WHERE g.v = t.job_type LIMIT 1) IS NOT NULL)
                    AND (t.submit_pool IS NULL

@@ -15,8 +15,8 @@
 
 CREATE OR REPLACE FUNCTION gridpilot_claim(
     p_vo text, p_owner text, p_groups text[], p_cpu bigint, p_procs bigint, p_mem bigint,
-    p_types text[], p_pools text[], p_sites text[], p_platforms text[], p_tags text[],
-    p_ce text, p_required text[], p_with_expressions boolean, p_pilot text,
+    p_gpus bigint, p_types text[], p_pools text[], p_sites text[], p_platforms text[],
+    p_tags text[], p_ce text, p_required text[], p_with_expressions boolean, p_pilot text,
     p_now timestamp, p_minor text, p_source text, p_e double precision[])
 RETURNS TABLE (kind text, job_id bigint, tq_id bigint, vo text, owner text, owner_group text,
                job_type text, description text, description_format text, bulk_index integer)
@@ -56,6 +56,7 @@ DECLARE
            AND (p_cpu IS NULL OR t.cpu_time <= p_cpu)
            AND (p_procs IS NULL OR t.processors <= p_procs)
            AND (p_mem IS NULL OR t.memory <= p_mem)
+           AND (p_gpus IS NULL OR t.gpus <= p_gpus)
            AND (p_types IS NULL OR t.job_type = ANY (p_types))
            AND (t.submit_pool IS NULL
                 OR (p_pools IS NOT NULL AND t.submit_pool = ANY (p_pools)))
