@@ -249,10 +249,12 @@ class SlurmGrid:
         return AgentContext(s, self.db.factory, secret=SECRET)
 
     def fake_pilot(self) -> dict[str, Any]:
-        """Agent settings that start the stand-in pilot instead of the real one."""
+        """Agent settings that start the stand-in pilot instead of the real one. It never
+        reaches the matcher, by design: its ends are no failed starts that would stop the
+        queue ([agents] failed_starts 0)."""
         codes = self.tmp / "codes"
         codes.mkdir(exist_ok=True)
-        return {"pilot_command": ("/bin/sh", "-c", FAKE_PILOT, str(codes))}
+        return {"pilot_command": ("/bin/sh", "-c", FAKE_PILOT, str(codes)), "failed_starts": 0}
 
     def set_exit_code(self, reference: str, code: int) -> None:
         (self.tmp / "codes" / reference).write_text(str(code))
