@@ -98,9 +98,9 @@ def ce_config(queue_name: str, ce: str, params: dict[str, Any]) -> CEConfig | No
                             f"got {params.get('Credentials')!r}")
     missing = [key for key in CREDENTIAL_FILES[mode] if not files[key]]
     if missing:
+        verb = "is" if len(missing) == 1 else "are"
         raise CEConfigError(f"{queue_name}: Credentials = {mode!r} needs "
-                            f"{' and '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
-                            "not given")
+                            f"{' and '.join(missing)}, which {verb} not given")
     used = CREDENTIAL_FILES[mode]
     return CEConfig(ARC, ARC, endpoint.rstrip("/"),
                     files["TokenFile"] if "TokenFile" in used else "",
