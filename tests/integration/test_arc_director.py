@@ -585,11 +585,15 @@ def test_the_director_sends_no_pilot_to_a_ce_that_says_its_queue_is_full(
     ("token", False), ("proxy", True), ("both", True)])
 def test_a_pilot_gets_a_delegated_proxy_with_a_proxy_or_both_and_none_with_a_token(
         arc_ce: LocalCe, tmp_path: Path, credential: str, delegated: bool) -> None:
-    """A-REX gives a job the proxy of the delegation its description names, as
-    $X509_USER_PROXY: in mode "both" the pilot was submitted with the token (it is the
-    token's job: the proxy's identity does not see it) and still has the proxy."""
-    with arc_grid(arc_ce, tmp_path, credential) as grid:
-        job_id = grid.submit("/bin/sh", "-c 'echo proxy=[${X509_USER_PROXY:-none}]'")
+    """A-REX gives a job the proxy of the delegation its description names, in the file
+    $X509_USER_PROXY names (it names one that does not exist when there is none): in mode
+    "both" the pilot was submitted with the token (it is the token's job: the proxy's
+    identity does not see it) and still has the proxy. The pilot here is a shell that shows
+    the head of that file."""
+    show = "printenv X509_USER_PROXY | xargs -r head -c 27 | grep BEGIN || echo no proxy"
+    with arc_grid(arc_ce, tmp_path, credential,
+                  pilot_command=("/bin/sh", "-c", show, "pilot")) as grid:
+        grid.submit("/bin/true", "")
         report = grid.director.cycle()
         assert sum(report.submitted.values()) == 1, report.line()
         pilot = grid.pilot()
@@ -604,17 +608,15 @@ def test_a_pilot_gets_a_delegated_proxy_with_a_proxy_or_both_and_none_with_a_tok
                 assert mine[0] not in proxy_identity.delegations()
             finally:
                 proxy_identity.close()
-        grid.follow_until("the job ended", lambda: grid.job(job_id)["status"] in (
-            "Done", "Failed"))
-        job = grid.job(job_id)
-        assert (job["status"], job["exit_code"]) == ("Done", 0), job
-        tail = grid.user.get(f"{grid.base}/api/v1/jobs/{job_id}/output",
-                             timeout=30).json()["output_tail"]
+        grid.follow_until("the pilot's log is kept", lambda: grid.pilot().log_state
+                          is not None, allow_failures=True)
+        shown = pilot_log_command(grid.base, pilot.reference)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        stdout = shown.stdout.split("--- standard error", 1)[0]
         if delegated:
-            assert f"job.{pilot.native_id}.proxy]" in tail, tail
+            assert "-----BEGIN CERTIFICATE-----" in stdout, shown.stdout
         else:
-            assert "proxy=[none]" in tail, tail
-
+            assert "no proxy" in stdout and "CERTIFICATE" not in stdout, shown.stdout
 
 def _serial(arc_ce: LocalCe, auth: dict[str, Any], delegation: str) -> int:
     """The serial number of a delegation's certificate, asked with ``auth``'s identity."""
