@@ -11,6 +11,7 @@ import pytest
 
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.files import read_tail, write_private_file
+from optimizers.resources import parse_resources
 from taskqueue.pilots.pilotlogs import exit_reason, pack_log, unpack_log
 
 Q = "Site.A/ce.a/q"
@@ -139,3 +140,27 @@ def test_a_private_file_is_the_owner_s_only_and_replaces_a_link(tmp_path: Path) 
     assert not target.is_symlink() and target.read_text() == "token\n"
     assert target.stat().st_mode & 0o777 == 0o600
     assert elsewhere.read_text() == "untouched"
+
+
+def test_one_vo_reaches_a_ce_with_a_token_where_another_uses_a_proxy() -> None:
+    """Credentials in a VO section of the resources file: each VO's pilots go with its own."""
+    config = parse_resources('''
+[Sites."S"]
+VO = ["lhcb", "belle"]
+[Sites."S".CEs."arc.example.org"]
+Executor = "arc"
+TokenFile = "/t"
+ProxyFile = "/p"
+[Sites."S".CEs."arc.example.org".VOs.lhcb]
+Credentials = "token"
+[Sites."S".CEs."arc.example.org".Queues.grid.VOs.belle]
+Credentials = "proxy"
+''', "resources.toml")
+    (queue,) = config.queues()
+    modes = {}
+    for vo in ("lhcb", "belle", "atlas"):
+        found = ce_config(Q, queue.ce, dict(queue.parameters(vo)))
+        assert found is not None
+        modes[vo] = (found.credentials, found.token_file, found.proxy_file)
+    assert modes == {"lhcb": ("token", "/t", ""), "belle": ("proxy", "", "/p"),
+                     "atlas": ("both", "/t", "/p")}
