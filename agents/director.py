@@ -69,6 +69,7 @@ from taskqueue.pilots.records import (
     idle_pilot_streak,
     lock_director_queue,
     record_ce_load,
+    record_credential_warning,
     record_new_pilots,
     record_submission,
     record_submission_failure,
@@ -121,6 +122,8 @@ class DirectorReport:
     submitted: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    #: Queues whose CE credential will soon stop working, and why.
+    warned: dict[str, str] = field(default_factory=dict)
 
     def line(self) -> str:
         total = sum(self.submitted.values())
@@ -128,6 +131,7 @@ class DirectorReport:
         parts += [f"{n} to {q}" for q, n in sorted(self.submitted.items()) if n]
         parts += [f"{q} skipped ({why})" for q, why in sorted(self.skipped.items())]
         parts += [f"{q} failed ({why})" for q, why in sorted(self.failed.items())]
+        parts += [f"{q} warned ({why})" for q, why in sorted(self.warned.items())]
         return "; ".join(parts)
 
 
@@ -226,8 +230,11 @@ class Director:
                 "for this cycle ([agents] ce_turn_budget); next cycle")
             return
         read = self._read_ce(target)
+        warning = self._credential_warning(target)
+        if warning:
+            report.warned[target.name] = warning
         now = ctx.now()
-        decided = ctx.transaction(lambda s: self._decide(s, target, now, read))
+        decided = ctx.transaction(lambda s: self._decide(s, target, now, read, warning))
         if isinstance(decided, str):
             report.skipped[target.name] = decided
             return
@@ -273,6 +280,18 @@ class Director:
         if submitted:
             ctx.log.info("%d pilot(s) submitted to %s", submitted, target.name)
 
+    def _credential_warning(self, target: QueueTarget) -> str:
+        """Why the queue's CE credential will soon stop working ("" when it will not),
+        logged and in the report once per cycle; no request to the CE."""
+        try:
+            warning = self.ces.get(target.compute).credential_warning()
+        except Exception as exc:  # a CE's bug must not stop the submissions
+            self.ctx.log.exception("checking the credential of %s failed", target.name)
+            warning = f"its credential could not be checked: {type(exc).__name__}: {exc}"
+        if warning:
+            self.ctx.log.warning("%s: %s", target.name, warning)
+        return warning
+
     def _read_ce(self, target: QueueTarget) -> CERead | None:
         """The CE's own state, read again once ``[agents] ce_info_period`` has passed since
         the last read (in this process); None when it is never read, or not now (it did not
@@ -305,10 +324,13 @@ class Director:
         return read
 
     def _decide(self, session: Session, target: QueueTarget, now: datetime,
-                read: CERead | None = None) -> tuple[list[str], list[str]] | str:
-        """Under the queue's lock: how many pilots to submit; records them as Submitting."""
+                read: CERead | None = None, warning: str = ""
+                ) -> tuple[list[str], list[str]] | str:
+        """Under the queue's lock: how many pilots to submit; records them as Submitting.
+        ``warning``: what is wrong with the CE's credential, kept for the sites page."""
         a = self.ctx.settings.agents
         state = lock_director_queue(session, target.site, target.ce, target.queue, now=now)
+        record_credential_warning(state, warning)
         load = _queue_load(target, read, state)
         why = backing_off(state, now)
         if why:

@@ -32,7 +32,7 @@ DEFAULT_WALL_MINUTES = 60
 #: own: not passed to pilots as node attributes for ClassAd expressions. Every CE parameter of
 #: agents.ce.config.CE_PARAMETERS is among them (a unit test checks).
 NOT_ATTRIBUTES = frozenset({
-    "Executor", "Endpoint", "TokenFile", "ProxyFile", "CABundle",
+    "Executor", "Endpoint", "TokenFile", "ProxyFile", "Credentials", "CABundle",
     "MaxWaitingPilots", "MaxTotalPilots", "MachineFeatures", "JobFeatures",
     "JobStatusRoot", "BatchQueue", "Account", "WallTime", "VO", "Tags", "RequiredTags",
     "Platform", "NumberOfProcessors", "MaxRAM", "NumberOfGPUs"})

@@ -80,7 +80,8 @@ def ce_error(exc: ArcError) -> CEError:
 
 
 class ArcCE:
-    """One ARC-CE, with one credential (a token file or a proxy); with a ``budget``, its
+    """One ARC-CE, with its credentials (a token file, a proxy, or both: agents.ce.config);
+    with a ``budget``, its
     requests take no more than that in one turn (agents.ce.budget)."""
 
     def __init__(self, config: CEConfig, *, timeout: float,
@@ -233,6 +234,9 @@ class ArcCE:
 
     def keep_credentials(self) -> None:
         self._call(self.client.keep_delegation)
+
+    def credential_warning(self) -> str:
+        return self.client.credential_warning()
 
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         self._forget([p.native_id for p in pilots])

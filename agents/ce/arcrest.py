@@ -7,21 +7,26 @@ builds on it, and it knows nothing of gridpilot's database.
 
 Credentials. A client authenticates with a bearer token (a WLCG-profile JWT, read from its file
 again whenever the file changes; one that expired, or whose audience is not this CE, is refused
-before it is sent) or with an X.509 proxy file (TLS client certificate). A CE
-keeps jobs per identity: the jobs submitted with a token (identity "issuer/subject") are not
-the jobs of a proxy (its certificate subject), so one CE is always spoken to with one kind of
-credential.
+before it is sent; one near its end that the file has not replaced is warned about,
+:meth:`ArcRestClient.credential_warning`) or with an X.509 proxy file (TLS client certificate),
+or with both: the token authenticates, the proxy is delegated (mode "both", for sites whose
+jobs need a proxy for their data beside the token). A CE keeps jobs per identity: the jobs
+submitted with a token (identity "issuer/subject") are not the jobs of a proxy (its certificate
+subject), so one CE is always spoken to with one identity. A-REX 6.17 given both a TLS client
+certificate and a bearer token maps the certificate and ignores the token: in mode "both" the
+client therefore never presents the proxy in TLS; it signs the delegation with it, which A-REX
+keeps under the token's identity like any other delegation.
 
 Delegation. A job's delegated credential is what the CE (and the job) use on the submitter's
 behalf, for data staging. With a proxy the client keeps one delegation per identity on the CE
 (:meth:`ArcRestClient.keep_delegation`): it adopts the one the CE already holds for the
 identity that ends last (another process's), removes the others, makes one (the CE sends a
 certificate request, the client signs it with the proxy) only when none is valid, names it in
-every job it submits, renews it by time whether or not it submits, and finds or makes another
-when the CE has lost it; a submission refused because of its delegation is retried once with
-a new one. With a token A-REX 6.17 needs no delegation
-(pilots stage no data through the CE) and cannot take one (its delegations are X.509 only),
-so none is made.
+every job it submits, renews it by time whether or not it submits, and as soon as the proxy
+file changes (a renewed proxy), and finds or makes another when the CE has lost it; a
+submission refused because of its delegation is retried once with a new one. The same holds in
+mode "both", under the token's identity. With a token alone no delegation is made (there is no
+proxy to sign one; the pilots stage no data through the CE).
 
 States. :data:`PILOT_STATUS` maps every ARC REST state to the project's pilot statuses; a job
 the CE does not know (never had, or forgot) reads :data:`UNKNOWN` and maps to Lost. A job's
@@ -113,6 +118,10 @@ DIAGNOSE_FILES = ("failed", "errors", "diag", "description", "local", "comment",
 RENEW_BEFORE = timedelta(hours=1)
 #: The WLCG token profile's audience of any service.
 WLCG_ANY_AUDIENCE = "https://wlcg.cern.ch/jwt/v1/any"
+#: A token is near its end, and warned about, with less than this left ...
+TOKEN_WARN_SECONDS = 300
+#: ... or less than this share of its life (``exp - iat``) left.
+TOKEN_WARN_SHARE = 0.1
 #: A-REX's reason for a credential it authenticated but could map to no authgroup.
 UNMAPPED = "User can't be assigned configuration"
 #: The longest delegation asked for (never longer than the proxy it comes from).
@@ -285,6 +294,29 @@ def _token_expiry(token: str) -> int | None:
     return exp if isinstance(exp, int) else None
 
 
+def _token_issued(token: str) -> int | None:
+    """The ``iat`` claim of a JWT, read without verifying it."""
+    iat = _token_claims(token).get("iat")
+    return iat if isinstance(iat, int) else None
+
+
+def token_near_end(token: str, now: float) -> str:
+    """Why a token is near its end (less than TOKEN_WARN_SECONDS or TOKEN_WARN_SHARE of its
+    life left), "" when it is not, has expired already or says no end."""
+    exp = _token_expiry(token)
+    if exp is None or exp <= now:
+        return ""
+    left = exp - now
+    iat = _token_issued(token)
+    life = exp - iat if iat is not None and iat < exp else None
+    if left >= TOKEN_WARN_SECONDS and (life is None or left >= TOKEN_WARN_SHARE * life):
+        return ""
+    when = datetime.fromtimestamp(exp, UTC)
+    share = f" of its {life} s" if life is not None else ""
+    return (f"it expires at {when:%Y-%m-%d %H:%M:%S} UTC, {int(left)} s{share} left, and its "
+            "file has not been replaced by a newer one")
+
+
 def _token_audiences(token: str) -> list[str] | None:
     """The ``aud`` claim of a JWT as a list (it may be a string or a list); None when the token
     has none (the CE decides then)."""
@@ -326,7 +358,8 @@ class _FileState:
 
 class ArcRestClient:
     """One ARC-CE, reached at ``endpoint`` (``https://host:port/arex``; a URL with no path gets
-    ``/arex``), with a token file or a proxy file (exactly one of them), checking the CE's
+    ``/arex``), with a token file, a proxy file, or both (the token authenticates, the proxy is
+    delegated: see the module's notes), checking the CE's
     certificate against ``ca_bundle`` (a PEM file; None: the system's CAs). ``timeout`` bounds
     each exchange as a whole (connecting, redirects within the CE, the whole answer), in
     seconds; with a ``budget``, no longer than what the CE has left of it for this turn, and
@@ -339,8 +372,8 @@ class ArcRestClient:
                  proxy_file: Path | None = None, ca_bundle: Path | None = None,
                  timeout: float = 30.0, budget: TurnBudget | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        if (token_file is None) == (proxy_file is None):
-            raise ValueError("an ARC-CE client needs exactly one of token_file and proxy_file")
+        if token_file is None and proxy_file is None:
+            raise ValueError("an ARC-CE client needs a token_file, a proxy_file or both")
         parts = urlsplit(endpoint)
         if parts.scheme != "https" or not parts.hostname:
             raise ValueError(f"an ARC-CE endpoint is an https URL, not {endpoint!r}")
@@ -357,13 +390,43 @@ class ArcRestClient:
         self._session = requests.Session()
         self._rest_version: str | None = None
         self._delegation: tuple[str, datetime, datetime] | None = None
+        #: The proxy file's stamp when it signed the delegation in use: a proxy file changed
+        #: since makes the delegation due for renewal.
+        self._signed_with: tuple[int, int, int] | None = None
         self._proxy_end: datetime | None = None
+        #: Why the token is near its end ("" when it is not), and the token last warned of.
+        self._token_warning = ""
+        self._warned_token = ""
+
+    @property
+    def credentials(self) -> str:
+        """The client's credential mode: "token", "proxy" or "both"."""
+        if self._token is not None:
+            return "both" if self._proxy is not None else "token"
+        return "proxy"
 
     @property
     def credential_file(self) -> Path:
+        """The file of the credential that authenticates (the token's in mode "both")."""
         state = self._token or self._proxy
         assert state is not None
         return state.path
+
+    def credential_warning(self) -> str:
+        """Why the credential will soon stop working: the token near its end (less than
+        TOKEN_WARN_SECONDS or TOKEN_WARN_SHARE of its life left) as last read, and not
+        replaced in its file since; "" otherwise. Read again from the file here (no request)."""
+        with self._lock:
+            if self._token is None:
+                return ""
+            try:
+                self._reread_token()
+            except ArcAuthError as exc:
+                return str(exc)
+            self._check_token_end()
+            if not self._token_warning:
+                return ""
+            return f"the token in {self._token.path} is near its end: {self._token_warning}"
 
     def close(self) -> None:
         self._session.close()
@@ -391,15 +454,43 @@ class ArcRestClient:
         state.stamp = stamp
         return True
 
+    def _reread_token(self) -> None:
+        assert self._token is not None
+        if self._reread(self._token):
+            # A-REX keeps the identity it mapped for the life of a connection: a new
+            # token is only looked at on a new connection.
+            self._new_session()
+
+    def _check_token_end(self) -> None:
+        """Note (and log once per token) a token near its end."""
+        assert self._token is not None
+        token = self._token.value
+        self._token_warning = token_near_end(token, self._clock())
+        if self._token_warning and token != self._warned_token:
+            self._warned_token = token
+            log.warning("%s: the token in %s is near its end: %s", self.ce, self._token.path,
+                        self._token_warning)
+
+    def _reread_proxy(self) -> None:
+        """Read the proxy file again if it changed (a new one closes the connections made
+        with the old one when it authenticates); refuse an expired proxy."""
+        assert self._proxy is not None
+        if self._reread(self._proxy):
+            self._proxy_end = self._load_proxy().not_after
+            if self._token is None:
+                self._new_session()
+        if self._proxy_end is not None and self._proxy_end.timestamp() <= self._clock():
+            raise ArcAuthError(f"{self.ce}: the proxy in {self._proxy.path} expired at "
+                               f"{self._proxy_end:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
+                               credential=self._proxy.path)
+
     def _auth(self) -> dict[str, Any]:
-        """The request arguments that authenticate: a bearer header, or the proxy as the TLS
-        client certificate (a new proxy file closes the connections made with the old one)."""
+        """The request arguments that authenticate: a bearer header (also in mode "both":
+        A-REX would map the TLS certificate instead), or the proxy as the TLS client
+        certificate (a new proxy file closes the connections made with the old one)."""
         with self._lock:
             if self._token is not None:
-                if self._reread(self._token):
-                    # A-REX keeps the identity it mapped for the life of a connection: a new
-                    # token is only looked at on a new connection.
-                    self._new_session()
+                self._reread_token()
                 token = self._token.value
                 if not token:
                     raise ArcAuthError(f"{self.ce}: the token file {self._token.path} is empty",
@@ -408,8 +499,10 @@ class ArcRestClient:
                 if exp is not None and exp <= self._clock():
                     when = datetime.fromtimestamp(exp, UTC)
                     raise ArcAuthError(f"{self.ce}: the token in {self._token.path} expired at "
-                                       f"{when:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
+                                       f"{when:%Y-%m-%d %H:%M:%S} UTC; its file was not "
+                                       "replaced by a newer one", ce=self.ce,
                                        credential=self._token.path)
+                self._check_token_end()
                 audiences = _token_audiences(token)
                 if not audience_accepted(audiences, self.endpoint):
                     raise ArcAuthError(
@@ -419,13 +512,7 @@ class ArcRestClient:
                         credential=self._token.path)
                 return {"headers": {"Authorization": f"Bearer {token}"}}
             assert self._proxy is not None
-            if self._reread(self._proxy):
-                self._proxy_end = self._load_proxy().not_after
-                self._new_session()
-            if self._proxy_end is not None and self._proxy_end.timestamp() <= self._clock():
-                raise ArcAuthError(f"{self.ce}: the proxy in {self._proxy.path} expired at "
-                                   f"{self._proxy_end:%Y-%m-%d %H:%M:%S} UTC", ce=self.ce,
-                                   credential=self._proxy.path)
+            self._reread_proxy()
             return {"cert": str(self._proxy.path)}
 
     # -- HTTP -----------------------------------------------------------------------------
@@ -497,7 +584,8 @@ class ArcRestClient:
             return ArcAuthError(f"{self.ce}: its certificate is not trusted by "
                                 f"{bundle or 'the system CAs'} ({text})", ce=self.ce,
                                 credential=bundle)
-        if self._proxy is not None and ("ALERT" in text or "EOF" in text):
+        if self._token is None and self._proxy is not None and (
+                "ALERT" in text or "EOF" in text):
             return ArcAuthError(f"{self.ce} refused the proxy in {self._proxy.path} during the "
                                 f"TLS handshake ({text})", ce=self.ce,
                                 credential=self._proxy.path)
@@ -577,7 +665,8 @@ class ArcRestClient:
 
     def keep_delegation(self) -> str | None:
         """Keep this identity's one delegation on the CE valid, whether or not jobs are
-        submitted: None with a token; with a proxy, the delegation in use, which is
+        submitted: None with a token alone; with a proxy (alone, or beside the token), the
+        delegation in use, which is
 
         - found on the CE when this client has none yet: of the delegations the CE holds for
           the identity (another process's, an earlier run's), the unexpired one that ends
@@ -585,7 +674,8 @@ class ArcRestClient:
           completed, superseded) are removed; a new one is made when none is left;
         - renewed once half its life or all but RENEW_BEFORE has passed (signed with the
           proxy file as it is then, so a renewed proxy file makes it longer again), and the
-          stale ones removed then too;
+          stale ones removed then too; renewed too once the proxy file changed since it was
+          signed (a renewed proxy, perhaps with other VOMS attributes);
         - found again, or made again, when the CE lost it.
 
         Cheap: no request while the delegation is far from its end."""
@@ -595,11 +685,17 @@ class ArcRestClient:
         if self._proxy is None:
             return None
         with self._lock:
+            self._reread_proxy()
             now = datetime.fromtimestamp(self._clock(), UTC)
             if self._delegation is None:
                 return self._adopt(now)
             delegation_id, made, ends = self._delegation
-            due = ends - now <= max(RENEW_BEFORE, (ends - made) / 2)
+            renewed_proxy = self._signed_with is not None and self._signed_with != \
+                self._proxy.stamp
+            if renewed_proxy:
+                log.info("%s: the proxy in %s changed since it signed delegation %s: renewing "
+                         "it", self.ce, self._proxy.path, delegation_id)
+            due = renewed_proxy or ends - now <= max(RENEW_BEFORE, (ends - made) / 2)
             if not (check or due):
                 return delegation_id
             held = self.delegations()
@@ -632,6 +728,7 @@ class ArcRestClient:
         if valid:
             ends, chosen, made = max(valid)
             self._delegation = (chosen, made, ends)
+            self._signed_with = self._proxy.stamp if self._proxy is not None else None
             log.info("%s: delegation %s adopted (it ends %s)", self.ce, chosen,
                      f"{ends:%Y-%m-%d %H:%M:%S} UTC")
             self._remove_stale(held)
@@ -699,6 +796,9 @@ class ArcRestClient:
                                ce=self.ce, credential=self._proxy.path) from exc
 
     def _sign(self, request_pem: bytes, delegation_id: str) -> str:
+        assert self._proxy is not None
+        self._reread_proxy()
+        stamp = self._proxy.stamp
         proxy = self._load_proxy()
         now = datetime.fromtimestamp(self._clock(), UTC)
         try:
@@ -711,6 +811,7 @@ class ArcRestClient:
                       headers={"Content-Type": "application/x-pem-file"})
         ends = min(now + DELEGATION_LIFETIME, proxy.not_after)
         self._delegation = (delegation_id, now, ends)
+        self._signed_with = stamp
         return delegation_id
 
     def _create_delegation(self) -> str:

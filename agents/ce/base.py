@@ -199,6 +199,10 @@ class ComputeElement(Protocol):
         reached with a proxy: its delegation, renewed before it ends), whether or not
         pilots are submitted. Cheap: nothing is asked of the CE while nothing is due."""
 
+    def credential_warning(self) -> str:
+        """Why the CE's credential will soon stop working (a token near its end that its
+        file has not replaced), "" when nothing is wrong; asks nothing of the CE."""
+
     def loads(self) -> CELoads | None:
         """What the CE says now of its queues' jobs, in one or two requests; None when this
         kind of CE says nothing of its load."""

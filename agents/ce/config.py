@@ -5,9 +5,18 @@ resources configuration.
     Executor = "arc"        an ARC-CE, through its REST interface:
       Endpoint  = "https://arc1.example.org:443/arex"   (default: https://<CE name>/arex)
       TokenFile = "/etc/gridpilot/tokens/arc1.token"    a token, re-read when the file changes
-      ProxyFile = "/etc/gridpilot/proxy.pem"            or an X.509 proxy instead
+      ProxyFile = "/etc/gridpilot/proxy.pem"            an X.509 proxy, re-read alike
+      Credentials = "token" | "proxy" | "both"          which of them pilots are submitted with
       CABundle  = "/etc/grid-security/certificates"     the CAs to trust (a file or a folder)
       BatchQueue = "grid"                               the CE's queue
+
+Credentials: "token" authenticates with the token; "proxy" with the proxy (the TLS client
+certificate) and delegates it to the CE for the pilots; "both" authenticates with the token and
+delegates the proxy (sites whose jobs need a proxy beside the token, for data staging). Without
+Credentials, the files given say it: TokenFile alone is "token", ProxyFile alone "proxy", both
+files "both". Like every parameter it may be set per site, CE or queue and in their VO sections,
+so one VO's pilots may reach a CE with a token and another's with a proxy; the file a mode does
+not use is ignored.
 
 The kinds are built by agents.ce.registry.
 """
@@ -22,7 +31,12 @@ ARC = "arc"
 #: the pilot bundle along (agents.ce.bundle) unless ``[agents] pilot_command`` says otherwise.
 SHIP_PILOT = frozenset({ARC})
 #: Queue parameters that configure the CE, not the worker nodes.
-CE_PARAMETERS = frozenset({"Executor", "Endpoint", "TokenFile", "ProxyFile", "CABundle"})
+CE_PARAMETERS = frozenset({"Executor", "Endpoint", "TokenFile", "ProxyFile", "Credentials",
+                           "CABundle"})
+#: The credential modes of an ARC CE, and the files each needs.
+TOKEN, PROXY, BOTH = "token", "proxy", "both"
+CREDENTIAL_FILES: dict[str, tuple[str, ...]] = {
+    TOKEN: ("TokenFile",), PROXY: ("ProxyFile",), BOTH: ("TokenFile", "ProxyFile")}
 
 
 class CEConfigError(ValueError):
@@ -40,6 +54,8 @@ class CEConfig:
     token_file: str = ""
     proxy_file: str = ""
     ca_bundle: str = ""
+    #: An ARC CE's credential mode: TOKEN, PROXY or BOTH ("" for a PSI/J executor).
+    credentials: str = ""
 
     @property
     def name(self) -> str:
@@ -69,8 +85,23 @@ def ce_config(queue_name: str, ce: str, params: dict[str, Any]) -> CEConfig | No
     if not endpoint.startswith("https://"):
         raise CEConfigError(f"{queue_name}: Endpoint must be an https:// URL of the CE's "
                             f"REST interface, got {endpoint!r}")
-    token_file, proxy_file = text("TokenFile"), text("ProxyFile")
-    if bool(token_file) == bool(proxy_file):
-        raise CEConfigError(f"{queue_name}: an ARC CE needs one credential, TokenFile or "
-                            f"ProxyFile ({'both' if token_file else 'neither'} given)")
-    return CEConfig(ARC, ARC, endpoint.rstrip("/"), token_file, proxy_file, text("CABundle"))
+    files = {"TokenFile": text("TokenFile"), "ProxyFile": text("ProxyFile")}
+    mode = text("Credentials").lower()
+    if not mode:
+        if not any(files.values()):
+            raise CEConfigError(f"{queue_name}: an ARC CE needs a credential: TokenFile, "
+                                f"ProxyFile, or both (neither given)")
+        mode = BOTH if all(files.values()) else TOKEN if files["TokenFile"] else PROXY
+    elif mode not in CREDENTIAL_FILES:
+        raise CEConfigError(f"{queue_name}: Credentials must be one of "
+                            f"{', '.join(repr(m) for m in CREDENTIAL_FILES)}, "
+                            f"got {params.get('Credentials')!r}")
+    missing = [key for key in CREDENTIAL_FILES[mode] if not files[key]]
+    if missing:
+        verb = "is" if len(missing) == 1 else "are"
+        raise CEConfigError(f"{queue_name}: Credentials = {mode!r} needs "
+                            f"{' and '.join(missing)}, which {verb} not given")
+    used = CREDENTIAL_FILES[mode]
+    return CEConfig(ARC, ARC, endpoint.rstrip("/"),
+                    files["TokenFile"] if "TokenFile" in used else "",
+                    files["ProxyFile"] if "ProxyFile" in used else "", text("CABundle"), mode)

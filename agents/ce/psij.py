@@ -140,6 +140,9 @@ class PsijCE:
     def keep_credentials(self) -> None:
         """Nothing to keep: a PSI/J executor's pilots run with the agent's own rights."""
 
+    def credential_warning(self) -> str:
+        return ""
+
     def clean(self, pilots: Sequence[CEPilot]) -> None:
         for p in pilots:
             shutil.rmtree(self.folder(p.reference), ignore_errors=True)

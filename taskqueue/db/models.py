@@ -422,6 +422,9 @@ class DirectorQueue(Base):
     ce_error: Mapped[str] = mapped_column(String(255), default="")
     #: Since when the CE has said, at every read, that it holds waiting jobs and runs none.
     ce_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime, default=None)
+    #: Why the credential the queue's CE is reached with will soon stop working (a token
+    #: near its end that its file has not replaced), as the director last saw; "" when not.
+    credential_warning: Mapped[str] = mapped_column(String(255), default="")
 
 
 class AgentRun(Base):

@@ -206,6 +206,13 @@ class CELoadCounts(Protocol):
     def max_total(self) -> int | None: ...
 
 
+def record_credential_warning(state: DirectorQueue, warning: str) -> None:
+    """Why the queue's CE credential will soon stop working, "" when it will not."""
+    stored = storable(warning) if warning else ""
+    if state.credential_warning != stored:
+        state.credential_warning = stored
+
+
 def record_ce_load(state: DirectorQueue, load: CELoadCounts | None, *, error: str,
                    read_at: datetime) -> None:
     """What the queue's CE said of its jobs at ``read_at`` (``load``), or why it could not be

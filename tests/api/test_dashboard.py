@@ -25,6 +25,7 @@ from taskqueue.pilots.records import (
     lock_director_queue,
     record_ce_failure,
     record_ce_load,
+    record_credential_warning,
     record_submission_failure,
 )
 from tests.api.conftest import SECRET, TokenMaker
@@ -760,6 +761,30 @@ def test_a_failed_read_of_the_ce_is_shown_and_keeps_the_counts(
     error = re.search(r'data-field="ce-error">([^<]*)<', row)
     assert error and "connection refused" in error.group(1)
 
+
+
+def test_a_ce_credential_near_its_end_is_shown_beside_its_queue_until_replaced(
+        db: Database, client: Api, grid: dict[str, Any], operator_http: FlaskClient) -> None:
+    count_activity(db, client.settings)
+    key = ("LCG.CNAF.it", "ce01-htc.cr.cnaf.infn.it", "htc_mcore")
+    warning = ("the token in /etc/gridpilot/ce.token is near its end: it expires at "
+               "2026-12-06 19:00:00 UTC, 200 s of its 3600 s left, and its file has not been "
+               "replaced by a newer one")
+    with db.factory.begin() as session:
+        record_credential_warning(lock_director_queue(session, *key, now=datetime.now(UTC)),
+                                  warning)
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    row = row[:row.index("</tr>")]
+    shown = re.search(r'data-field="credential-warning">([^<]*)<', row)
+    assert shown and "is near its end" in shown.group(1) and "200 s of its 3600 s" in \
+        shown.group(1), row
+    with db.factory.begin() as session:
+        record_credential_warning(lock_director_queue(session, *key, now=datetime.now(UTC)),
+                                  "")
+    html = page(operator_http, "/ui/sites")
+    row = html[html.index(f'data-queue="{"/".join(key)}"'):]
+    assert "credential-warning" not in row[:row.index("</tr>")]
 
 def test_the_pilot_page_shows_how_it_isolates_its_payloads(
         client: Api, pilot_token: str, operator_http: FlaskClient) -> None:

@@ -1,6 +1,7 @@
 """The site director through a REAL ARC-CE (tools/arc-localhost: A-REX 6.17 on loopback, its
 fork back end): a user's job runs in a pilot the director submitted over ARC's REST interface,
-with a token and with an X.509 proxy; the pilot is shipped as the pilot bundle and run by the
+with a token, with an X.509 proxy, and with both (the token authenticates, the proxy is
+delegated for the pilot); the pilot is shipped as the pilot bundle and run by the
 node's python3 under the CE's local account; the director follows it to its end, keeps its log
 (which ``gridpilot-client pilot-log`` prints) and cleans it from the CE. An operator's kill goes
 through the CE; a CE that goes down while its pilot runs is followed again once it is back,
@@ -142,10 +143,10 @@ def operator_token() -> str:
 def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, *,
              proxy_file: Path | None = None, queue_lines: str = "",
              **agents: Any) -> Iterator[ArcGrid]:
-    if credential == "token":
-        line = f'TokenFile = "{write_secret(tmp_path / "ce.token", arc_ce.token())}"'
-    else:
-        line = f'ProxyFile = "{proxy_file or arc_ce.proxy}"'
+    token_line = f'TokenFile = "{write_secret(tmp_path / "ce.token", arc_ce.token())}"'
+    proxy_line = f'ProxyFile = "{proxy_file or arc_ce.proxy}"'
+    line = {"token": token_line, "proxy": proxy_line,
+            "both": f"{token_line}\n{proxy_line}"}[credential]
     resources = tmp_path / "resources.toml"
     resources.write_text(RESOURCES.format(site=SITE, ce=CE, queue=QUEUE, credential=line,
                                           endpoint=arc_ce.endpoint, ca=arc_ce.ca_bundle)
@@ -175,7 +176,7 @@ def arc_grid(arc_ce: LocalCe, tmp_path: Path, credential: str, *,
                                   user, url)
                 finally:
                     end_pilots_at_the_ce(arc_ce, tmp_path, ctx, proxy=None if (
-                        credential == "token") else proxy_file or arc_ce.proxy)
+                        credential != "proxy") else proxy_file or arc_ce.proxy)
     finally:
         engine.dispose()
 
@@ -208,7 +209,7 @@ def pilot_log_command(base: str, reference: str) -> subprocess.CompletedProcess[
                           timeout=60, env=env)
 
 
-@pytest.mark.parametrize("credential", ["token", "proxy"])
+@pytest.mark.parametrize("credential", ["token", "proxy", "both"])
 def test_a_job_runs_in_a_pilot_the_director_sent_through_arc(
         arc_ce: LocalCe, tmp_path: Path, credential: str) -> None:
     with arc_grid(arc_ce, tmp_path, credential) as grid:
@@ -578,3 +579,116 @@ def test_the_director_sends_no_pilot_to_a_ce_that_says_its_queue_is_full(
             end_jobs(arc_ce, other, held)
         other.close()
 
+
+
+@pytest.mark.parametrize(("credential", "delegated"), [
+    ("token", False), ("proxy", True), ("both", True)])
+def test_a_pilot_gets_a_delegated_proxy_with_a_proxy_or_both_and_none_with_a_token(
+        arc_ce: LocalCe, tmp_path: Path, credential: str, delegated: bool) -> None:
+    """A-REX gives a job the proxy of the delegation its description names, in the file
+    $X509_USER_PROXY names (it names one that does not exist when there is none): in mode
+    "both" the pilot was submitted with the token (it is the token's job: the proxy's
+    identity does not see it) and still has the proxy. The pilot here is a shell that shows
+    the head of that file."""
+    show = "printenv X509_USER_PROXY | xargs -r head -c 27 | grep BEGIN || echo no proxy"
+    with arc_grid(arc_ce, tmp_path, credential,
+                  pilot_command=("/bin/sh", "-c", show, "pilot")) as grid:
+        grid.submit("/bin/true", "")
+        report = grid.director.cycle()
+        assert sum(report.submitted.values()) == 1, report.line()
+        pilot = grid.pilot()
+        client = grid.arc().client
+        assert client.credentials == credential
+        if credential == "both":
+            mine = client.delegations()
+            assert len(mine) == 1
+            proxy_identity = arc_ce.proxy_client(timeout=30)
+            try:
+                assert pilot.native_id not in proxy_identity.statuses(None)
+                assert mine[0] not in proxy_identity.delegations()
+            finally:
+                proxy_identity.close()
+        grid.follow_until("the pilot's log is kept", lambda: grid.pilot().log_state
+                          is not None, allow_failures=True)
+        shown = pilot_log_command(grid.base, pilot.reference)
+        assert shown.returncode == 0, shown.stdout + shown.stderr
+        stdout = shown.stdout.split("--- standard error", 1)[0]
+        if delegated:
+            assert "-----BEGIN CERTIFICATE-----" in stdout, shown.stdout
+        else:
+            assert "no proxy" in stdout and "CERTIFICATE" not in stdout, shown.stdout
+
+def _serial(arc_ce: LocalCe, auth: dict[str, Any], delegation: str) -> int:
+    """The serial number of a delegation's certificate, asked with ``auth``'s identity."""
+    got = requests.post(f"{arc_ce.endpoint}/rest/1.0/delegations/{delegation}",
+                        params={"action": "get"}, verify=str(arc_ce.ca_bundle), timeout=30,
+                        **auth)
+    assert got.status_code == 200, got.reason
+    return int(x509.load_pem_x509_certificates(got.content)[0].serial_number)
+
+
+@pytest.mark.parametrize("credential", ["proxy", "both"])
+def test_a_renewed_proxy_file_renews_the_delegation_at_the_next_keep(
+        arc_ce: LocalCe, tmp_path: Path, credential: str) -> None:
+    user = load_credential(arc_ce.user_cert, arc_ce.user_key)
+    proxy = write_secret(tmp_path / "proxy.pem",
+                         make_proxy(user, lifetime=timedelta(hours=12)).decode())
+    token = write_secret(tmp_path / "ce.token", arc_ce.token())
+    files: dict[str, Path] = {"proxy_file": proxy}
+    auth: dict[str, Any] = {"cert": str(proxy)}
+    if credential == "both":
+        files["token_file"] = token
+        auth = {"headers": {"Authorization": f"Bearer {token.read_text().strip()}"}}
+    client = ArcRestClient(arc_ce.endpoint, ca_bundle=arc_ce.ca_bundle, timeout=30,
+                           **files)  # type: ignore[arg-type]
+    try:
+        for old in client.delegations():  # other tests' of the same identity
+            requests.post(f"{arc_ce.endpoint}/rest/1.0/delegations/{old}",
+                          params={"action": "delete"}, verify=str(arc_ce.ca_bundle),
+                          timeout=30, **auth)
+        delegation = client.keep_delegation()
+        assert delegation is not None
+        first = _serial(arc_ce, auth, delegation)
+        # Far from its end, and the proxy unchanged: nothing is renewed.
+        assert client.keep_delegation() == delegation
+        assert _serial(arc_ce, auth, delegation) == first
+        # A refresher writes a new proxy: the next keep renews the delegation from it.
+        write_secret(proxy, make_proxy(user, lifetime=timedelta(hours=12)).decode())
+        assert client.keep_delegation() == delegation
+        assert client.delegations() == [delegation]
+        renewed = x509.load_pem_x509_certificates(requests.post(
+            f"{arc_ce.endpoint}/rest/1.0/delegations/{delegation}", params={"action": "get"},
+            verify=str(arc_ce.ca_bundle), timeout=30, **auth).content)
+        assert renewed[0].serial_number != first
+        # Signed by the new proxy: its issuer is the new proxy's subject.
+        new_proxy = x509.load_pem_x509_certificates(proxy.read_bytes())[0]
+        assert renewed[0].issuer == new_proxy.subject
+    finally:
+        # The user's other tests adopt a delegation left on the CE: none is left.
+        for left in client.delegations():
+            requests.post(f"{arc_ce.endpoint}/rest/1.0/delegations/{left}",
+                          params={"action": "delete"}, verify=str(arc_ce.ca_bundle),
+                          timeout=30, **auth)
+        client.close()
+
+
+def test_a_token_near_its_end_is_warned_about_until_its_file_is_replaced(
+        arc_ce: LocalCe, tmp_path: Path) -> None:
+    name = f"{SITE}/{CE}/{QUEUE}"
+    with arc_grid(arc_ce, tmp_path, "token", pilot_command=("/bin/true",)) as grid:
+        # Four minutes left: under five. It still works, and the pilot goes.
+        write_secret(tmp_path / "ce.token", arc_ce.token(lifetime=240))
+        grid.submit("/bin/true", "")
+        report = grid.director.cycle()
+        assert sum(report.submitted.values()) == 1, report.line()
+        assert report.warned[name].startswith(
+            f"the token in {tmp_path / 'ce.token'} is near its end: it expires at "), report
+        with grid.ctx.factory() as session:
+            (row,) = session.scalars(select(DirectorQueue)).all()
+            assert "near its end" in row.credential_warning
+        # A refresher replaces it: the warning goes at the next cycle.
+        write_secret(tmp_path / "ce.token", arc_ce.token(lifetime=3600))
+        assert name not in grid.director.cycle().warned
+        with grid.ctx.factory() as session:
+            (row,) = session.scalars(select(DirectorQueue)).all()
+            assert row.credential_warning == ""

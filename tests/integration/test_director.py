@@ -228,6 +228,9 @@ class FakeCE:
     def keep_credentials(self) -> None:
         pass
 
+    def credential_warning(self) -> str:
+        return ""
+
     def loads(self) -> CELoads | None:
         return None
 

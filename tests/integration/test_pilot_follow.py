@@ -178,6 +178,9 @@ class SilentCE:
     def keep_credentials(self) -> None:
         pass
 
+    def credential_warning(self) -> str:
+        return ""
+
     def loads(self) -> CELoads | None:
         return None
 

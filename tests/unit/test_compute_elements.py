@@ -11,6 +11,7 @@ import pytest
 
 from agents.ce.config import CEConfig, CEConfigError, ce_config
 from agents.ce.files import read_tail, write_private_file
+from optimizers.resources import parse_resources
 from taskqueue.pilots.pilotlogs import exit_reason, pack_log, unpack_log
 
 Q = "Site.A/ce.a/q"
@@ -24,17 +25,42 @@ def test_a_psij_executor_and_no_executor() -> None:
 
 def test_an_arc_ce_with_a_token_or_a_proxy() -> None:
     token = ce_config(Q, "arc1.example.org", {"Executor": "ARC", "TokenFile": "/t"})
-    assert token == CEConfig("arc", "arc", "https://arc1.example.org/arex", "/t", "", "")
+    assert token == CEConfig("arc", "arc", "https://arc1.example.org/arex", "/t", "", "",
+                             "token")
     proxy = ce_config(Q, "ce.a", {"Executor": "arc", "ProxyFile": "/p", "CABundle": "/ca",
                                   "Endpoint": "https://arc.example.org:8443/arex/"})
-    assert proxy == CEConfig("arc", "arc", "https://arc.example.org:8443/arex", "", "/p", "/ca")
+    assert proxy == CEConfig("arc", "arc", "https://arc.example.org:8443/arex", "", "/p", "/ca",
+                             "proxy")
     # Equal configurations are one CE; the name says which.
     assert token is not None and token.name == "arc:https://arc1.example.org/arex"
 
 
+def test_an_arc_ce_with_both_files_takes_both_unless_credentials_says_which() -> None:
+    both = {"Executor": "arc", "TokenFile": "/t", "ProxyFile": "/p"}
+    found = ce_config(Q, "ce.a", both)
+    assert found is not None
+    assert (found.credentials, found.token_file, found.proxy_file) == ("both", "/t", "/p")
+    # Credentials names the mode: the file it does not use is left out, so that two queues
+    # of one CE in one mode share one client.
+    token = ce_config(Q, "ce.a", {**both, "Credentials": "token"})
+    proxy = ce_config(Q, "ce.a", {**both, "Credentials": "Proxy"})
+    assert token == ce_config(Q, "ce.a", {"Executor": "arc", "TokenFile": "/t"})
+    assert proxy == ce_config(Q, "ce.a", {"Executor": "arc", "ProxyFile": "/p"})
+    assert ce_config(Q, "ce.a", {**both, "Credentials": "both"}) == found
+
+
 @pytest.mark.parametrize(("params", "message"), [
-    ({"Executor": "arc"}, "needs one credential, TokenFile or ProxyFile (neither given)"),
-    ({"Executor": "arc", "TokenFile": "/t", "ProxyFile": "/p"}, "(both given)"),
+    ({"Executor": "arc"}, "needs a credential: TokenFile, ProxyFile, or both (neither given)"),
+    ({"Executor": "arc", "TokenFile": "/t", "Credentials": "both"},
+     "Credentials = 'both' needs ProxyFile, which is not given"),
+    ({"Executor": "arc", "Credentials": "both"},
+     "Credentials = 'both' needs TokenFile and ProxyFile, which are not given"),
+    ({"Executor": "arc", "TokenFile": "/t", "Credentials": "proxy"},
+     "Credentials = 'proxy' needs ProxyFile"),
+    ({"Executor": "arc", "TokenFile": "/t", "Credentials": "x509"},
+     "Credentials must be one of 'token', 'proxy', 'both', got 'x509'"),
+    ({"Executor": "arc", "TokenFile": "/t", "Credentials": ["token"]},
+     "Credentials must be a non-empty string"),
     ({"Executor": "arc", "TokenFile": "/t", "Endpoint": "http://ce:80/arex"},
      "Endpoint must be an https:// URL"),
     ({"Executor": "arc", "TokenFile": ""}, "TokenFile must be a non-empty string"),
@@ -114,3 +140,27 @@ def test_a_private_file_is_the_owner_s_only_and_replaces_a_link(tmp_path: Path) 
     assert not target.is_symlink() and target.read_text() == "token\n"
     assert target.stat().st_mode & 0o777 == 0o600
     assert elsewhere.read_text() == "untouched"
+
+
+def test_one_vo_reaches_a_ce_with_a_token_where_another_uses_a_proxy() -> None:
+    """Credentials in a VO section of the resources file: each VO's pilots go with its own."""
+    config = parse_resources('''
+[Sites."S"]
+VO = ["lhcb", "belle"]
+[Sites."S".CEs."arc.example.org"]
+Executor = "arc"
+TokenFile = "/t"
+ProxyFile = "/p"
+[Sites."S".CEs."arc.example.org".VOs.lhcb]
+Credentials = "token"
+[Sites."S".CEs."arc.example.org".Queues.grid.VOs.belle]
+Credentials = "proxy"
+''', "resources.toml")
+    (queue,) = config.queues()
+    modes = {}
+    for vo in ("lhcb", "belle", "atlas"):
+        found = ce_config(Q, queue.ce, dict(queue.parameters(vo)))
+        assert found is not None
+        modes[vo] = (found.credentials, found.token_file, found.proxy_file)
+    assert modes == {"lhcb": ("token", "/t", ""), "belle": ("proxy", "", "/p"),
+                     "atlas": ("both", "/t", "/p")}
