@@ -148,7 +148,23 @@ def local_ce() -> LocalCe:
         if arc_required():
             pytest.fail(started)
         pytest.skip(started)
+    _end_leftovers(started)
     return started
+
+
+@functools.cache
+def _end_leftovers(ce: LocalCe) -> None:
+    """Once a session: end and clean the jobs the test identities left on the CE (a run
+    stopped half way leaves them, and with them delegations the CE will not remove while a
+    job holds them), then their delegations, so that every session starts from an empty CE."""
+    for client in (ce.proxy_client(), ce.token_client(ce.token_file)):
+        try:
+            left = list(client.statuses())
+            if left:
+                end_jobs(ce, client, left)
+        finally:
+            client.close()
+    clear_delegations(ce)
 
 
 def end_jobs(ce: LocalCe, client: ArcRestClient, ids: Iterable[str]) -> None:
