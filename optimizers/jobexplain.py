@@ -60,7 +60,31 @@ def explain_job(session: Session, settings: Settings, resources: ResourcesConfig
         results = [r for r in results if r.rule != "SubmitPool"]
     data = (_data_rule(session, resources, job.vo, desc, resource, catalogue
                        or DatabaseCatalogue()) if desc.input_data else [])
-    return Explanation(results + rfc7 + data)
+    return Explanation(results + rfc7 + data
+                       + _isolation_rule(settings, job.vo, resource, of_queue=queue is not None))
+
+
+#: The tag a pilot whose payloads run isolated offers (pilot.protocol.ISOLATED_TAG).
+ISOLATED_TAG = "isolated"
+
+
+def _isolation_rule(settings: Settings, vo: str, resource: Resource, *,
+                    of_queue: bool) -> list[RuleResult]:
+    """A VO of ``[matcher] isolation_required_vos`` has its jobs go only to pilots that run
+    payloads isolated: whether the pilot's description offers it (a queue's pilots offer it
+    once their node's isolation passed its self-test, which the director cannot know)."""
+    if vo not in settings.matcher.isolation_required_vos:
+        return []
+    if of_queue:
+        return [RuleResult("isolation", True,
+                           f"VO {vo} requires pilots that run payloads isolated (tag "
+                           f"{ISOLATED_TAG!r}): this queue's pilots get its jobs where their "
+                           "node has bubblewrap or apptainer")]
+    offered = ISOLATED_TAG in (resource.tags or ())
+    return [RuleResult("isolation", offered,
+                       f"VO {vo} requires pilots that run payloads isolated (tag "
+                       f"{ISOLATED_TAG!r}): this description "
+                       + ("offers it" if offered else "does not offer it"))]
 
 
 @dataclass(frozen=True)
