@@ -40,9 +40,10 @@ def _text(database: str, which: str = "claim") -> str:
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("task_queues", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("gpus", sa.Integer(), nullable=False,
-                                      server_default="0"))
+    # Not in batch mode: SQLite's batch copy of task_queues would drop the table its queue
+    # counts (tq_waiting) cascade from, and lose them.
+    op.add_column("task_queues", sa.Column("gpus", sa.Integer(), nullable=False,
+                                           server_default="0"))
     dialect = op.get_bind().dialect.name
     if dialect == "postgresql":
         op.execute(f"DROP FUNCTION IF EXISTS gridpilot_claim({_OLD_SIGNATURE})")
@@ -58,5 +59,4 @@ def downgrade() -> None:
         op.execute(_text("postgresql", "before_claim"))
     elif dialect in ("mysql", "mariadb"):
         op.execute(_text("mariadb", "before_claim"))
-    with op.batch_alter_table("task_queues", schema=None) as batch_op:
-        batch_op.drop_column("gpus")
+    op.drop_column("task_queues", "gpus")
