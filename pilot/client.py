@@ -131,23 +131,11 @@ class MatcherClient:
 
     def renew_token(self, reference: str) -> str:
         """The pilot's successor token, asked for with the current one."""
-        def read(answer: dict[str, Any]) -> str:
-            token = answer["token"]
-            if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
-                raise ValueError("token is not a signed token")
-            return token
-
-        return self._call("POST", protocol.TOKEN_PATH.format(reference=reference), read)
+        return self._call("POST", protocol.TOKEN_PATH.format(reference=reference), _token_of)
 
     def payload_token(self, job_id: int, reference: str) -> str:
         """A token for the payload of ``job_id``, for its owner."""
-        def read(answer: dict[str, Any]) -> str:
-            token = answer["token"]
-            if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
-                raise ValueError("token is not a signed token")
-            return token
-
-        return self._call("POST", protocol.PAYLOAD_TOKEN_PATH.format(job_id=job_id), read,
+        return self._call("POST", protocol.PAYLOAD_TOKEN_PATH.format(job_id=job_id), _token_of,
                           {"pilot_reference": reference})
 
     def use_token(self, token: str) -> None:
@@ -205,6 +193,14 @@ class MatcherClient:
             raise TransientError(f"{method} {path}: the answer is not a JSON object",
                                  unreadable=True)
         return data
+
+
+def _token_of(answer: dict[str, Any]) -> str:
+    """The signed token an answer carries (a pilot's or a payload's)."""
+    token = answer["token"]
+    if not isinstance(token, str) or token.count(".") != 2 or len(token) > 16384:
+        raise ValueError("token is not a signed token")
+    return token
 
 
 def problem_detail(response: requests.Response) -> str:
