@@ -133,10 +133,12 @@ class MatcherClient:
         """The pilot's successor token, asked for with the current one."""
         return self._call("POST", protocol.TOKEN_PATH.format(reference=reference), _token_of)
 
-    def payload_token(self, job_id: int, reference: str) -> str:
-        """A token for the payload of ``job_id``, for its owner."""
+    def payload_token(self, job_id: int, reference: str, *,
+                      deadline: float | None = None) -> str:
+        """A token for the payload of ``job_id``, for its owner (``deadline``: seconds for
+        the exchange, when shorter than the client's own)."""
         return self._call("POST", protocol.PAYLOAD_TOKEN_PATH.format(job_id=job_id), _token_of,
-                          {"pilot_reference": reference})
+                          {"pilot_reference": reference}, deadline=deadline)
 
     def use_token(self, token: str) -> None:
         """Send ``token`` with every request from now on."""
@@ -144,11 +146,12 @@ class MatcherClient:
 
     def _call(self, method: str, path: str, read: Callable[[dict[str, Any]], T],
               body: Mapping[str, Any] | None = None,
-              params: Mapping[str, str] | None = None) -> T:
+              params: Mapping[str, str] | None = None, *,
+              deadline: float | None = None) -> T:
         """The answer to one call, as ``read`` makes it of the decoded JSON object. The
         matcher counts as reached only once an answer could be read (a refusal included)."""
         try:
-            data = self._request(method, path, body, params)
+            data = self._request(method, path, body, params, deadline)
             try:
                 result = read(data)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -167,10 +170,12 @@ class MatcherClient:
         return result
 
     def _request(self, method: str, path: str, body: Mapping[str, Any] | None,
-                 params: Mapping[str, str] | None) -> dict[str, Any]:
+                 params: Mapping[str, str] | None,
+                 deadline: float | None = None) -> dict[str, Any]:
+        wait = self.timeout if deadline is None else min(deadline, self.timeout)
         try:
             response = transfer.request(self.http, method, self.api + path, json=body,
-                                        params=params, deadline=self.timeout)
+                                        params=params, deadline=wait)
         except transfer.InterruptedTransferError as exc:  # the pilot is stopping
             raise TransientError(str(exc)) from exc
         except transfer.TransferError as exc:  # it answered, too slowly, too much or away

@@ -76,6 +76,9 @@ KILLED_BY_MATCHER = "killed: the matcher told this pilot to stop"
 #: Seconds of the last attempt at the reports (and the final registration) after a signal
 #: or once the matcher has been silent too long; each request gets at most this long.
 LAST_ATTEMPT = 5.0
+#: Seconds a payload's token may take to arrive: a payload does not wait longer to start (it
+#: starts without one and the pilot asks again), nor the pilot's loop for a renewal.
+PAYLOAD_TOKEN_WAIT = 15.0
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
 
@@ -457,7 +460,8 @@ class Pilot:
     def _fetch_payload_token(self, job_id: int, token: PayloadToken) -> None:
         assert self.client is not None
         try:
-            token.got(self.client.payload_token(job_id, self.node.reference))
+            token.got(self.client.payload_token(job_id, self.node.reference,
+                                                deadline=PAYLOAD_TOKEN_WAIT))
         except TransientError as exc:
             delay = token.failed()
             log.warning("job %d: no token for its payload yet (%s); trying again in %.0f s",

@@ -30,7 +30,8 @@ def start_pilot(command: Sequence[str], **kwargs: Any) -> subprocess.Popen[Any]:
 
 def stop_started_pilots() -> list[int]:
     """End every pilot the test started that still runs; return their pids."""
-    left = [proc for proc in STARTED if proc.poll() is None]
+    started = list(STARTED)
+    left = [proc for proc in started if proc.poll() is None]
     STARTED.clear()
     for proc in left:
         with contextlib.suppress(ProcessLookupError):
@@ -42,6 +43,10 @@ def stop_started_pilots() -> list[int]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    for proc in started:  # the pipes of a pilot the test did not read to its end
+        for pipe in (proc.stdin, proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
     return [proc.pid for proc in left]
 
 
