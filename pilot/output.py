@@ -99,10 +99,18 @@ def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES, *,
         if size <= limit:
             return False
         f.seek(size - limit // 2)
-        end = f.read(limit // 2)
+        # Read on to the end as it is now: what the payload appended while this read ran is
+        # kept too, and the time between the last read and the cut, when what it writes
+        # would be lost, is a few system calls.
+        end = f.read()
+        for _ in range(8):  # a payload that writes faster than this reads is cut anyway
+            more = f.read()
+            if not more:
+                break
+            end = end[-(limit // 2):] + more
         f.seek(0)
         f.truncate(0)
-        f.write(_CUT % limit + end)
+        f.write(_CUT % limit + end[-(limit // 2):])
     log.warning("output %s grew beyond %d bytes; cut to its end", path, limit,
                 extra=concerning(job_id))
     return True
