@@ -39,7 +39,7 @@ from pilot.jobstatus import RunningPayload, compute_status, locked, write_status
 from pilot.logformat import concerning
 from pilot.output import MAX_OUTPUT_BYTES, REPORT_REFUSALS, plainer_report, remove_folder
 from pilot.payload import Payload, fresh_job_folder, start_payload, wait_all
-from pilot.payloadtoken import PayloadToken
+from pilot.payloadtoken import PayloadTokens
 from pilot.planning import (
     gpu_environment,
     memory_left,
@@ -187,10 +187,8 @@ class Pilot:
     _asked_answered: float | None = None
     _asking_fails_since: float | None = None
     reaper: Reaper = field(default_factory=Reaper)
-    #: Each running payload's token file (pilot.payloadtoken), by job id.
-    payload_tokens: dict[int, PayloadToken] = field(default_factory=dict)
-    #: Why payloads get no token from this matcher ("" while they do).
-    _payload_tokens_off: str = ""
+    #: The running payloads' token files (pilot.payloadtoken).
+    payload_tokens: PayloadTokens = field(init=False)
     #: The sandbox payloads run in, chosen at the start (pilot.isolation).
     isolation: Isolation | None = None
 
@@ -204,6 +202,11 @@ class Pilot:
         self.match_backoff = Backoff(o.backoff_base, o.backoff_cap)
         self.report_backoff = Backoff(o.backoff_base, o.backoff_cap)
         self.renewal = TokenRenewal(o.token, wall=self.clock)
+        client = self.client
+        self.payload_tokens = PayloadTokens(
+            lambda job_id: client.payload_token(job_id, self.node.reference,
+                                                deadline=PAYLOAD_TOKEN_WAIT),
+            wall=self.clock)
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -294,7 +297,7 @@ class Pilot:
             self._reap(now)
             self._enforce(now)
             if not self._signalled:
-                self._renew_payload_tokens()
+                self.payload_tokens.renew(self.payloads)
             # After a signal, no request more: the next turn stops.
             if now >= next_beat and self.payloads and not self._signalled:
                 self._heartbeat(now)
@@ -422,7 +425,7 @@ class Pilot:
                                     max_end=max_end, cpu_factor=limits.cpu_factor,
                                     machine_features=o.machine_features,
                                     base_env=os.environ, fresh=False,
-                                    token_file=self._first_payload_token(job.job_id,
+                                    token_file=self.payload_tokens.first(job.job_id,
                                                                          directory),
                                     isolation=self.isolation,
                                     gpu_env=gpu_environment(gpus) if o.gpus else None)
@@ -442,48 +445,6 @@ class Pilot:
                  extra=concerning(job.job_id))
         self.outbox.append(_Report(job.job_id, {"status": protocol.RUNNING}))
         self._write_jobstatus(now)
-
-    # -- payloads' tokens --------------------------------------------------------------------
-
-    def _first_payload_token(self, job_id: int, directory: Path) -> Path | None:
-        """The file the payload's token goes in, its first token fetched (None when the
-        matcher gives payloads no token)."""
-        if self._payload_tokens_off:
-            return None
-        token = PayloadToken(directory, wall=self.clock)
-        self._fetch_payload_token(job_id, token)
-        if self._payload_tokens_off:
-            return None
-        self.payload_tokens[job_id] = token
-        return token.path
-
-    def _fetch_payload_token(self, job_id: int, token: PayloadToken) -> None:
-        assert self.client is not None
-        try:
-            token.got(self.client.payload_token(job_id, self.node.reference,
-                                                deadline=PAYLOAD_TOKEN_WAIT))
-        except TransientError as exc:
-            delay = token.failed()
-            log.warning("job %d: no token for its payload yet (%s); trying again in %.0f s",
-                        job_id, exc, delay, extra=concerning(job_id))
-        except RefusedError as exc:
-            if exc.status == 404 and "does not exist" not in exc.detail \
-                    and not self.payload_tokens:
-                self._payload_tokens_off = exc.detail
-                log.info("payloads get no token from this matcher: %s", exc.detail)
-            else:
-                log.warning("job %d: its payload gets no more tokens: %s", job_id, exc,
-                            extra=concerning(job_id))
-            token.stop(str(exc))
-        except OSError as exc:  # the folder went (the payload ended meanwhile)
-            token.stop(f"cannot write {token.path}: {exc}")
-
-    def _renew_payload_tokens(self) -> None:
-        for job_id, token in list(self.payload_tokens.items()):
-            if job_id not in self.payloads:
-                del self.payload_tokens[job_id]
-            elif token.due():
-                self._fetch_payload_token(job_id, token)
 
     def _confirm(self, job_id: int) -> bool:
         """Say Running before a download that may take a while: a Matched job its pilot has
@@ -772,9 +733,7 @@ class Pilot:
     def _finished(self, p: Payload) -> None:
         """The report on ``p`` is built (exit code, CPU time, output tail): its token is
         renewed no more, and its folder goes."""
-        token = self.payload_tokens.pop(p.job_id, None)
-        if token is not None:
-            token.path.unlink(missing_ok=True)
+        self.payload_tokens.finished(p.job_id)
         if not self.options.keep_job_folders:
             remove_folder(p.directory)
 

@@ -10,13 +10,18 @@ file missing; the pilot keeps trying.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
+from pilot.client import RefusedError, TransientError
+from pilot.logformat import concerning
 from pilot.renewal import MAX_RETRY, MIN_RETRY, TokenRenewal
+
+log = logging.getLogger(__name__)
 
 #: The file's name in the payload's folder.
 TOKEN_FILE_NAME = ".bearer_token"
@@ -76,3 +81,63 @@ class PayloadToken:
 
     def stop(self, why: str) -> None:
         self.stopped = why
+
+
+class PayloadTokens:
+    """The token files of the payloads a pilot runs, by job id, and whether the matcher gives
+    payloads tokens at all. ``fetch(job_id)`` asks the matcher for one (raising the pilot
+    client's TransientError or RefusedError)."""
+
+    def __init__(self, fetch: Callable[[int], str],
+                 wall: Callable[[], float] = time.time) -> None:
+        self._fetch = fetch
+        self._wall = wall
+        self.tokens: dict[int, PayloadToken] = {}
+        #: Why payloads get no token from this matcher ("" while they do).
+        self.off = ""
+
+    def first(self, job_id: int, directory: Path) -> Path | None:
+        """The file the payload's token goes in, its first token fetched (None when the
+        matcher gives payloads no token). A token that is late is asked for again later:
+        the payload starts without it."""
+        if self.off:
+            return None
+        token = PayloadToken(directory, wall=self._wall)
+        self._ask(job_id, token)
+        if self.off:
+            return None
+        self.tokens[job_id] = token
+        return token.path
+
+    def renew(self, running: Collection[int]) -> None:
+        """Replace the tokens that are due of the payloads still ``running``; forget the
+        others."""
+        for job_id, token in list(self.tokens.items()):
+            if job_id not in running:
+                del self.tokens[job_id]
+            elif token.due():
+                self._ask(job_id, token)
+
+    def finished(self, job_id: int) -> None:
+        """The payload ended: its token is renewed no more, and its file goes."""
+        token = self.tokens.pop(job_id, None)
+        if token is not None:
+            token.path.unlink(missing_ok=True)
+
+    def _ask(self, job_id: int, token: PayloadToken) -> None:
+        try:
+            token.got(self._fetch(job_id))
+        except TransientError as exc:
+            delay = token.failed()
+            log.warning("job %d: no token for its payload yet (%s); trying again in %.0f s",
+                        job_id, exc, delay, extra=concerning(job_id))
+        except RefusedError as exc:
+            if exc.status == 404 and "does not exist" not in exc.detail and not self.tokens:
+                self.off = exc.detail
+                log.info("payloads get no token from this matcher: %s", exc.detail)
+            else:
+                log.warning("job %d: its payload gets no more tokens: %s", job_id, exc,
+                            extra=concerning(job_id))
+            token.stop(str(exc))
+        except OSError as exc:  # the folder went (the payload ended meanwhile)
+            token.stop(f"cannot write {token.path}: {exc}")
