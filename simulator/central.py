@@ -25,6 +25,8 @@ class Job:
     #: Memory it asks for (MaxRAM), MB.
     memory: int = 0
     vo: str = "vo"
+    #: GPUs it asks for (NumberOfGPUs); only on nodes with GPUs.
+    gpus: int = 0
 
 
 class CentralQueue(Protocol):
@@ -38,13 +40,15 @@ class CentralQueue(Protocol):
         """Add a job (``front``: a job handed back, served before the others of its queue)."""
 
     def match(self, vo: str, pilot_reference: str, processors: int,
-              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
+              cpu_time_left: int | None, memory: int | None, now: float, *,
+              gpus: int = 0) -> Job | None:
         """The job a pilot's match request gets, or None (``memory``: free MB, None: not
-        limited)."""
+        limited; ``gpus``: free GPUs)."""
 
-    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
-        """Whether some waiting job needs at most ``free`` cores, and whether one of those
-        needs at most ``memory`` MB too."""
+    def fits(self, vo: str, free: int, memory: int | None, gpus: int = 0
+             ) -> tuple[bool, bool, bool]:
+        """Whether some waiting job needs at most ``free`` cores; whether one of those needs
+        at most ``memory`` MB too; and whether one of those needs at most ``gpus`` GPUs."""
 
 
 class ModelQueue:
@@ -70,23 +74,27 @@ class ModelQueue:
         self.waiting_by_vo[job.vo] += 1
 
     def match(self, vo: str, pilot_reference: str, processors: int,
-              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
+              cpu_time_left: int | None, memory: int | None, now: float, *,
+              gpus: int = 0) -> Job | None:
         queues = self.vos.get(vo)
-        job = None if queues is None else queues.match(processors, cpu_time_left, memory)
+        job = None if queues is None else queues.match(processors, cpu_time_left, memory,
+                                                       gpus)
         if job is not None:
             self.waiting -= 1
             self.waiting_by_vo[vo] -= 1
         return job
 
-    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
+    def fits(self, vo: str, free: int, memory: int | None, gpus: int = 0
+             ) -> tuple[bool, bool, bool]:
         queues = self.vos.get(vo)
-        return (False, False) if queues is None else queues.fits(free, memory)
+        return (False, False, False) if queues is None else queues.fits(free, memory, gpus)
 
 
 class VoQueues:
     """The matcher as a model (``taskqueue.matching.claim``): task queues keyed by cores, CPU-time
-    bucket (of the CPU time per core, ``taskqueue.core.definitions``) and memory bucket; a request
-    matches the non-empty queues whose cores, CPU time and memory it can hold; the draw is the
+    bucket (of the CPU time per core, ``taskqueue.core.definitions``), memory bucket and GPUs
+    bucket; a request matches the non-empty queues whose cores, CPU time, memory and GPUs it
+    can hold (the rules of ``taskqueue.matching.rules``); the draw is the
     matcher's race of exponential clocks (the matching queue with the smallest key is drawn,
     and its key advances by an Exp(priority) step, all priorities equal; a queue that becomes
     non-empty starts from the clock, the key of the last draw), and the drawn queue's oldest
@@ -95,16 +103,17 @@ class VoQueues:
     def __init__(self, scenario: Scenario, rng: random.Random) -> None:
         self.s = scenario
         self.rng = rng
-        self.queues: dict[tuple[int, int, int], deque[Job]] = {}
-        self.nonempty: list[tuple[int, int, int]] = []
-        self.draw_keys: dict[tuple[int, int, int], float] = {}
+        self.queues: dict[tuple[int, int, int, int], deque[Job]] = {}
+        self.nonempty: list[tuple[int, int, int, int]] = []
+        self.draw_keys: dict[tuple[int, int, int, int], float] = {}
         self.draw_clock = 0.0
 
     def enqueue(self, job: Job, *, front: bool) -> None:
         s = self.s
         seconds = -(-job.cpu_time // job.cores) if s.cpu_time_per_core else job.cpu_time
         key = (job.cores, cpu_time_bucket(seconds, s.cpu_time_segments),
-               significant_bits_bucket(job.memory, s.significant_bits))
+               significant_bits_bucket(job.memory, s.significant_bits),
+               significant_bits_bucket(job.gpus, s.significant_bits))
         q = self.queues.get(key)
         if q is None:
             q = self.queues[key] = deque()
@@ -117,14 +126,14 @@ class VoQueues:
         else:
             q.append(job)
 
-    def match(self, processors: int, cpu_time_left: int | None, memory: int | None
-              ) -> Job | None:
+    def match(self, processors: int, cpu_time_left: int | None, memory: int | None,
+              gpus: int = 0) -> Job | None:
         keys = self.draw_keys
-        best: tuple[int, int, int] | None = None
+        best: tuple[int, int, int, int] | None = None
         best_key = math.inf
         for k in self.nonempty:
             if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left) and (
-                    memory is None or k[2] <= memory):
+                    memory is None or k[2] <= memory) and k[3] <= gpus:
                 d = keys[k]
                 if d < best_key or (d == best_key and best is not None and k < best):
                     best, best_key = k, d
@@ -138,6 +147,7 @@ class VoQueues:
             self.nonempty.remove(best)
         return job
 
-    def fits(self, free: int, memory: int | None) -> tuple[bool, bool]:
+    def fits(self, free: int, memory: int | None, gpus: int = 0) -> tuple[bool, bool, bool]:
         cores = [k for k in self.nonempty if k[0] <= free]
-        return bool(cores), any(memory is None or k[2] <= memory for k in cores)
+        held = [k for k in cores if memory is None or k[2] <= memory]
+        return bool(cores), bool(held), any(k[3] <= gpus for k in held)

@@ -19,7 +19,8 @@ class JobClass:
     time it asks for (hours, drawn log-uniformly between the bounds). The CPU time in its
     description is that wall time times its cores (normalised by the node's CPU factor); its
     memory (MaxRAM, MB, for the whole job; 0: none asked) counts only on a scenario with
-    ``memory_per_node_mb``; its VO shares the site with the others by ``vo_shares``."""
+    ``memory_per_node_mb``; its GPUs (NumberOfGPUs) run it only on the nodes that have them
+    (``gpu_nodes``); its VO shares the site with the others by ``vo_shares``."""
 
     name: str
     weight: float
@@ -29,6 +30,7 @@ class JobClass:
     memory_mb: int = 0
     #: The VO whose jobs these are (one of the scenario's ``vo_shares``).
     vo: str = "vo"
+    gpus: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,11 @@ class Scenario:
     #: second match request whenever memory binds and gained 0.3 point in ``wide-week``
     #: (within the seeds' spread), so the pilot does not do it.
     memory_first: bool = False
+    #: Nodes with GPUs, spread evenly over the site(s), and the GPUs each has. A pilot holds
+    #: its cores' share of its node's GPUs (a whole-node pilot: all of them) and offers
+    #: those its payloads leave free; a job asking for GPUs runs only where they are free.
+    gpu_nodes: int = 0
+    gpus_per_node: int = 0
     #: Measured period after the warm-up, days.
     days: float = 7.0
     warmup_hours: float = 24.0
@@ -159,6 +166,14 @@ class Scenario:
                 c.memory_mb > self.memory_per_node_mb for c in self.job_classes)):
             problems.append("memory_per_node_mb must be at least 1 and at least each job "
                             "class's memory_mb")
+        if not 0 <= self.gpu_nodes <= self.nodes or self.gpus_per_node < 0:
+            problems.append("gpu_nodes must be between 0 and nodes, gpus_per_node at least 0")
+        if any(c.gpus < 0 for c in self.job_classes):
+            problems.append("a job class has a negative gpus")
+        elif any(c.gpus > (self.gpus_per_node if self.gpu_nodes else 0)
+                 for c in self.job_classes):
+            problems.append("a job class asks for more GPUs than a node has (gpu_nodes, "
+                            "gpus_per_node)")
         if any(c.memory_mb < 0 for c in self.job_classes):
             problems.append("a job class has a negative memory_mb")
         if any(c.cores > self.cores_per_node for c in self.job_classes):
@@ -226,6 +241,16 @@ PRESETS: dict[str, Preset] = {
                                       memory_mb=6000),
                              JobClass("8-core", 0.25, 8, 0.5, 2.9, memory_mb=16000))),
         seeds=(1, 2, 3, 4, 5)),
+    "gpu-week": Preset(
+        "drain-week with GPUs: a quarter of the nodes have 4 GPUs each, and one job in 25 "
+        "asks for one (1 core, 1 to 10 h): about as many GPU-hours as the site has",
+        replace(Scenario(), nodes=100, drain_nodes=10, shutdowns_per_day=5.0, gpu_nodes=25,
+                gpus_per_node=4,
+                job_classes=(JobClass("short single-core", 0.3, 1, 0.1, 1.0),
+                             JobClass("single-core", 0.41, 1, 1.0, 20.0),
+                             JobClass("8-core", 0.25, 8, 0.5, 2.9),
+                             JobClass("GPU single-core", 0.04, 1, 1.0, 10.0, gpus=1))),
+        seeds=(1, 2, 3)),
     "small": Preset(
         "a day of a 10-node site (a quick look)",
         replace(Scenario(), nodes=10, days=1.0, warmup_hours=12.0, shutdowns_per_day=2.0,

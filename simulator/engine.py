@@ -56,7 +56,7 @@ _SHUTDOWN, _DRAIN_DEADLINE, _END, _WALL, _PILOT_WALL, _IDLE, _ARRIVAL, _PILOT_ST
 #: few cores free for the jobs that would fit in time, or too little time left for any job);
 #: the pilot is too close to its end to ask, and waits for its payloads.
 IDLE_REASONS = ("draining", "no pilot", "too few free cores", "too little time left",
-                "end of the pilot's life", "too little free memory")
+                "end of the pilot's life", "too little free memory", "too few free GPUs")
 
 #: Node states.
 UP, DRAINING, OUT = "up", "draining", "out"
@@ -85,6 +85,9 @@ class Pilot:
     #: its payloads use, MB.
     memory: int | None = None
     memory_used: int = 0
+    #: GPUs the pilot holds (its cores' share of the node's) and what its payloads use.
+    gpus: int = 0
+    gpus_used: int = 0
     vo: str = "vo"
     retiring: bool = False
     alive: bool = True
@@ -104,6 +107,7 @@ class Pilot:
 class Node:
     id: int
     cores: int
+    gpus: int = 0
     state: str = UP
     shutdown: float | None = None
     pilots: list[Pilot] = field(default_factory=list)
@@ -158,6 +162,8 @@ class RunResult:
     events: int
     #: Mean share of the cores in service idle for each reason (sampled while work waits).
     idle: dict[str, float] = field(default_factory=dict)
+    #: GPU-seconds used / GPU-seconds in service while work waits (None: no GPUs simulated).
+    gpu_occupancy: float | None = None
     #: Jobs started in the measured period, per VO.
     started_by_vo: dict[str, int] = field(default_factory=dict)
 
@@ -192,7 +198,9 @@ class Simulation:
         self.central: CentralQueue = central or ModelQueue(scenario, self.rng_match)
         self.hungry: set[Pilot] = set()
         self.idle_nodes: set[Node] = set()
-        self.nodes = [Node(i, scenario.cores_per_node) for i in range(scenario.nodes)]
+        self.nodes = [Node(i, scenario.cores_per_node,
+                           scenario.gpus_per_node if _has_gpus(i, scenario) else 0)
+                      for i in range(scenario.nodes)]
         self.class_cumulative = list(itertools.accumulate(c.weight for c in
                                                           scenario.job_classes))
         self.class_total = self.class_cumulative[-1]
@@ -214,6 +222,11 @@ class Simulation:
         self.last = 0.0
         self.used_integral = 0.0
         self.service_integral = 0.0
+        #: GPUs: in use, in service (on nodes not out), and their integrals likewise.
+        self.gpus_used = 0
+        self.gpus_in_service = sum(node.gpus for node in self.nodes)
+        self.gpu_used_integral = 0.0
+        self.gpu_service_integral = 0.0
         self.draining_waste = 0.0
         self.kill_waste = 0.0
         self.killed_at_wall = 0
@@ -286,6 +299,9 @@ class Simulation:
             pilots_started=self.pilots_started, started_by_vo=dict(self.started_by_vo),
             drains=self.drains,
             occupancy_series=self.series, events=self.events,
+            gpu_occupancy=None if not self.s.gpu_nodes else (
+                self.gpu_used_integral / self.gpu_service_integral
+                if self.gpu_service_integral else 0.0),
             idle={reason: value / max(1, self.idle_sample_count)
                   for reason, value in self.idle_samples.items()})
 
@@ -298,6 +314,8 @@ class Simulation:
             if hi > lo and self.central.waiting > 0:
                 self.used_integral += self.used * (hi - lo)
                 self.service_integral += self.in_service * (hi - lo)
+                self.gpu_used_integral += self.gpus_used * (hi - lo)
+                self.gpu_service_integral += self.gpus_in_service * (hi - lo)
             self.last = time
         self.now = time
 
@@ -317,7 +335,7 @@ class Simulation:
         cpu_time = max(1, round(hours * HOUR * c.cores * s.cpu_factor))
         run = cpu_time / s.cpu_factor / c.cores * rng.uniform(s.error_min, s.error_max)
         self.job_count += 1
-        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb, c.vo)
+        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb, c.vo, c.gpus)
 
     def _arrivals(self, _time: float, hours: float) -> None:
         s = self.s
@@ -439,6 +457,7 @@ class Simulation:
         p.reference = f"pilot-{p.id}"
         if self.s.memory_per_node_mb is not None:
             p.memory = self.s.memory_per_node_mb * cores // node.cores
+        p.gpus = node.gpus * cores // node.cores
         node.pilots.append(p)
         self._fill(p)
         return p
@@ -490,7 +509,7 @@ class Simulation:
 
     def _match(self, p: Pilot, ask: Ask) -> Job | None:
         return self.central.match(p.vo, p.reference, ask.processors, ask.cpu_time_left,
-                                  ask.memory, self.now)
+                                  ask.memory, self.now, gpus=p.gpus - p.gpus_used)
 
     def _start_payload(self, p: Pilot, job: Job, limits: Limits) -> None:
         now = self.now
@@ -501,6 +520,8 @@ class Simulation:
         p.payloads[job.id] = r
         p.used += cores
         p.memory_used += job.memory
+        p.gpus_used += job.gpus
+        self.gpus_used += job.gpus
         p.node.used += cores
         self.used += cores
         p.idle_end = None
@@ -522,6 +543,8 @@ class Simulation:
             node.drain_since = self.now
         p.used -= r.cores
         p.memory_used -= r.job.memory
+        p.gpus_used -= r.job.gpus
+        self.gpus_used -= r.job.gpus
         node.used -= r.cores
         self.used -= r.cores
         return r
@@ -775,6 +798,7 @@ class Simulation:
     def _take_out(self, node: Node, until: float) -> None:
         if node.state != OUT:
             self.in_service -= node.cores
+            self.gpus_in_service -= node.gpus
         node.state = OUT
         self.idle_nodes.discard(node)
         self.push(until, _NODE_BACK, node)
@@ -786,6 +810,7 @@ class Simulation:
             return
         node.state = UP
         self.in_service += node.cores
+        self.gpus_in_service += node.gpus
         self._start_pilots_later(node)
 
     def _on_sample(self, _obj: object) -> None:
@@ -811,14 +836,21 @@ class Simulation:
                 if draining or p.retiring:
                     shares["draining"] += free
                 elif p in self.hungry:
-                    cores_fit, memory_fits = self.central.fits(
-                        p.vo, free, None if p.memory is None else p.memory - p.memory_used)
+                    cores_fit, memory_fits, gpus_fit = self.central.fits(
+                        p.vo, free, None if p.memory is None else p.memory - p.memory_used,
+                        p.gpus - p.gpus_used)
                     shares["too few free cores" if not cores_fit else "too little free memory"
-                           if not memory_fits else "too little time left"] += free
+                           if not memory_fits else "too few free GPUs" if not gpus_fit
+                           else "too little time left"] += free
                 else:
                     shares["end of the pilot's life"] += free
         for reason, cores in shares.items():
             idle[reason] += cores / self.in_service
+
+
+def _has_gpus(node: int, s: Scenario) -> bool:
+    """Whether node ``node`` is one of the scenario's ``gpu_nodes`` (spread evenly)."""
+    return (node * s.gpu_nodes) // s.nodes != ((node + 1) * s.gpu_nodes) // s.nodes
 
 
 def _pilot_and(obj: object) -> tuple[Pilot, int]:

@@ -43,7 +43,7 @@ class TaskQueueCentral:
             cpu_time_segments=scenario.cpu_time_segments))
         self.rng = rng
         self.jobs: dict[int, Job] = {}
-        self.cores_waiting: Counter[tuple[str, int, int]] = Counter()
+        self.cores_waiting: Counter[tuple[str, int, int, int]] = Counter()
         self.waiting = 0
         self.waiting_by_vo: Counter[str] = Counter()
 
@@ -53,7 +53,7 @@ class TaskQueueCentral:
         when = EPOCH + timedelta(seconds=now)
         req = JobRequirements(vo=job.vo, owner="sim", owner_group=f"{job.vo}_user",
                               cpu_time=job.cpu_time, processors=job.cores,
-                              memory=job.memory)
+                              memory=job.memory, gpus=job.gpus)
         with self.sessions.begin() as s:
             [job_id] = add_jobs(s, [NewJob('[Executable = "sim"]', req)], now=when)
             apply_transition(s, [job_id], JobStatus.RECEIVED, JobStatus.CHECKING,
@@ -61,28 +61,31 @@ class TaskQueueCentral:
             enqueue_jobs(s, [QueueEntry(job_id, req, 1)], self.settings, now=when,
                          rng=self.rng)
         self.jobs[job_id] = job
-        self.cores_waiting[job.vo, job.cores, job.memory] += 1
+        self.cores_waiting[job.vo, job.cores, job.memory, job.gpus] += 1
         self.waiting += 1
         self.waiting_by_vo[job.vo] += 1
 
     def match(self, vo: str, pilot_reference: str, processors: int,
-              cpu_time_left: int | None, memory: int | None, now: float) -> Job | None:
+              cpu_time_left: int | None, memory: int | None, now: float, *,
+              gpus: int = 0) -> Job | None:
         node = NodeDescription(vo=vo, reference=pilot_reference)
         resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=memory,
-                                                cpu_time_left=cpu_time_left))
+                                                cpu_time_left=cpu_time_left,
+                                                free_gpus=gpus))
         with self.sessions.begin() as s:
             claims = claim_jobs(s, resource, now=EPOCH + timedelta(seconds=now), rng=self.rng)
         if not claims:
             return None
         job = self.jobs.pop(claims[0].job_id)
-        self.cores_waiting[job.vo, job.cores, job.memory] -= 1
+        self.cores_waiting[job.vo, job.cores, job.memory, job.gpus] -= 1
         self.waiting -= 1
         self.waiting_by_vo[job.vo] -= 1
         return job
 
-    def fits(self, vo: str, free: int, memory: int | None) -> tuple[bool, bool]:
-        # Memory as the matcher buckets it (a job fits when its bucket does).
-        held = [mem for (v, cores, mem), n in self.cores_waiting.items()
+    def fits(self, vo: str, free: int, memory: int | None, gpus: int = 0
+             ) -> tuple[bool, bool, bool]:
+        # Memory and GPUs as the matcher buckets them (a job fits when its bucket does).
+        held = [(mem, g) for (v, cores, mem, g), n in self.cores_waiting.items()
                 if n > 0 and v == vo and cores <= free]
-        return bool(held), any(memory is None or significant_bits_bucket(m) <= memory
-                               for m in held)
+        roomy = [g for mem, g in held if memory is None or significant_bits_bucket(mem) <= memory]
+        return bool(held), bool(roomy), any(significant_bits_bucket(g) <= gpus for g in roomy)

@@ -70,6 +70,13 @@ class Comparison:
         get = next(f for k, _, f in FIGURES if k == key)
         return Estimate.of([get(r) for r in self.runs[policy]])
 
+    def gpu_occupancy(self, policy: str) -> Estimate | None:
+        """GPU-hours used per GPU-hour in service while work waits, % (None: no GPUs)."""
+        values = [r.gpu_occupancy for r in self.runs[policy]]
+        if any(v is None for v in values):
+            return None
+        return Estimate.of([100.0 * v for v in values if v is not None])
+
     def reduction(self, better: str, worse: str, key: str) -> float | None:
         """1 - mean(better) / mean(worse), over the same seeds (None: a policy is missing or
         the worse one wasted nothing)."""
@@ -118,6 +125,8 @@ class Comparison:
                     "time_aware": p.time_aware, "victim": p.victim,
                     "multi_payload": p.multi_payload,
                     **{key: self.estimate(p.name, key).as_dict() for key, _, _ in FIGURES},
+                    **({"gpu_occupancy": gpu.as_dict()}
+                       if (gpu := self.gpu_occupancy(p.name)) is not None else {}),
                     "idle_share_while_work_waits": {
                         reason: Estimate.of([r.idle.get(reason, 0.0) for r in
                                              self.runs[p.name]]).as_dict()
@@ -232,6 +241,10 @@ def render_table(c: Comparison) -> str:
     occ = head["reference_policy_occupancy"]
     if occ is not None:
         notes.append(f"occupancy of multi-payload pilots while work waits: {occ:.2f}%")
+    gpu = c.gpu_occupancy(c.policies[0].name) if c.policies[0].name in c.runs else None
+    if gpu is not None:
+        notes.append(f"GPU occupancy of {c.policies[0].name} while work waits "
+                     f"({s.gpu_nodes} nodes x {s.gpus_per_node} GPUs): {_cell(gpu, 2)}%")
     red = c.paired_reduction("multi/aware/drain-cost", "multi/aware/random",
                              "free_nodes_draining_waste_core_hours")
     if red is not None:

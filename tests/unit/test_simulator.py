@@ -346,6 +346,41 @@ def test_a_job_class_needing_more_memory_than_a_node_has_is_refused() -> None:
                  job_classes=(JobClass("big", 1.0, 1, 1.0, 1.0, memory_mb=6000),))
 
 
+def test_gpu_jobs_run_only_where_gpus_are_free() -> None:
+    # Two 4-core nodes, one with 2 GPUs; six 1-core 1-GPU jobs of an hour: two run at once
+    # on the GPU node (its other 2 cores and the other node's 4 idle for want of GPUs), so
+    # the six take three hours at 2 of 8 cores, with the GPUs always busy.
+    scenario = one_node(nodes=2, gpu_nodes=1, gpus_per_node=2,
+                        job_classes=(JobClass("gpu", 1.0, 1, 1.0, 1.0, gpus=1),),
+                        days=3 / 24, sample_seconds=600.0)
+    work = [(0.0, Job(i, 1, round(HOUR), HOUR, gpus=1)) for i in range(1, 7)]
+    result = simulate(scenario, AWARE, 1, workload=work)
+    assert result.jobs_done == 6
+    assert result.occupancy == pytest.approx(0.25)
+    assert result.gpu_occupancy == pytest.approx(1.0)
+    assert result.idle["too few free GPUs"] == pytest.approx(0.75)
+
+
+def test_a_gpu_pilot_takes_cpu_jobs_too_and_without_gpus_no_gpu_occupancy() -> None:
+    # Six CPU jobs on a 4-core node with 2 GPUs: all run (four, then two), GPUs idle.
+    scenario = one_node(gpu_nodes=1, gpus_per_node=2)
+    result = simulate(scenario, AWARE, 1, workload=[(0.0, job(i, 1, 1)) for i in range(6)])
+    assert result.jobs_done == 6
+    assert result.gpu_occupancy == pytest.approx(0.0)
+    assert simulate(one_node(), AWARE, 1, workload=[(0.0, job(1, 1, 1))]).gpu_occupancy is None
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"gpu_nodes": 0, "gpus_per_node": 4}, "more GPUs than a node has"),
+    ({"gpu_nodes": 1, "gpus_per_node": 0}, "more GPUs than a node has"),
+    ({"gpu_nodes": 2, "gpus_per_node": 1}, "gpu_nodes must be between 0 and nodes"),
+])
+def test_a_gpu_job_class_without_gpu_nodes_is_refused(changes: dict[str, int],
+                                                      message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        one_node(job_classes=(JobClass("gpu", 1.0, 1, 1.0, 1.0, gpus=1),), **changes)
+
+
 def test_sites_with_different_wall_limits_share_the_queue() -> None:
     # Two one-core nodes: site 0 gives pilots 10 h, site 1 only 1 h. Two 2 h jobs: site 0
     # runs the first; site 1's pilots never have time for the second, which waits for site 0

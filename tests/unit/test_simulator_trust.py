@@ -2,7 +2,8 @@
 nodes of 8 cores, 12 h pilots, about 400 jobs in a simulated day) run twice on each seed, once
 with :class:`simulator.central.ModelQueue` and once with the real task queues on an SQLite file
 (:mod:`simulator.realqueue`), both driven by the same simulated pilots; and the same site
-shared by two VOs with memory per job and per node, and two sites of different wall limits.
+shared by two VOs with memory per job and per node, and two sites of different wall limits;
+and the site with GPUs on half its nodes.
 
 The tolerance: the two runs share the jobs, their arrival times and the pilots' life, but not
 the draws (each side draws with its own random stream), so their figures differ as two seeds
@@ -46,13 +47,18 @@ WIDE = replace(
                           vo="lhcb"),
                  JobClass("single-core", 0.3, 1, 1.0, 6.0, memory_mb=2000, vo="belle"),
                  JobClass("4-core", 0.2, 4, 0.5, 2.0, memory_mb=8000, vo="belle")))
+#: The one-VO site with GPUs on two of its nodes (2 each) and one job in ten asking for one:
+#: the GPU rule decides too, and GPU jobs wait for the GPU nodes.
+GPUS = replace(
+    SCENARIO, gpu_nodes=2, gpus_per_node=2,
+    job_classes=(*SCENARIO.job_classes, JobClass("GPU single-core", 0.1, 1, 0.5, 3.0, gpus=1)))
 POLICY = Policy("multi/aware/drain-cost")
 
 
 @pytest.mark.parametrize(("scenario", "seed"), [(SCENARIO, 1), (SCENARIO, 2), (WIDE, 1),
-                                                (WIDE, 2)], ids=["one-vo-1", "one-vo-2",
-                                                                 "two-vos-memory-1",
-                                                                 "two-vos-memory-2"])
+                                                (WIDE, 2), (GPUS, 1), (GPUS, 2)],
+                         ids=["one-vo-1", "one-vo-2", "two-vos-memory-1", "two-vos-memory-2",
+                              "gpus-1", "gpus-2"])
 def test_the_model_of_the_matcher_agrees_with_the_real_claim(tmp_path: Path, scenario: Scenario,
                                                               seed: int) -> None:
     model = simulate(scenario, POLICY, seed)
@@ -79,10 +85,15 @@ def test_the_model_of_the_matcher_agrees_with_the_real_claim(tmp_path: Path, sce
     else:  # fewer jobs per VO, and pilot counts that differ too: the counts' own chance
         assert within_chance(real.jobs_started, model.jobs_started)
         assert per_pilot(real) == pytest.approx(per_pilot(model), rel=0.1)
-    if len(scenario.vo_shares) < 2:
+    if scenario.gpu_nodes:
+        assert model.gpu_occupancy is not None and real.gpu_occupancy is not None
+        assert model.gpu_occupancy > 0.1  # GPU jobs ran, on the GPU nodes only
+        assert abs(real.gpu_occupancy - model.gpu_occupancy) <= 0.05, (
+            real.gpu_occupancy, model.gpu_occupancy)
+    if len(scenario.vo_shares) < 2 and not scenario.gpu_nodes:
         assert abs(real.kill_waste - model.kill_waste) <= 5 * HOUR, (real.kill_waste / HOUR,
                                                                      model.kill_waste / HOUR)
-    else:  # a few kills of up to 4 cores for hours each: their number, not their hours
+    else:  # a few kills of hours each (GPU jobs wait, then run late): their number
         assert within_chance(real.killed_at_wall_limit, model.killed_at_wall_limit)
 
 
