@@ -41,9 +41,10 @@ class CentralQueue(Protocol):
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
         """The job a pilot's match request gets, or None (``memory``: free MB, None: not
-        limited; ``gpus``: free GPUs)."""
+        limited; ``gpus``: free GPUs; ``gpu_jobs_only``: a job that needs a GPU, the
+        ``gpu_first`` what-if, which the real matcher has no rule for)."""
 
     def fits(self, vo: str, free: int, memory: int | None, gpus: int = 0
              ) -> tuple[bool, bool, bool]:
@@ -75,10 +76,10 @@ class ModelQueue:
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
         queues = self.vos.get(vo)
         job = None if queues is None else queues.match(processors, cpu_time_left, memory,
-                                                       gpus)
+                                                       gpus, gpu_jobs_only)
         if job is not None:
             self.waiting -= 1
             self.waiting_by_vo[vo] -= 1
@@ -127,13 +128,14 @@ class VoQueues:
             q.append(job)
 
     def match(self, processors: int, cpu_time_left: int | None, memory: int | None,
-              gpus: int = 0) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
         keys = self.draw_keys
         best: tuple[int, int, int, int] | None = None
         best_key = math.inf
         for k in self.nonempty:
             if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left) and (
-                    memory is None or k[2] <= memory) and k[3] <= gpus:
+                    memory is None or k[2] <= memory) and k[3] <= gpus and (
+                    k[3] > 0 or not gpu_jobs_only):
                 d = keys[k]
                 if d < best_key or (d == best_key and best is not None and k < best):
                     best, best_key = k, d

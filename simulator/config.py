@@ -64,6 +64,9 @@ class Scenario:
     #: those its payloads leave free; a job asking for GPUs runs only where they are free.
     gpu_nodes: int = 0
     gpus_per_node: int = 0
+    #: A what-if, not what the pilot does: a pilot with a free GPU first asks for a job that
+    #: needs one, then for any job (the matcher has no rule for the first ask).
+    gpu_first: bool = False
     #: Measured period after the warm-up, days.
     days: float = 7.0
     warmup_hours: float = 24.0

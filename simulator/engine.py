@@ -496,6 +496,8 @@ class Simulation:
             first = memory_first(ask, memory_mb=p.memory, cores=p.cores) \
                 if s.memory_first else None
             job = None if first is None else self._match(p, first)
+            if job is None and s.gpu_first and p.gpus > p.gpus_used:
+                job = self._match(p, ask, gpu_jobs_only=True)
             if job is None:
                 job = self._match(p, ask)
             if job is None:
@@ -507,9 +509,10 @@ class Simulation:
             p.asked_once = True
             self._start_payload(p, job, limits)
 
-    def _match(self, p: Pilot, ask: Ask) -> Job | None:
+    def _match(self, p: Pilot, ask: Ask, *, gpu_jobs_only: bool = False) -> Job | None:
         return self.central.match(p.vo, p.reference, ask.processors, ask.cpu_time_left,
-                                  ask.memory, self.now, gpus=p.gpus - p.gpus_used)
+                                  ask.memory, self.now, gpus=p.gpus - p.gpus_used,
+                                  gpu_jobs_only=gpu_jobs_only)
 
     def _start_payload(self, p: Pilot, job: Job, limits: Limits) -> None:
         now = self.now

@@ -67,7 +67,10 @@ class TaskQueueCentral:
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
+        if gpu_jobs_only:
+            raise ValueError("the matcher has no rule for 'jobs that need a GPU only': "
+                             "gpu_first is a what-if of the model queue")
         node = NodeDescription(vo=vo, reference=pilot_reference)
         resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=memory,
                                                 cpu_time_left=cpu_time_left,

@@ -370,6 +370,24 @@ def test_a_gpu_pilot_takes_cpu_jobs_too_and_without_gpus_no_gpu_occupancy() -> N
     assert simulate(one_node(), AWARE, 1, workload=[(0.0, job(1, 1, 1))]).gpu_occupancy is None
 
 
+@pytest.mark.parametrize("gpu_first", [True, False])
+def test_gpu_first_gives_a_free_gpu_its_job_before_older_cpu_jobs(gpu_first: bool) -> None:
+    # A 1-core node with one GPU, for an hour; three CPU jobs and a GPU job waiting, an hour
+    # each. Asking for GPU jobs first, the pilot starts the GPU job at once on every seed:
+    # the GPU is busy the whole hour. Without, the draw among the two queues gives the CPU
+    # jobs the core first on some seeds.
+    scenario = one_node(cores_per_node=1, gpu_nodes=1, gpus_per_node=1, gpu_first=gpu_first,
+                        days=1 / 24, job_classes=(JobClass("gpu", 1.0, 1, 1.0, 1.0, gpus=1),))
+    work = [(0.0, job(1, 1, 1)), (0.0, job(2, 1, 1)), (0.0, job(3, 1, 1)),
+            (0.0, Job(4, 1, round(HOUR), HOUR, gpus=1))]
+    busy = [simulate(scenario, AWARE, seed, workload=work).gpu_occupancy
+            for seed in range(1, 9)]
+    if gpu_first:
+        assert busy == [pytest.approx(1.0)] * 8
+    else:
+        assert sorted(set(busy)) == [0.0, pytest.approx(1.0)]
+
+
 @pytest.mark.parametrize(("changes", "message"), [
     ({"gpu_nodes": 0, "gpus_per_node": 4}, "more GPUs than a node has"),
     ({"gpu_nodes": 1, "gpus_per_node": 0}, "more GPUs than a node has"),
