@@ -4,6 +4,7 @@ decoded JSON, errors as :class:`ServiceError` carrying the problem's ``detail``.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -16,6 +17,11 @@ from pilot.tls import causes
 
 #: Most jobs one bulk request may name (the service's limit): larger lists are split.
 BULK_CHUNK = 1000
+#: Seconds a read (GET) waits out answers of 503 or 429 that say when to come back
+#: (``Retry-After``: a database failing over, every matcher instance restarting) before
+#: the service's answer is the error; and the longest single wait.
+UNAVAILABLE_WAIT = 30.0
+LONGEST_RETRY_AFTER = 10.0
 
 
 class ServiceError(Exception):
@@ -26,6 +32,8 @@ class ServiceError(Exception):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        #: Seconds the service said to wait before asking again (None: it did not say).
+        self.retry_after: float | None = None
 
 
 class Service:
@@ -33,11 +41,13 @@ class Service:
 
     def __init__(self, url: str, token: str, *, timeout: float = 30.0,
                  session: requests.Session | None = None,
-                 verify: str | bool | None = None) -> None:
+                 verify: str | bool | None = None,
+                 unavailable_wait: float = UNAVAILABLE_WAIT) -> None:
         """``verify``: the CAs to trust for https (pilot.tls.trusted_cas); None leaves the
-        session's."""
+        session's. ``unavailable_wait``: see UNAVAILABLE_WAIT (0: no wait)."""
         self.url = url.rstrip("/")
         self.timeout = timeout
+        self.unavailable_wait = unavailable_wait
         self.http = session or requests.Session()
         if verify is not None:
             self.http.verify = verify
@@ -113,7 +123,7 @@ class Service:
             body["queue"] = queue
         if resource is not None:
             body["resource"] = dict(resource)
-        return self._shaped(self.call("POST", "/taskqueues/explain", json=body),
+        return self._shaped(self.call("POST", "/taskqueues/explain", json=body, reads=True),
                             "POST /taskqueues/explain", can_run=bool)
 
     def whoami(self) -> dict[str, Any]:
@@ -130,9 +140,25 @@ class Service:
 
     # -- the transport -------------------------------------------------------------------
 
-    def call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    def call(self, method: str, path: str, *, reads: bool = False, **kwargs: Any
+             ) -> dict[str, Any]:
         """One request to ``/api/v1`` + ``path``, all of it within the timeout and its answer
-        at most MAX_ANSWER_BYTES; the decoded answer, or ServiceError."""
+        at most MAX_ANSWER_BYTES; the decoded answer, or ServiceError. A read the service
+        answers "unavailable, come back in N s" is sent again after N s, for up to
+        ``unavailable_wait`` seconds in all (``reads``: a POST that only reads, too); a change
+        never is: it may have been stored, and the caller looks before sending it again."""
+        give_up = time.monotonic() + self.unavailable_wait
+        while True:
+            try:
+                return self._call_once(method, path, **kwargs)
+            except ServiceError as exc:
+                wait = exc.retry_after
+                if not (method == "GET" or reads) or wait is None \
+                        or time.monotonic() + wait > give_up:
+                    raise
+            time.sleep(wait)
+
+    def _call_once(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         try:
             try:
                 response = transfer.request(self.http, method, self.url + API_PREFIX + path,
@@ -149,7 +175,10 @@ class Service:
         except requests.RequestException as exc:
             raise ServiceError(0, f"cannot reach {self.url}: {_reason(exc, self.url)}") from exc
         if response.status_code >= 400:
-            raise ServiceError(response.status_code, problem_detail(response))
+            error = ServiceError(response.status_code, problem_detail(response))
+            if response.status_code in (429, 503):
+                error.retry_after = _retry_after(response)
+            raise error
         try:
             data = response.json()
         except ValueError as exc:
@@ -185,6 +214,16 @@ def problem_detail(response: requests.Response) -> str:
     text = response.text.strip()
     return f"HTTP {response.status_code} {response.reason}" + (f": {text[:200]}" if text
                                                                else "")
+
+
+def _retry_after(response: requests.Response) -> float | None:
+    """The seconds of a ``Retry-After: N`` header, at most LONGEST_RETRY_AFTER (None: no
+    header, or a date, which gridpilot's services do not send)."""
+    try:
+        seconds = float(response.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), LONGEST_RETRY_AFTER) if seconds == seconds else None
 
 
 def _stale_connection(exc: BaseException) -> bool:
