@@ -1,5 +1,6 @@
 # Two entry points: `make demo` and `make test`; `make acceptance` deploys the whole grid and
-# runs users', operators' and faults' actions through it (tests/acceptance/scenario.py). Both create .venv from scratch when needed;
+# runs users', operators' and faults' actions through it (tests/acceptance/scenario.py; `make
+# acceptance-ha` does it on the highly available database of tools/pg-ha). Both create .venv from scratch when needed;
 # the demo installs only what it runs (the `server` extra), the tests add the `test` extra.
 PYTHON ?= python3
 VENV := .venv
@@ -7,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo test lint acceptance clean
+.PHONY: demo test lint acceptance acceptance-ha clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,9 @@ test: lint
 
 acceptance: $(STAMP)
 	$(BIN)/python -m tests.acceptance.scenario
+
+acceptance-ha: $(STAMP)
+	$(BIN)/python -m tests.acceptance.scenario --ha
 
 clean:
 	rm -rf $(VENV) work .pytest_cache .mypy_cache .ruff_cache

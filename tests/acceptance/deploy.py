@@ -72,6 +72,10 @@ class Grid:
     slurm: dict[str, str] = field(default_factory=dict)
     client: dict[str, str] = field(default_factory=dict)
     up: bool = False
+    #: Whether the central service's database is the highly available one (tools/pg-ha),
+    #: and what its ``env`` said of it.
+    ha: bool = False
+    database: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -84,13 +88,22 @@ class Grid:
     def topology(self, *args: str, timeout: float = 300) -> str:
         """tools/topology on this grid's deployment; its agents submit to the local Slurm,
         whose configuration they find in SLURM_CONF."""
-        return run_tool("topology", *args, "--dir", str(self.folder / "topology"),
-                        env={"SLURM_CONF": self.slurm.get("SLURM_CONF", "")}, timeout=timeout)
+        env = {"SLURM_CONF": self.slurm.get("SLURM_CONF", "")}
+        if self.database:
+            env["GRIDPILOT_TOPOLOGY_POSTGRES"] = self.database["GRIDPILOT_HA_URL"]
+        return run_tool("topology", *args, "--dir", str(self.folder / "topology"), env=env,
+                        timeout=timeout)
 
     def deploy(self, log: Log) -> None:
         log("starting the local Slurm (tools/slurm-localhost up)")
         run_tool("slurm-localhost", "up")
         self.slurm = exports(run_tool("slurm-localhost", "env"))
+        if self.ha:
+            log("starting the highly available PostgreSQL (tools/pg-ha up)")
+            run_tool("pg-ha", "up")
+            self.database = exports(run_tool("pg-ha", "env"))
+            if not self.database.get("GRIDPILOT_HA_URL"):
+                raise DeployError("tools/pg-ha env does not say GRIDPILOT_HA_URL")
         log("starting the local ARC-CE (tools/arc-localhost up)")
         run_tool("arc-localhost", "up")
         self.arc = exports(run_tool("arc-localhost", "env"))

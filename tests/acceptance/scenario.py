@@ -11,7 +11,9 @@ as its people do, through ``gridpilot-client`` and the public https URL with wha
   OutputSandbox), peek, kill, reschedule, fetch output and ask ``explain``;
 - the operator bans a site and lifts the ban, kills a pilot on each kind of CE, reads pilot logs;
 - faults: a matcher instance is killed (and Prometheus must raise, then clear, its alert),
-  PgBouncer restarts, A-REX stops for 30 s.
+  PgBouncer restarts, A-REX stops for 30 s; with ``--ha`` (``make acceptance-ha``) the
+  database is the highly available one of ``tools/pg-ha`` (PgBouncer in front of its
+  HAProxy), and its primary is switched over to the standby while pilots run.
 
 Then it checks the end state and prints a table: every job in the final state it should have
 (none lost, none run more often than it was rescheduled, none matched to a pilot after that
@@ -335,6 +337,13 @@ class Scenario:
                 fault = self.fault("PgBouncer restarted")
                 self.grid.topology("restart", "pgbouncer")
                 fault.end(self.log.elapsed())
+            elif self.grid.ha:
+                # Past the window in which the probe's failures count for PgBouncer's restart.
+                time.sleep(max(0.0, self.faults[-1].ended + 16 - self.log.elapsed()))
+                fault = self.fault("the database primary switched over")
+                new = run_tool("pg-ha", "switchover", timeout=120).strip()
+                fault.end(self.log.elapsed())
+                self.log(f"the database primary is now {new}")
         self._watch_killed(30)
         fault = self.fault("A-REX stopped for 30 s")
         run_tool("arc-localhost", "down")
@@ -568,15 +577,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None,
                         help="a folder for the deployment (default: a new one under /tmp, "
                              "removed at the end); it must be reachable by the daemons' user")
-    parser.add_argument("--artifacts", type=Path, default=Path(os.environ.get(
-        "GRIDPILOT_TEST_ARTIFACTS", ROOT / "work" / "artifacts")) / "acceptance")
+    parser.add_argument("--artifacts", type=Path, default=None,
+                        help="where report.json goes (default: work/artifacts/acceptance, "
+                             "acceptance-ha with --ha, under $GRIDPILOT_TEST_ARTIFACTS if set)")
+    parser.add_argument("--ha", action="store_true",
+                        help="run the central service on the highly available PostgreSQL "
+                             "(tools/pg-ha, started when down) and switch its primary over "
+                             "during the scenario")
     args = parser.parse_args(argv)
+    if args.artifacts is None:
+        args.artifacts = Path(os.environ.get("GRIDPILOT_TEST_ARTIFACTS",
+                                             ROOT / "work" / "artifacts")) / (
+            "acceptance-ha" if args.ha else "acceptance")
     stop_on_signals()
     log = Log()
     folder = args.work or Path(tempfile.mkdtemp(prefix="gridpilot-acceptance-"))
     folder.mkdir(parents=True, exist_ok=True)
     folder.chmod(0o755)
-    grid = Grid(folder)
+    grid = Grid(folder, ha=args.ha)
     report: Report | None = None
     error = ""
     try:
