@@ -385,8 +385,22 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         events["first match after"] = min(
             (t for t in ledger.matched_at if t > events["fault done"]), default=0.0)
         events["repaired"] = time.monotonic()
+
+        def recovered() -> float:
+            """The end of the first match that succeeded after the failure: after the fault
+            command, and after every pilot request that failed (503 or no answer) having
+            started within SETTLE seconds of it (a failure may come late: etcd's restart)."""
+            failing = [c.end for c in load.calls if c.outcome == "unavailable"
+                       and events["fault"] <= c.start <= events["fault done"] + SETTLE]
+            since = max([events["fault done"], *failing])
+            return min((t for t in ledger.matched_at if t > since), default=0.0)
+
+        _wait_for("matches after the failure's last refusal", lambda: (
+            time.monotonic() > events["fault done"] + SETTLE and recovered())
+            or ledger.errors, 120)
+        events["recovered"] = recovered()
         # Bulk submissions on the repaired cluster, and load for the latency's window after.
-        time.sleep(max(2.0, events["first match after"] + SETTLE - time.monotonic()))
+        time.sleep(max(2.0, events["recovered"] + SETTLE - time.monotonic()))
         load.stop_submitting.set()
         _wait_for("every job done", lambda: (
             (set(load.submitted) <= set(ledger.done) and _unfinished(grid, name) == 0)
@@ -443,8 +457,7 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
                    for a, b in itertools.pairwise(moves))}
     assert illegal == {}
 
-    latency = latency_windows(load.calls, events["fault"], events["first match after"],
-                              load.ended)
+    latency = latency_windows(load.calls, events["fault"], events["recovered"], load.ended)
     # Every window holds requests of the pilots: load ran before the failure and after it,
     # and the request that got the first match after the failure was under way during it.
     empty = [f"{kind} {window}" for kind, window in (
@@ -463,6 +476,15 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         "fault_command_s": round(events["fault done"] - events["fault"], 2),
         "seconds_without_a_match": round(
             events["first match after"] - (max(before) if before else events["fault"]), 2),
+        # From the last match before the failure to the first after its last refusal: the
+        # longest stretch without one in it (seconds_without_a_match ends at the first match
+        # after the fault command, before a failure that comes late).
+        "longest_gap_between_matches_s": round(max(
+            (b - a for a, b in itertools.pairwise(sorted(
+                t for t in ledger.matched_at
+                if (max(before) if before else events["fault"]) <= t <= events["recovered"]))),
+            default=0.0), 2),
+        "seconds_until_recovered": round(events["recovered"] - events["fault"], 2),
         "failed_requests": len(failed),
         "by_status": dict(Counter(str(r.status) for r in failed)),
         "answers": dict(Counter(f"{r.status} {_detail(r.detail)}" for r in failed)
@@ -472,9 +494,9 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
                                            if moves.count("Matched") > 1),
         "latency_windows_s": {
             "before": [-SETTLE, 0.0],
-            "during": [0.0, round(events["first match after"] - events["fault"], 2)],
-            "after": [round(events["first match after"] - events["fault"], 2), round(
-                min(events["first match after"] + SETTLE, load.ended) - events["fault"], 2)]},
+            "during": [0.0, round(events["recovered"] - events["fault"], 2)],
+            "after": [round(events["recovered"] - events["fault"], 2), round(
+                min(events["recovered"] + SETTLE, load.ended) - events["fault"], 2)]},
         "latency": latency,
         "match_p99_after_over_before": round(
             latency["match"]["after"]["p99_ms"] / max(1, latency["match"]["before"]["p99_ms"]),
