@@ -319,6 +319,12 @@ class Load:
         except Exception as exc:  # the test fails with it
             ledger.errors.append(f"{reference}: {type(exc).__name__}: {exc}")
 
+    def matched_after(self, at: float) -> float:
+        """The end of the first match that succeeded having started after ``at`` (one under
+        way at ``at`` may have been served before a failure came), or 0."""
+        return min((c.end for c in self.calls
+                    if c.kind == "match" and c.outcome == "ok" and c.start > at), default=0.0)
+
     def __enter__(self) -> Load:
         _wait_for("the first submission", lambda: self.submit(FIRST_JOBS), 60)
         self.started = time.monotonic()
@@ -378,12 +384,11 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         fault()
         events["fault done"] = time.monotonic()
         try:
-            _wait_for("a match after the fault", lambda: any(
-                t > events["fault done"] for t in ledger.matched_at) or ledger.errors, 120)
+            _wait_for("a match after the fault", lambda: load.matched_after(
+                events["fault done"]) or ledger.errors, 120)
         finally:
             repair()  # also when the service did not come back: the next test needs it
-        events["first match after"] = min(
-            (t for t in ledger.matched_at if t > events["fault done"]), default=0.0)
+        events["first match after"] = load.matched_after(events["fault done"])
         events["repaired"] = time.monotonic()
 
         def recovered() -> float:
@@ -393,7 +398,7 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
             failing = [c.end for c in load.calls if c.outcome == "unavailable"
                        and events["fault"] <= c.start <= events["fault done"] + SETTLE]
             since = max([events["fault done"], *failing])
-            return min((t for t in ledger.matched_at if t > since), default=0.0)
+            return load.matched_after(since)
 
         _wait_for("matches after the failure's last refusal", lambda: (
             time.monotonic() > events["fault done"] + SETTLE and recovered())
