@@ -2,7 +2,8 @@
 synchronous standby, etcd, HAProxy checking Patroni's GET /primary), under pilot load: 16
 pilot threads claim and report through a real ``gridpilot serve`` while bulk submissions come
 in, and the database fails under them: the primary's host dies (SIGKILL of its Patroni and
-postmaster), a planned switchover, the standby dies and rejoins, etcd is lost and restarted.
+postmaster), a planned switchover, the standby dies and rejoins, etcd is lost and restarted,
+and (with ``tools/pg-ha up --etcd-members 3``) etcd loses its leader and keeps its quorum.
 
 Each scenario asserts that no job was handed to two pilots, none was lost, every job ended
 Done through legal moves only, and that every request refused meanwhile said when to come
