@@ -2,13 +2,15 @@
 synchronous standby, etcd, HAProxy checking Patroni's GET /primary), under pilot load: 16
 pilot threads claim and report through a real ``gridpilot serve`` while bulk submissions come
 in, and the database fails under them: the primary's host dies (SIGKILL of its Patroni and
-postmaster), a planned switchover, the standby dies and rejoins, etcd is lost and restarted.
+postmaster), a planned switchover, the standby dies and rejoins, etcd is lost and restarted,
+and (with ``tools/pg-ha up --etcd-members 3``) etcd loses its leader and keeps its quorum.
 
 Each scenario asserts that no job was handed to two pilots, none was lost, every job ended
 Done through legal moves only, and that every request refused meanwhile said when to come
 back (503 with Retry-After, never a 500). The matcher and the agents are never restarted.
-The seconds without a match and the refusals of each are written to
-``work/artifacts/ha/<scenario>.json`` (or ``$GRIDPILOT_TEST_ARTIFACTS``).
+The seconds without a match, the refusals, and the latency of the pilots' requests before,
+during and after the failure (p50, p99, max of matches and of reports) of each are written
+to ``work/artifacts/ha/<scenario>.json`` (or ``$GRIDPILOT_TEST_ARTIFACTS``).
 
 GRIDPILOT_TEST_HA_VIA=multihost runs them with libpq's multi-host URL
 (``target_session_attrs=read-write``) instead of HAProxy, to compare the two (figures in
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import random
 import shutil
@@ -32,6 +35,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +67,8 @@ FIRST_JOBS, BULK_JOBS = 300, 20
 #: The agents return a match whose answer was lost after this many seconds.
 #: How the matcher and the agents reach the primary: "haproxy" or "multihost".
 VIA = os.environ.get("GRIDPILOT_TEST_HA_VIA", "haproxy")
+#: Seconds of steady load measured before the failure, and after matching works again.
+SETTLE = 8.0
 AGENT_SETTINGS = {"GRIDPILOT_AGENTS_MATCHED_LEASE": "10",
                   "GRIDPILOT_AGENTS_WATCHDOG_INTERVAL": "2",
                   "GRIDPILOT_AGENTS_OPTIMIZER_INTERVAL": "2"}
@@ -165,6 +171,50 @@ def _detail(text: str) -> str:
 
 # -- load -------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Call:
+    """One request of a pilot, timed by the pilot around the client's call (the answer read
+    whole): ``kind`` match or report, its start and end (``time.monotonic()``), and its
+    outcome: ok, refused (an answer of 4xx), unavailable (503, or no answer at all)."""
+
+    kind: str
+    start: float
+    end: float
+    outcome: str
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0 < q <= 1) of ``values`` (not empty)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(round(q * len(ordered), 9)) - 1)]
+
+
+def latency_windows(calls: list[Call], fault: float, recovered: float, end: float,
+                    settle: float = SETTLE) -> dict[str, dict[str, dict[str, float | int]]]:
+    """The pilots' requests in three windows, by kind: "before" the failure (those that
+    started and ended in the ``settle`` seconds before ``fault``), "during" it (those under
+    way at any moment from ``fault`` to ``recovered``, the end of the first match that
+    succeeded after it), "after" (those started in the ``settle`` seconds from
+    ``recovered``, and before ``end``). Each: requests, ok, p50, p99 and max in ms (0 when
+    the window has none)."""
+    windows: dict[str, Callable[[Call], bool]] = {
+        "before": lambda c: c.start >= fault - settle and c.end < fault,
+        "during": lambda c: c.end >= fault and c.start < recovered,
+        "after": lambda c: recovered <= c.start < min(recovered + settle, end),
+    }
+    figures: dict[str, dict[str, dict[str, float | int]]] = {}
+    for kind in ("match", "report"):
+        figures[kind] = {}
+        for window, within in windows.items():
+            found = [c for c in calls if c.kind == kind and within(c)]
+            ms = [(c.end - c.start) * 1000 for c in found]
+            figures[kind][window] = {
+                "requests": len(found), "ok": sum(c.outcome == "ok" for c in found),
+                "p50_ms": round(percentile(ms, 0.5)) if ms else 0,
+                "p99_ms": round(percentile(ms, 0.99)) if ms else 0,
+                "max_ms": round(max(ms)) if ms else 0}
+    return figures
+
 class Load:
     """16 pilot threads matching, confirming (Running) and finishing (Done) jobs, and a
     submitter sending bulk submissions, all through the matcher's HTTP API."""
@@ -173,6 +223,8 @@ class Load:
         self.grid, self.group = grid, group
         self.ledger = Ledger()
         self.submitted: list[int] = []
+        self.calls: list[Call] = []
+        self.started = self.ended = 0.0
         self.stop, self.stop_submitting = threading.Event(), threading.Event()
         self.pilot_token = issue_token(grid.secret, subject="ha-pilots", role="pilot", vo=VO,
                                        group="lhcb_pilot", lifetime=3600, site=SITE)
@@ -216,6 +268,21 @@ class Load:
         resource = {"vo": VO, "site": SITE, "ce": "ce503.cern.ch",
                     "pilot_reference": reference, "cpu_time": 10**6}
 
+        def timed(kind: str, call: Callable[[], Any]) -> Any:
+            start, outcome = time.monotonic(), "error"
+            try:
+                answer = call()
+                outcome = "ok"
+                return answer
+            except RefusedError:
+                outcome = "refused"
+                raise
+            except TransientError:
+                outcome = "unavailable"
+                raise
+            finally:
+                self.calls.append(Call(kind, start, time.monotonic(), outcome))
+
         def report(job_id: int, status: str) -> bool:
             body: dict[str, Any] = {"pilot_reference": reference, "status": status}
             if status == "Done":
@@ -223,7 +290,7 @@ class Load:
             retry = Backoff(base=0.1, cap=2.0, rng=rng)
             while not self.stop.is_set():
                 try:
-                    client.report(job_id, body)
+                    timed("report", partial(client.report, job_id, body))
                     return True
                 except RefusedError as exc:
                     ledger.refused.append((status, job_id, f"{exc.status} {exc.detail}"))
@@ -235,7 +302,8 @@ class Load:
         try:
             while not self.stop.is_set():
                 try:
-                    answer = client.match(resource, count=rng.choice((1, 2)))
+                    answer = timed("match", partial(client.match, resource,
+                                                    count=rng.choice((1, 2))))
                 except TransientError:
                     time.sleep(backoff.next_delay())
                     continue
@@ -252,8 +320,15 @@ class Load:
         except Exception as exc:  # the test fails with it
             ledger.errors.append(f"{reference}: {type(exc).__name__}: {exc}")
 
+    def matched_after(self, at: float) -> float:
+        """The end of the first match that succeeded having started after ``at`` (one under
+        way at ``at`` may have been served before a failure came), or 0."""
+        return min((c.end for c in self.calls
+                    if c.kind == "match" and c.outcome == "ok" and c.start > at), default=0.0)
+
     def __enter__(self) -> Load:
         _wait_for("the first submission", lambda: self.submit(FIRST_JOBS), 60)
+        self.started = time.monotonic()
         for thread in self.threads:
             thread.start()
         return self
@@ -261,6 +336,7 @@ class Load:
     def __exit__(self, *_: object) -> None:
         self.stop_submitting.set()
         self.stop.set()
+        self.ended = time.monotonic()
         for thread in self.threads:
             thread.join(timeout=120)
 
@@ -300,20 +376,37 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     roles_before = ha.members()
     with Load(grid, name) as load:
         ledger = load.ledger
+        # Steady load for the latency before the failure: 50 jobs done, and the seconds of
+        # its window after the first of them (connections made, caches warm).
         _wait_for("50 jobs done", lambda: len(ledger.done) >= 50 or ledger.errors, 120)
+        time.sleep(max(0.0, load.started + SETTLE + 2 - time.monotonic()))
         events["fault"] = time.monotonic()
         fault_at = datetime.now(UTC)
         fault()
         events["fault done"] = time.monotonic()
         try:
-            _wait_for("a match after the fault", lambda: any(
-                t > events["fault done"] for t in ledger.matched_at) or ledger.errors, 120)
+            _wait_for("a match after the fault", lambda: load.matched_after(
+                events["fault done"]) or ledger.errors, 120)
         finally:
             repair()  # also when the service did not come back: the next test needs it
-        events["first match after"] = min(
-            (t for t in ledger.matched_at if t > events["fault done"]), default=0.0)
+        events["first match after"] = load.matched_after(events["fault done"])
         events["repaired"] = time.monotonic()
-        time.sleep(2)  # bulk submissions on the repaired cluster
+
+        def recovered() -> float:
+            """The end of the first match that succeeded after the failure: after the fault
+            command, and after every pilot request that failed (503 or no answer) having
+            started within SETTLE seconds of it (a failure may come late: etcd's restart)."""
+            failing = [c.end for c in load.calls if c.outcome == "unavailable"
+                       and events["fault"] <= c.start <= events["fault done"] + SETTLE]
+            since = max([events["fault done"], *failing])
+            return load.matched_after(since)
+
+        _wait_for("matches after the failure's last refusal", lambda: (
+            time.monotonic() > events["fault done"] + SETTLE and recovered())
+            or ledger.errors, 120)
+        events["recovered"] = recovered()
+        # Bulk submissions on the repaired cluster, and load for the latency's window after.
+        time.sleep(max(2.0, events["recovered"] + SETTLE - time.monotonic()))
         load.stop_submitting.set()
         _wait_for("every job done", lambda: (
             (set(load.submitted) <= set(ledger.done) and _unfinished(grid, name) == 0)
@@ -370,6 +463,14 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
                    for a, b in itertools.pairwise(moves))}
     assert illegal == {}
 
+    latency = latency_windows(load.calls, events["fault"], events["recovered"], load.ended)
+    # Every window holds requests of the pilots: load ran before the failure and after it,
+    # and the request that got the first match after the failure was under way during it.
+    empty = [f"{kind} {window}" for kind, window in (
+        ("match", "before"), ("report", "before"), ("match", "during"), ("match", "after"),
+        ("report", "after")) if latency[kind][window]["requests"] == 0]
+    assert empty == [], latency
+
     failed = [r for r in ledger.failures if r.at >= events["fault"] - 1]
     before = [t for t in ledger.matched_at if t <= events["fault"]]
     figures = {
@@ -381,6 +482,15 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         "fault_command_s": round(events["fault done"] - events["fault"], 2),
         "seconds_without_a_match": round(
             events["first match after"] - (max(before) if before else events["fault"]), 2),
+        # From the last match before the failure to the first after its last refusal: the
+        # longest stretch without one in it (seconds_without_a_match ends at the first match
+        # after the fault command, before a failure that comes late).
+        "longest_gap_between_matches_s": round(max(
+            (b - a for a, b in itertools.pairwise(sorted(
+                t for t in ledger.matched_at
+                if (max(before) if before else events["fault"]) <= t <= events["recovered"]))),
+            default=0.0), 2),
+        "seconds_until_recovered": round(events["recovered"] - events["fault"], 2),
         "failed_requests": len(failed),
         "by_status": dict(Counter(str(r.status) for r in failed)),
         "answers": dict(Counter(f"{r.status} {_detail(r.detail)}" for r in failed)
@@ -388,6 +498,15 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
         "running_reports_refused_after_a_lost_answer": len(ledger.refused),
         "jobs_matched_more_than_once": sum(1 for moves in history.values()
                                            if moves.count("Matched") > 1),
+        "latency_windows_s": {
+            "before": [-SETTLE, 0.0],
+            "during": [0.0, round(events["recovered"] - events["fault"], 2)],
+            "after": [round(events["recovered"] - events["fault"], 2), round(
+                min(events["recovered"] + SETTLE, load.ended) - events["fault"], 2)]},
+        "latency": latency,
+        "match_p99_after_over_before": round(
+            latency["match"]["after"]["p99_ms"] / max(1, latency["match"]["before"]["p99_ms"]),
+            2),
         "load_average": round(os.getloadavg()[0], 2), "cores": os.cpu_count(),
     }
     base = Path(os.environ.get("GRIDPILOT_TEST_ARTIFACTS") or ROOT / "work" / "artifacts")
@@ -395,10 +514,36 @@ def _scenario(grid: Grid, ha: HACluster, name: str, fault: Callable[[], object],
     suffix = "" if VIA == "haproxy" else f"-{VIA}"
     (base / "ha" / f"{name}{suffix}.json").write_text(json.dumps(figures, indent=2) + "\n")
     print(f"{name}:", json.dumps(figures))
+    print(f"{name} latency, ms (p50/p99/max, requests) before | during | after:")
+    for kind in ("match", "report"):
+        print(f"  {kind:6}", " | ".join(
+            f"{w['p50_ms']}/{w['p99_ms']}/{w['max_ms']} ({w['requests']})"
+            for w in latency[kind].values()))
     return figures
 
 
 # -- the scenarios ----------------------------------------------------------------------------
+
+def test_latency_windows_split_the_requests_at_the_failure() -> None:
+    """A request under way when the failure came counts in "during", not "before"; one that
+    started once matching worked again counts in "after", within its window only."""
+    calls = [Call("match", 1.0, 1.1, "ok"), Call("match", 2.0, 2.3, "ok"),
+             Call("report", 2.5, 2.6, "ok"),
+             Call("match", 9.9, 14.0, "unavailable"),  # under way at the failure (10)
+             Call("match", 11.0, 11.5, "unavailable"), Call("match", 13.0, 15.0, "ok"),
+             Call("match", 15.0, 15.2, "ok"), Call("report", 15.1, 15.3, "refused"),
+             Call("match", 30.0, 30.1, "ok")]  # past the window after
+    figures = latency_windows(calls, fault=10.0, recovered=15.0, end=40.0, settle=9.0)
+    assert figures["match"]["before"] == {"requests": 2, "ok": 2, "p50_ms": 100,
+                                          "p99_ms": 300, "max_ms": 300}
+    assert figures["match"]["during"] == {"requests": 3, "ok": 1, "p50_ms": 2000,
+                                          "p99_ms": 4100, "max_ms": 4100}
+    assert figures["match"]["after"]["requests"] == 1
+    assert figures["report"]["after"] == {"requests": 1, "ok": 0, "p50_ms": 200,
+                                          "p99_ms": 200, "max_ms": 200}
+    assert figures["report"]["during"]["requests"] == 0
+    assert percentile([float(v) for v in range(1, 201)], 0.99) == 198.0
+
 
 def test_the_primary_dies_under_load(ha_grid: Grid, ha_cluster: HACluster) -> None:
     """The primary's host dies (SIGKILL of Patroni and the postmaster): the synchronous
@@ -433,18 +578,45 @@ def test_the_standby_dies_and_rejoins_under_load(ha_grid: Grid, ha_cluster: HACl
 
 def test_etcd_is_lost_and_restarted_under_load(ha_grid: Grid, ha_cluster: HACluster
                                                ) -> None:
-    """The consensus store dies (its only member here: its leader). The primary cannot
-    renew its leader key; it stays primary while etcd is back within retry_timeout, and
-    demotes itself otherwise, until a leader is elected again."""
+    """The consensus store dies (every member: one here unless tools/pg-ha runs three).
+    The primary cannot renew its leader key; it stays primary while etcd is back within
+    retry_timeout, and demotes itself otherwise, until a leader is elected again."""
+    members = _etcd_members(ha_cluster)
 
     def lose_etcd() -> None:
-        ha_cluster.tool("kill", "etcd")
+        for member in members:
+            ha_cluster.tool("kill", member)
         time.sleep(3)
-        ha_cluster.tool("start", "etcd")
+        for member in members:
+            ha_cluster.tool("start", member)
 
     _scenario(ha_grid, ha_cluster, "etcd-restarted", lose_etcd, lambda: None)
     _wait_for("a leader and a synchronous standby", lambda: sorted(
         ha_cluster.members().values()) == ["leader", "sync_standby"], 60)
+
+
+def _etcd_members(ha: HACluster) -> list[str]:
+    """The etcd members' service names (etcd, etcd2, etcd3)."""
+    return sorted(name for name in json.loads(ha.tool("status"))["alive"]
+                  if name.startswith("etcd"))
+
+
+def test_etcd_loses_its_leader_of_three_under_load(ha_grid: Grid, ha_cluster: HACluster
+                                                   ) -> None:
+    """With three etcd members (``tools/pg-ha up --etcd-members 3``) the one that leads
+    dies: the other two keep quorum and elect a leader among them within about a second,
+    Patroni renews its leader key through them, and the primary stays the primary. Skipped
+    on a cluster of one etcd member, where losing the leader is losing etcd (the test
+    above)."""
+    if len(_etcd_members(ha_cluster)) != 3:
+        pytest.skip("the HA cluster runs one etcd member (tools/pg-ha down; "
+                    "tools/pg-ha up --etcd-members 3)")
+    killed: list[str] = []
+    figures = _scenario(ha_grid, ha_cluster, "etcd-leader-lost",
+                        lambda: killed.append(ha_cluster.tool("kill", "etcd-leader")),
+                        lambda: ha_cluster.tool("start", killed[0]))
+    assert figures["roles_after"] == figures["roles_before"]  # quorum kept: no failover
+    assert json.loads(ha_cluster.tool("status"))["etcd_leader"] is not None
 
 
 # -- the whole deployment on it ---------------------------------------------------------------
