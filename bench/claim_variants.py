@@ -2,14 +2,20 @@
 variant, in interleaved rounds, with the backend's CPU per claim read from /proc.
 
 Each VARIANT is a file holding a ``CREATE OR REPLACE FUNCTION gridpilot_claim(...)`` text
-(``-`` leaves the installed function as it is). For each round and each variant in turn: the
+(``-``: the canonical text, taskqueue/matching/sql/claim_postgresql.sql; each is installed
+before its own run, so that no run measures the variant installed by the one before it). A
+file may set its schema up in statements before the function's (no parameters: psycopg runs
+them as one script), e.g. to measure the same function without an index. For each round and
+each variant in turn: the
 variant is installed, bench/pilot_stream.py's workload (``--jobs`` waiting jobs over ``--k``
 queues, VO ``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (the same for
 every variant) claim one job each on one autocommit connection, the first 50 as a warm-up.
 One JSON line per run: the backend's CPU ms per claim, the wall ms per call, the jobs handed
-out (equal for equal rules). On a shared machine rounds differ: compare within a round. The
-installed function is put back (its canonical text, taskqueue/matching/sql/claim_postgresql.sql)
-at the end.
+out and a digest of the answers (each row's kind and payload: equal for equal rules), and the
+CPU per claim as a multiple of the calibration UPDATE's (bench/calibration.py, measured on the
+same database at the start of each round and printed as its own line). On a shared machine
+rounds differ: compare within a round. The installed function is put back (its canonical
+text) at the end.
 
     .venv/bin/python bench/claim_variants.py --url postgresql+psycopg://postgres@127.0.0.1/x \\
         - variant.sql
@@ -18,6 +24,7 @@ at the end.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import time
@@ -28,6 +35,7 @@ from typing import Any
 
 import pilot_stream as ps
 import queue_ops
+from calibration import calibrate
 from kit import backend_of, proc_cpu
 
 WARM_UP = 50
@@ -50,7 +58,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if min(args.k, args.rounds) < 1 or args.claims <= WARM_UP:
         parser.error(f"--k and --rounds must be positive, --claims above {WARM_UP}")
-    texts = {v: None if v == "-" else Path(v).read_text() for v in args.variants}
     import psycopg
 
     from taskqueue.core.resources import parse_resource
@@ -58,16 +65,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from taskqueue.pilots.pilotmatch import _CALL, _parameters
 
     original = canonical_text("postgresql")
+    texts = {v: original if v == "-" else Path(v).read_text() for v in args.variants}
     if backend_of(args.url) != "postgresql":
         raise SystemExit("bench/claim_variants.py compares PostgreSQL claim functions only")
     dsn = args.url.replace("postgresql+psycopg://", "postgresql://")
     wl = ps.make_workload(args.k, args.claims + 200, 1)
     try:
         for rnd in range(args.rounds):
+            calibration = calibrate(args.url, "postgresql")
+            floor_ms = calibration["update_commit"]["server_cpu_ms"]
+            print(json.dumps({**calibration, "round": rnd}), flush=True)
             for name, text in texts.items():
-                if text is not None:
-                    with psycopg.connect(dsn, autocommit=True) as conn:
-                        conn.execute(text)  # type: ignore[arg-type]
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    conn.execute(text)
                 ps.load_workload(args.url, "postgresql", wl)
                 queue_ops.analyze(args.url, "postgresql", vacuum=True)
                 rng = random.Random(7)
@@ -86,14 +96,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                     pid = int(row[0])
                     for params in calls[:WARM_UP]:
                         cur.execute(_CALL, params).fetchall()
-                    cpu0, t0, jobs = _cpu_of(pid), time.perf_counter(), 0
+                    rows: list[list[Any]] = []
+                    cpu0, t0 = _cpu_of(pid), time.perf_counter()
                     for params in calls[WARM_UP:]:
-                        jobs += len(cur.execute(_CALL, params).fetchall())
+                        rows.append(cur.execute(_CALL, params).fetchall())
                     wall, cpu = time.perf_counter() - t0, _cpu_of(pid) - cpu0
+                jobs = sum(len(r) for r in rows)
+                # What each call handed out, without the ids a fresh load renumbers.
+                digest = hashlib.sha256(repr([[(r[0], r[7]) for r in answer]
+                                              for answer in rows]).encode()).hexdigest()
                 n = len(calls) - WARM_UP
+                per_claim = cpu * 1000 / n
                 print(json.dumps({"measure": "claim_variant", "round": rnd, "variant": name,
                                   "k": args.k, "claims": n, "jobs": jobs,
-                                  "server_cpu_ms_per_claim": round(cpu * 1000 / n, 3),
+                                  "answers_digest": digest[:16],
+                                  "server_cpu_ms_per_claim": round(per_claim, 3),
+                                  "server_cpu_x_calibration":
+                                      round(per_claim / floor_ms, 2) if floor_ms else None,
                                   "wall_ms_per_claim": round(wall * 1000 / n, 3)}),
                       flush=True)
     finally:
