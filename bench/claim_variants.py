@@ -5,20 +5,28 @@ Each VARIANT is a file holding a ``CREATE OR REPLACE FUNCTION gridpilot_claim(..
 (``-``: the canonical text, taskqueue/matching/sql/claim_postgresql.sql; each is installed
 before its own run, so that no run measures the variant installed by the one before it). A
 file may set its schema up in statements before the function's (no parameters: psycopg runs
-them as one script), e.g. to measure the same function without an index. For each round and
-each variant in turn: the
-variant is installed, bench/pilot_stream.py's workload (``--jobs`` waiting jobs over ``--k``
-queues, VO ``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (the same for
-every variant) claim one job each on one autocommit connection, the first 50 as a warm-up.
-One JSON line per run: the backend's CPU ms per claim, the wall ms per call, the jobs handed
-out and a digest of the answers (each row's kind and payload: equal for equal rules), and the
-CPU per claim as a multiple of the calibration UPDATE's (bench/calibration.py, measured on the
-same database at the start of each round and printed as its own line). On a shared machine
-rounds differ: compare within a round. The installed function is put back (its canonical
-text) at the end.
+them as one script), e.g. to measure the same function without an index; nothing undoes them
+at the end. For each round and each variant in turn: the variant is installed,
+bench/pilot_stream.py's workload (``--claims`` + 200 waiting jobs over ``--k`` queues, VO
+``benchvo``) is loaded afresh and vacuumed, and ``--claims`` pilots (the same for every
+variant) claim one job each on one autocommit connection, the first 50 as a warm-up. One JSON
+line per run: the backend's CPU ms per claim (and its user part), the wall ms per call, the
+jobs handed out and a digest of the answers (each row's kind and payload: equal for equal
+rules), and the CPU per claim as a multiple of the calibration UPDATE's (bench/calibration.py,
+measured on the same database at the start of each round and printed as its own line).
+
+On a shared machine rounds differ (by up to 40% for one function): compare within a round, or
+use ``--interleave BLOCK``: each variant's function goes into a schema of its own
+(``gp_claim_variant_<i>``, dropped at the end; function texts only, a file's other statements
+find no tables there), the workload is loaded once per round, and one connection per variant
+(its schema first on the search path) claims BLOCK pilots in turn, the order rotating, so
+that whatever else the machine does falls on every variant alike. Each variant's line then
+has its CPU as a multiple of the first variant's; the answers differ a little (the variants
+draw from one pool), so no digest. The installed function is put back (its canonical text)
+at the end.
 
     .venv/bin/python bench/claim_variants.py --url postgresql+psycopg://postgres@127.0.0.1/x \\
-        - variant.sql
+        --rounds 3 --claims 1000 --interleave 25 - variant.sql
 """
 
 from __future__ import annotations
