@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import io
 import json
 import multiprocessing as mp
 import os
@@ -252,6 +253,10 @@ class InProcessSpec:
     count: int
     warmup: float
     duration: float
+    #: "view": what the match view does; "wsgi": the whole Flask app called as gunicorn
+    #: would call it (routing, token, body checks, metrics), without HTTP.
+    mode: str = "view"
+    token: str = ""
 
 
 def server_env(db_url: str, secret: str, metrics_dir: Path, max_requests: int,
@@ -293,21 +298,49 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
         runtime = runtime_of(app)
         runtime.match_database()
 
+        def view(data: dict[str, Any], _body: bytes) -> tuple[list[Any], str | None]:
+            resource = parse_resource(data["resource"])
+            answer = match_for_pilot(runtime.match_database(), resource,
+                                     now=datetime.now(UTC), count=data["count"],
+                                     rng=runtime.random(),
+                                     expression_check=expression_check(resource))
+            jobs = [payload(job).to_dict() for job in answer.jobs]
+            orjson.dumps({"jobs": jobs, "no_match": None if jobs else {
+                "reason": answer.reason, "detail": answer.detail}})
+            return jobs, answer.reason
+
+        def wsgi(_data: dict[str, Any], body: bytes) -> tuple[list[Any], str | None]:
+            environ = {"REQUEST_METHOD": "POST", "SCRIPT_NAME": "", "PATH_INFO": MATCH_PATH,
+                       "QUERY_STRING": "", "SERVER_NAME": HOST, "SERVER_PORT": "80",
+                       "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": HOST,
+                       "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+                       "HTTP_AUTHORIZATION": f"Bearer {spec.token}",
+                       "HTTP_ACCEPT": "application/json", "wsgi.version": (1, 0),
+                       "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body),
+                       "wsgi.errors": sys.stderr, "wsgi.multithread": True,
+                       "wsgi.multiprocess": False, "wsgi.run_once": False}
+            status: list[str] = []
+            chunks = app(environ, lambda s, _h, _e=None: status.append(s))
+            try:
+                text = b"".join(chunks)
+            finally:
+                getattr(chunks, "close", lambda: None)()
+            if not status or not status[0].startswith("200"):
+                raise RuntimeError(f"the app answered {status}: {text[:300]!r}")
+            answer = json.loads(text)
+            return answer["jobs"] or [], (answer.get("no_match") or {}).get("reason")
+
+        work = wsgi if spec.mode == "wsgi" else view
+
         def run(thread: int, t_warm: float, t_end: float) -> ClientResult:
             reference = f"bench-inproc-p{spec.index}-t{thread}"
-            data = json.loads(resource_body(reference, spec.count))
+            body = resource_body(reference, spec.count)
+            data = json.loads(body)
             result = ClientResult(spec.index * 1000 + thread)
             perf, clock_ = time.perf_counter, time.monotonic
             while (started := clock_()) < t_end:
                 t0 = perf()
-                resource = parse_resource(data["resource"])
-                answer = match_for_pilot(runtime.match_database(), resource,
-                                         now=datetime.now(UTC), count=data["count"],
-                                         rng=runtime.random(),
-                                         expression_check=expression_check(resource))
-                jobs = [payload(job).to_dict() for job in answer.jobs]
-                orjson.dumps({"jobs": jobs, "no_match": None if jobs else {
-                    "reason": answer.reason, "detail": answer.detail}})
+                jobs, reason = work(data, body)
                 elapsed = perf() - t0
                 if started < t_warm:
                     result.warmup_requests += 1
@@ -318,8 +351,7 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
                     result.matched += 1
                     result.jobs += len(jobs)
                 else:
-                    reason = str(answer.reason)
-                    result.no_match[reason] = result.no_match.get(reason, 0) + 1
+                    result.no_match[str(reason)] = result.no_match.get(str(reason), 0) + 1
             return result
 
         barrier.wait()
@@ -346,8 +378,8 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
 
 
 def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *,
-                       env: dict[str, str],
-                       config: Path, url: str, backend: str, queues: int) -> dict[str, Any]:
+                       env: dict[str, str], config: Path, url: str, backend: str,
+                       queues: int, mode: str = "view", token: str = "") -> dict[str, Any]:
     """``workers`` in-process matchers of ``threads`` threads (the processes and threads the
     server runs with), for the warm-up and the measured window."""
     from taskqueue.db.database import make_engine
@@ -358,7 +390,8 @@ def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *
     go = ctx.Event()
     clock = ctx.Value("d", 0.0)
     results = ctx.Queue()
-    specs = [InProcessSpec(i, env, str(config), threads, count, cfg.warmup, cfg.duration)
+    specs = [InProcessSpec(i, env, str(config), threads, count, cfg.warmup, cfg.duration,
+                           mode, token)
              for i in range(workers)]
     procs = [ctx.Process(target=in_process_matcher, args=(s, barrier, go, clock, results),
                          daemon=True) for s in specs]
@@ -409,7 +442,7 @@ def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *
     # The matchers are this process's children: their CPU is theirs, not the clients'.
     cpu["server_ms_per_request"] = round(matcher_cpu * 1000 / requests, 3) if requests else None
     cpu["server_cores"] = round(matcher_cpu / cfg.duration, 2)
-    return {"measure": "match_in_process", "backend": backend, "queues": queues,
+    return {"measure": "match_in_process", "mode": mode, "backend": backend, "queues": queues,
             "workers": workers, "threads": threads, "count": count,
             "seconds": round(seconds, 3), "requests": requests,
             "requests_per_s": rate(requests, seconds), "jobs": jobs,
@@ -963,6 +996,14 @@ def table(records: Sequence[dict[str, Any]]) -> str:
 
 # --------------------------------------------------------------------------- main
 
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = set(modes) - {"view", "wsgi", "none"}
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"give view, wsgi or none, not {text!r}")
+    return [m for m in modes if m != "none"]
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     url_option(parser, postgres_default())
@@ -1003,10 +1044,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="target p99 latency in ms (default 50)")
     parser.add_argument("--no-vacuum", action="store_true",
                         help="PostgreSQL: only ANALYZE, never VACUUM, between measurements")
-    parser.add_argument("--no-in-process", action="store_true",
-                        help="skip the in-process measurement (the same processes and threads "
-                             "as the server, doing what the match view does, without HTTP) "
-                             "that each HTTP measurement's http_share is the share of")
+    parser.add_argument("--in-process", type=_modes, default=["view"],
+                        help="in-process measurements before each HTTP one, with the server's "
+                             "processes and threads, comma-separated: view (what the match "
+                             "view does, without HTTP or Flask: each HTTP line's http_share "
+                             "is its share of this rate), wsgi (the Flask app called directly, "
+                             "without HTTP), none (default view)")
     parser.add_argument("--rounds", type=int, default=1,
                         help="measurements of each setting, in turn (default 1)")
     parser.add_argument("--other-code", type=Path, default=None,
@@ -1105,24 +1148,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for count in args.counts:
                         for _round in range(args.rounds):
                             inproc: dict[str, Any] | None = None
-                            if not args.no_in_process:
+                            for mode in args.in_process:
                                 fresh = top_up(tq, fill, settings) > 0 or fresh
                                 prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
                                 fresh = False
-                                log(f"measuring in process: {workers} process(es) of "
-                                    f"{threads} threads, count={count}")
-                                inproc = measure_in_process(
+                                log(f"measuring in process ({mode}): {workers} process(es) "
+                                    f"of {threads} threads, count={count}")
+                                measured = measure_in_process(
                                     workers, threads, count, cfg,
                                     env=server_env(db.url, secret, tmpdir / "inproc-metrics",
                                                    args.max_requests, threads),
                                     config=args.config, url=db.url, backend=backend,
-                                    queues=args.queues)
-                                inproc["ratios"] = _ratios(inproc, calibration)
-                                emit(inproc)
-                                log(f"  {inproc['requests_per_s']} requests/s in process, "
-                                    f"p50 {inproc['p50_ms']} ms, p99 {inproc['p99_ms']} ms, "
-                                    f"matcher CPU {inproc['cpu']['server_ms_per_request']} "
-                                    "ms/request")
+                                    queues=args.queues, mode=mode, token=pilot_token)
+                                measured["ratios"] = _ratios(measured, calibration)
+                                emit(measured)
+                                log(f"  {measured['requests_per_s']} requests/s in process "
+                                    f"({mode}), p50 {measured['p50_ms']} ms, p99 "
+                                    f"{measured['p99_ms']} ms, matcher CPU "
+                                    f"{measured['cpu']['server_ms_per_request']} ms/request")
+                                if mode == "view":
+                                    inproc = measured
                             for name, server in servers.items():
                                 fresh = top_up(tq, fill, settings) > 0 or fresh
                                 prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
