@@ -27,7 +27,6 @@ waited for one, and /healthz fails past ``[matcher] starved_after``.
 
 from __future__ import annotations
 
-import email.utils
 import itertools
 import socket
 import ssl
@@ -37,7 +36,6 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from gunicorn import util as gunicorn_util
 from gunicorn.workers.gthread import ThreadWorker
 
 from matcher.service import REQUEST_THREADS_STUCK
@@ -153,33 +151,6 @@ class _RoutingPool:
         self.health.shutdown(wait=wait, **kwargs)
 
 
-class HttpDate:
-    """gunicorn's ``util.http_date`` (the Date header of every answer), formatted once a
-    second instead of once an answer: the header names whole seconds, so the text of the
-    second at hand is the text gunicorn would write. A given time is formatted as before."""
-
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        self._last: tuple[int, str] = (-1, "")
-
-    def __call__(self, timestamp: float | None = None) -> str:
-        if timestamp is not None:
-            return email.utils.formatdate(timestamp, localtime=False, usegmt=True)
-        second = int(self._clock())
-        last = self._last  # one tuple, replaced whole: threads read a consistent pair
-        if last[0] == second:
-            return last[1]
-        text = email.utils.formatdate(second, localtime=False, usegmt=True)
-        self._last = (second, text)
-        return text
-
-
-def install_http_date() -> None:
-    """Make this process's gunicorn write its Date headers with :class:`HttpDate`."""
-    if not isinstance(gunicorn_util.http_date, HttpDate):
-        gunicorn_util.http_date = HttpDate()
-
-
 class MatcherWorker(ThreadWorker):  # type: ignore[misc]
     """gunicorn's ``gthread`` worker with a thread kept for /healthz."""
 
@@ -192,7 +163,6 @@ class MatcherWorker(ThreadWorker):  # type: ignore[misc]
                 raw = getattr(listener, "sock", listener)
                 if raw.family in (socket.AF_INET, socket.AF_INET6):
                     raw.setsockopt(socket.IPPROTO_TCP, defer, DEFER_ACCEPT_SECONDS)
-        install_http_date()
         super().init_process()
 
     def get_thread_pool(self) -> _RoutingPool:
