@@ -20,6 +20,19 @@ pays a loopback TCP connect, as a real pilot does), latency timed with ``time.pe
 around request and answer. Every pilot client sends the same generic resource (VO lhcb, one
 site, a CPU time above the jobs', owner group and tags ANY) with its own pilot reference.
 
+In process. Before each HTTP measurement, the same work without HTTP (``--in-process``):
+as many processes as gunicorn workers, each built as a worker is (gridpilot.server.worker_app)
+with the worker's threads (matcher.threads), each thread doing back to back what the match
+view does for the same pilot (``view``: read the resource, match_for_pilot, read the payloads,
+encode the answer) or calling the Flask app as gunicorn would, with the token and body but no
+socket (``wsgi``). Each HTTP line then carries ``http_share`` (its requests/s over the
+``view`` rate just measured), ``http_cpu_share`` (the matcher's CPU per match in process over
+its CPU per match over HTTP: the share where the matcher's CPU is the limit and the clients run
+elsewhere) and ``http_machine_share`` (the same with the database's and the clients' CPU: the
+share where all of them share this machine's cores); and every line its ratios to the
+calibration of the same run (bench/calibration.py). ``--other-code DIR`` measures, in turn
+with this tree's, a matcher run from the sources in DIR (an A/B of two versions).
+
 Output. One JSON line per measurement on stdout (``"measure": "match_http"``): workers, clients,
 count, requests and requests/s (answers 200 in the measured window, matched or not), matched
 jobs and jobs/s, p50/p90/p99/max latency in ms (of the 200 answers), no-match answers by reason,
@@ -946,6 +959,27 @@ def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot
 # --------------------------------------------------------------------------- the table
 
 
+def cpu_shares(inproc: dict[str, Any], http: dict[str, Any]) -> dict[str, float | None]:
+    """The HTTP share by CPU time, steadier than the rates on a machine others load:
+    ``http_cpu_share``, the matcher's CPU per match in process over its CPU per match over
+    HTTP (the share of the in-process rate a matcher whose CPU is the limit keeps, clients
+    elsewhere); ``http_machine_share``, the same with the database's and the clients' CPU
+    added (the share when all of them share this machine's cores)."""
+    a, b = inproc.get("cpu") or {}, http.get("cpu") or {}
+
+    def total(cpu: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+        values = [cpu.get(k) for k in keys]
+        return None if any(v is None for v in values) else float(sum(values))
+
+    def div(x: float | None, y: float | None) -> float | None:
+        return round(x / y, 3) if x is not None and y else None
+
+    own = ("server_ms_per_request",)
+    machine = ("server_ms_per_request", "postgres_ms_per_request", "clients_ms_per_request")
+    return {"http_cpu_share": div(total(a, own), total(b, own)),
+            "http_machine_share": div(total(a, machine), total(b, machine))}
+
+
 def _ratios(record: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:
     """The measurement as multiples of the calibration's floor (bench/calibration.py)."""
     floor = calibration["update_commit"]
@@ -1187,13 +1221,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         inproc["requests_per_s"]
                                     record["http_share"] = round(
                                         record["requests_per_s"] / inproc["requests_per_s"], 3)
+                                    record.update(cpu_shares(inproc, record))
                                 emit(record)
                                 records.append(record)
                                 log(f"  {record['requests_per_s']:,.1f} requests/s, "
                                     f"{record['jobs_per_s'] or 0:,.1f} jobs/s, p50 "
                                     f"{record['p50_ms']} ms, p99 {record['p99_ms']} ms, "
                                     f"{record['no_match']} no-match, {record['errors']} "
-                                    f"errors, share of in process {record.get('http_share')}")
+                                    f"errors, share of in process {record.get('http_share')}"
+                                    f" (by the matcher's CPU {record.get('http_cpu_share')}, "
+                                    f"by the machine's {record.get('http_machine_share')})")
                 log(f"elapsed so far {time.perf_counter() - started:.0f} s")
     finally:
         if args.keep:
