@@ -333,7 +333,12 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
                        "wsgi.errors": sys.stderr, "wsgi.multithread": True,
                        "wsgi.multiprocess": False, "wsgi.run_once": False}
             status: list[str] = []
-            chunks = app(environ, lambda s, _h, _e=None: status.append(s))
+
+            def start_response(line: str, _headers: Any, _exc: Any = None) -> Any:
+                status.append(line)
+                return lambda _data: None
+
+            chunks = app(environ, start_response)
             try:
                 text = b"".join(chunks)
             finally:
@@ -968,8 +973,13 @@ def cpu_shares(inproc: dict[str, Any], http: dict[str, Any]) -> dict[str, float 
     a, b = inproc.get("cpu") or {}, http.get("cpu") or {}
 
     def total(cpu: dict[str, Any], keys: tuple[str, ...]) -> float | None:
-        values = [cpu.get(k) for k in keys]
-        return None if any(v is None for v in values) else float(sum(values))
+        out = 0.0
+        for key in keys:
+            value = cpu.get(key)
+            if value is None:
+                return None
+            out += float(value)
+        return out
 
     def div(x: float | None, y: float | None) -> float | None:
         return round(x / y, 3) if x is not None and y else None
