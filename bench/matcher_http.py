@@ -20,6 +20,19 @@ pays a loopback TCP connect, as a real pilot does), latency timed with ``time.pe
 around request and answer. Every pilot client sends the same generic resource (VO lhcb, one
 site, a CPU time above the jobs', owner group and tags ANY) with its own pilot reference.
 
+In process. Before each HTTP measurement, the same work without HTTP (``--in-process``):
+as many processes as gunicorn workers, each built as a worker is (gridpilot.server.worker_app)
+with the worker's threads (matcher.threads), each thread doing back to back what the match
+view does for the same pilot (``view``: read the resource, match_for_pilot, read the payloads,
+encode the answer) or calling the Flask app as gunicorn would, with the token and body but no
+socket (``wsgi``). Each HTTP line then carries ``http_share`` (its requests/s over the
+``view`` rate just measured), ``http_cpu_share`` (the matcher's CPU per match in process over
+its CPU per match over HTTP: the share where the matcher's CPU is the limit and the clients run
+elsewhere) and ``http_machine_share`` (the same with the database's and the clients' CPU: the
+share where all of them share this machine's cores); and every line its ratios to the
+calibration of the same run (bench/calibration.py). ``--other-code DIR`` measures, in turn
+with this tree's, a matcher run from the sources in DIR (an A/B of two versions).
+
 Output. One JSON line per measurement on stdout (``"measure": "match_http"``): workers, clients,
 count, requests and requests/s (answers 200 in the measured window, matched or not), matched
 jobs and jobs/s, p50/p90/p99/max latency in ms (of the 200 answers), no-match answers by reason,
@@ -43,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import io
 import json
 import multiprocessing as mp
 import os
@@ -61,12 +75,13 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import calibration as cal
 import queue_ops
 from kit import (
     backend_of,
@@ -238,6 +253,224 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(min(left, 0.5))
 
 
+# --------------------------------------------------------------------------- in process
+
+@dataclass(frozen=True)
+class InProcessSpec:
+    """One in-process matcher: the work of one gunicorn worker, without HTTP or Flask."""
+
+    index: int
+    env: dict[str, str]
+    config: str
+    threads: int
+    count: int
+    warmup: float
+    duration: float
+    #: "view": what the match view does; "wsgi": the whole Flask app called as gunicorn
+    #: would call it (routing, token, body checks, metrics), without HTTP.
+    mode: str = "view"
+    token: str = ""
+
+
+def server_env(db_url: str, secret: str, metrics_dir: Path, max_requests: int,
+               threads: int) -> dict[str, str]:
+    """The environment the matcher runs with (the in-process matchers' too)."""
+    return {**os.environ,
+            "GRIDPILOT_DATABASE_URL": db_url,
+            "GRIDPILOT_AUTH_SECRET": secret,
+            "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
+            "GRIDPILOT_MATCHER_METRICS_DIR": str(metrics_dir),
+            "GRIDPILOT_MATCHER_MAX_REQUESTS": str(max_requests),
+            "GRIDPILOT_MATCHER_THREADS": str(threads)}
+
+
+def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: Any,
+                       results: Any) -> None:
+    """One process as a gunicorn worker is (the app built by gridpilot.server.worker_app,
+    its runtime, ``threads`` threads) whose threads do what the match view does for the
+    benchmark's pilot, back to back: read the resource, match_for_pilot, read each job's
+    payload and encode the answer with the matcher's encoder. No HTTP, no Flask request,
+    no token."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    out: dict[str, Any] = {"pid": os.getpid(), "clients": [], "cpu_seconds": 0.0,
+                           "error": None}
+    try:
+        from datetime import UTC, datetime
+
+        import orjson
+
+        from gridpilot.server import worker_app
+        from matcher.pilots import payload
+        from matcher.runtime import runtime_of
+        from optimizers.classads import expression_check
+        from taskqueue.core.resources import parse_resource
+        from taskqueue.core.settings import load_settings
+        from taskqueue.pilots.pilotmatch import match_for_pilot
+
+        app = worker_app(load_settings(Path(spec.config), spec.env))
+        runtime = runtime_of(app)
+        runtime.match_database()
+
+        def view(data: dict[str, Any], _body: bytes) -> tuple[list[Any], str | None]:
+            resource = parse_resource(data["resource"])
+            answer = match_for_pilot(runtime.match_database(), resource,
+                                     now=datetime.now(UTC), count=data["count"],
+                                     rng=runtime.random(),
+                                     expression_check=expression_check(resource))
+            jobs = [payload(job).to_dict() for job in answer.jobs]
+            orjson.dumps({"jobs": jobs, "no_match": None if jobs else {
+                "reason": answer.reason, "detail": answer.detail}})
+            return jobs, answer.reason
+
+        def wsgi(_data: dict[str, Any], body: bytes) -> tuple[list[Any], str | None]:
+            environ = {"REQUEST_METHOD": "POST", "SCRIPT_NAME": "", "PATH_INFO": MATCH_PATH,
+                       "QUERY_STRING": "", "SERVER_NAME": HOST, "SERVER_PORT": "80",
+                       "SERVER_PROTOCOL": "HTTP/1.1", "REMOTE_ADDR": HOST,
+                       "CONTENT_TYPE": "application/json", "CONTENT_LENGTH": str(len(body)),
+                       "HTTP_AUTHORIZATION": f"Bearer {spec.token}",
+                       "HTTP_ACCEPT": "application/json", "wsgi.version": (1, 0),
+                       "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body),
+                       "wsgi.errors": sys.stderr, "wsgi.multithread": True,
+                       "wsgi.multiprocess": False, "wsgi.run_once": False}
+            status: list[str] = []
+
+            def start_response(line: str, _headers: Any, _exc: Any = None) -> Any:
+                status.append(line)
+                return lambda _data: None
+
+            chunks = app(environ, start_response)
+            try:
+                text = b"".join(chunks)
+            finally:
+                getattr(chunks, "close", lambda: None)()
+            if not status or not status[0].startswith("200"):
+                raise RuntimeError(f"the app answered {status}: {text[:300]!r}")
+            answer = json.loads(text)
+            return answer["jobs"] or [], (answer.get("no_match") or {}).get("reason")
+
+        work = wsgi if spec.mode == "wsgi" else view
+
+        def run(thread: int, t_warm: float, t_end: float) -> ClientResult:
+            reference = f"bench-inproc-p{spec.index}-t{thread}"
+            body = resource_body(reference, spec.count)
+            data = json.loads(body)
+            result = ClientResult(spec.index * 1000 + thread)
+            perf, clock_ = time.perf_counter, time.monotonic
+            while (started := clock_()) < t_end:
+                t0 = perf()
+                jobs, reason = work(data, body)
+                elapsed = perf() - t0
+                if started < t_warm:
+                    result.warmup_requests += 1
+                    continue
+                result.last_done = clock_()
+                result.latencies.append(elapsed)
+                if jobs:
+                    result.matched += 1
+                    result.jobs += len(jobs)
+                else:
+                    result.no_match[str(reason)] = result.no_match.get(str(reason), 0) + 1
+            return result
+
+        barrier.wait()
+        go.wait()
+        t_warm = clock.value + spec.warmup
+        t_end = t_warm + spec.duration
+        done: list[ClientResult] = []
+        threads = [threading.Thread(target=lambda i=i: done.append(run(i, t_warm, t_end)),
+                                    daemon=True) for i in range(spec.threads)]
+        for t in threads:
+            t.start()
+        _sleep_until(t_warm)
+        cpu0 = time.process_time()
+        for t in threads:
+            t.join()
+        out["cpu_seconds"] = time.process_time() - cpu0
+        out["clients"] = [asdict(r) for r in done]
+        if len(done) < spec.threads:
+            out["error"] = f"{spec.threads - len(done)} matcher thread(s) died"
+        runtime.dispose()
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    results.put(out)
+
+
+def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *,
+                       env: dict[str, str], config: Path, url: str, backend: str,
+                       queues: int, mode: str = "view", token: str = "") -> dict[str, Any]:
+    """``workers`` in-process matchers of ``threads`` threads (the processes and threads the
+    server runs with), for the warm-up and the measured window."""
+    from taskqueue.db.database import make_engine
+
+    waiting_before = waiting_jobs(url)
+    ctx = mp.get_context("spawn")
+    barrier = ctx.Barrier(workers + 1)
+    go = ctx.Event()
+    clock = ctx.Value("d", 0.0)
+    results = ctx.Queue()
+    specs = [InProcessSpec(i, env, str(config), threads, count, cfg.warmup, cfg.duration,
+                           mode, token)
+             for i in range(workers)]
+    procs = [ctx.Process(target=in_process_matcher, args=(s, barrier, go, clock, results),
+                         daemon=True) for s in specs]
+    engine = make_engine(url, pool_size=1) if backend == "postgresql" else None
+    outcomes: list[dict[str, Any]] = []
+    try:
+        for p in procs:
+            p.start()
+        try:
+            barrier.wait(timeout=180)
+        except Exception as exc:
+            raise SystemExit(f"the in-process matchers did not start: {exc!r}") from exc
+        clock.value = time.monotonic()
+        go.set()
+        t_warm = clock.value + cfg.warmup
+        t_end = t_warm + cfg.duration
+        _sleep_until(t_warm)
+        cpu_a = sample_cpu(os.getpid(), engine)
+        _sleep_until(t_end)
+        cpu_b = sample_cpu(os.getpid(), engine)
+        deadline = time.monotonic() + cfg.timeout + 60
+        while len(outcomes) < len(procs):
+            try:
+                outcomes.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+            except queue.Empty as exc:
+                raise SystemExit("the in-process matchers did not report in time") from exc
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+        if engine is not None:
+            engine.dispose()
+    errors = [o["error"] for o in outcomes if o["error"]]
+    for err in errors:
+        log(f"in-process matcher error:\n{err}")
+    clients = [ClientResult(**c) for o in outcomes for c in o["clients"]]
+    latencies = sorted(x for c in clients for x in c.latencies)
+    requests = len(latencies)
+    last = max((c.last_done for c in clients), default=0.0)
+    seconds = max(last, t_end) - t_warm if requests else cfg.duration
+    jobs = sum(c.jobs for c in clients)
+    no_match = sum(sum(c.no_match.values()) for c in clients)
+    matcher_cpu = sum(float(o["cpu_seconds"]) for o in outcomes)
+    cpu = cpu_record(cpu_a, cpu_b, 0.0, requests)
+    # The matchers are this process's children: their CPU is theirs, not the clients'.
+    cpu["server_ms_per_request"] = round(matcher_cpu * 1000 / requests, 3) if requests else None
+    cpu["server_cores"] = round(matcher_cpu / cfg.duration, 2)
+    return {"measure": "match_in_process", "mode": mode, "backend": backend, "queues": queues,
+            "workers": workers, "threads": threads, "count": count,
+            "seconds": round(seconds, 3), "requests": requests,
+            "requests_per_s": rate(requests, seconds), "jobs": jobs,
+            "jobs_per_s": rate(jobs, seconds),
+            "p50_ms": percentile_ms(latencies, 0.50), "p90_ms": percentile_ms(latencies, 0.90),
+            "p99_ms": percentile_ms(latencies, 0.99), "no_match": no_match,
+            "errors": len(errors), "waiting_before": waiting_before,
+            "waiting_after": waiting_jobs(url), "cpu": cpu}
+
+
 # --------------------------------------------------------------------------- CPU accounting
 
 @dataclass
@@ -361,19 +594,16 @@ def server_command(config: Path, port: int, workers: int) -> list[str]:
 
 @contextmanager
 def running_server(db_url: str, workers: int, *, config: Path, secret: str, tmpdir: Path,
-                   max_requests: int, threads: int = 4) -> Iterator[Server]:
+                   max_requests: int, threads: int = 4, code: Path | None = None
+                   ) -> Iterator[Server]:
     """Start the matcher under gunicorn on a free loopback port, wait until every worker is
     up and it answers /healthz, and stop it (and anything left of its session) afterwards."""
     port = free_port()
     run_dir = tmpdir / f"server-w{workers}-{port}"
     run_dir.mkdir(parents=True)
-    env = {**os.environ,
-           "GRIDPILOT_DATABASE_URL": db_url,
-           "GRIDPILOT_AUTH_SECRET": secret,
-           "GRIDPILOT_RESOURCES_FILE": str(ROOT / "conf" / "resources.toml"),
-           "GRIDPILOT_MATCHER_METRICS_DIR": str(run_dir / "metrics"),
-           "GRIDPILOT_MATCHER_MAX_REQUESTS": str(max_requests),
-           "GRIDPILOT_MATCHER_THREADS": str(threads)}
+    env = server_env(db_url, secret, run_dir / "metrics", max_requests, threads)
+    if code is not None:  # the matcher's code from another tree, measured against this one
+        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")])
     log_path = run_dir / "server.log"
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
@@ -734,10 +964,53 @@ def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot
 # --------------------------------------------------------------------------- the table
 
 
+def cpu_shares(inproc: dict[str, Any], http: dict[str, Any]) -> dict[str, float | None]:
+    """The HTTP share by CPU time, steadier than the rates on a machine others load:
+    ``http_cpu_share``, the matcher's CPU per match in process over its CPU per match over
+    HTTP (the share of the in-process rate a matcher whose CPU is the limit keeps, clients
+    elsewhere); ``http_machine_share``, the same with the database's and the clients' CPU
+    added (the share when all of them share this machine's cores)."""
+    a, b = inproc.get("cpu") or {}, http.get("cpu") or {}
+
+    def total(cpu: dict[str, Any], keys: tuple[str, ...]) -> float | None:
+        out = 0.0
+        for key in keys:
+            value = cpu.get(key)
+            if value is None:
+                return None
+            out += float(value)
+        return out
+
+    def div(x: float | None, y: float | None) -> float | None:
+        return round(x / y, 3) if x is not None and y else None
+
+    own = ("server_ms_per_request",)
+    machine = ("server_ms_per_request", "postgres_ms_per_request", "clients_ms_per_request")
+    return {"http_cpu_share": div(total(a, own), total(b, own)),
+            "http_machine_share": div(total(a, machine), total(b, machine))}
+
+
+def _ratios(record: dict[str, Any], calibration: dict[str, Any]) -> dict[str, Any]:
+    """The measurement as multiples of the calibration's floor (bench/calibration.py)."""
+    floor = calibration["update_commit"]
+
+    def div(a: float | None, b: float | None) -> float | None:
+        return round(a / b, 3) if a is not None and b else None
+
+    return {"requests_per_s_x_floor": div(record.get("requests_per_s"), floor["per_s"]),
+            "p99_x_floor_p99": div(record.get("p99_ms"), floor["p99_ms"]),
+            "matcher_cpu_ms_per_request": (record.get("cpu") or {}).get(
+                "server_ms_per_request"),
+            "matcher_cpu_x_floor_client_cpu": div(
+                (record.get("cpu") or {}).get("server_ms_per_request"),
+                floor["client_cpu_ms"])}
+
+
 def table(records: Sequence[dict[str, Any]]) -> str:
     head = (f"{'workers':>7} {'clients':>7} {'count':>5} {'req/s':>8} {'jobs/s':>8} "
             f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>7} {'max ms':>7} {'no-match':>8} "
-            f"{'errors':>6} {'srv ms':>6} {'cores srv/pg/cli/other':>23} {'target':>6}")
+            f"{'errors':>6} {'srv ms':>6} {'cores srv/pg/cli/other':>23} {'target':>6} "
+            f"{'share':>5}")
     lines = [head, "-" * len(head)]
 
     def num(value: Any, fmt: str) -> str:
@@ -754,17 +1027,26 @@ def table(records: Sequence[dict[str, Any]]) -> str:
             f"{num(r['p50_ms'], '.1f'):>7} {num(r['p90_ms'], '.1f'):>7} "
             f"{num(r['p99_ms'], '.1f'):>7} {num(r['max_ms'], '.1f'):>7} {r['no_match']:>8} "
             f"{r['errors']:>6} {num(srv, '.2f'):>6} {cores:>23} "
-            f"{'yes' if r['target']['met'] else 'no':>6}")
+            f"{'yes' if r['target']['met'] else 'no':>6} {num(r.get('http_share'), '.2f'):>5}")
     if records:
         t = records[0]["target"]
         lines.append(f"target: >= {t['requests_per_s']:g} match requests/s with p99 <= "
                      f"{t['p99_ms']:g} ms and no error; srv ms = the matcher's own mean "
                      "handling time (GET /metrics); cores = CPU used by the matcher, the "
-                     "database backends, the clients and everything else")
+                     "database backends, the clients and everything else; share = requests/s "
+                     "as a share of the in-process rate with the same processes and threads")
     return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- main
+
+def _modes(text: str) -> list[str]:
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = set(modes) - {"view", "wsgi", "none"}
+    if unknown or not modes:
+        raise argparse.ArgumentTypeError(f"give view, wsgi or none, not {text!r}")
+    return [m for m in modes if m != "none"]
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
@@ -806,6 +1088,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="target p99 latency in ms (default 50)")
     parser.add_argument("--no-vacuum", action="store_true",
                         help="PostgreSQL: only ANALYZE, never VACUUM, between measurements")
+    parser.add_argument("--in-process", type=_modes, default=["view"],
+                        help="in-process measurements before each HTTP one, with the server's "
+                             "processes and threads, comma-separated: view (what the match "
+                             "view does, without HTTP or Flask: each HTTP line's http_share "
+                             "is its share of this rate), wsgi (the Flask app called directly, "
+                             "without HTTP), none (default view)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measurements of each setting, in turn (default 1)")
+    parser.add_argument("--other-code", type=Path, default=None,
+                        help="also measure, in turn with this tree's, a matcher run from the "
+                             "sources in this folder (put first on PYTHONPATH; e.g. "
+                             "git archive of another commit): an A/B of two versions")
+    parser.add_argument("--calibration-seconds", type=float, default=3.0,
+                        help="seconds of each calibration loop (bench/calibration.py; "
+                             "default 3)")
     parser.add_argument("--keep", action="store_true",
                         help="do not drop the database (nor remove the temporary folder with "
                              "the server logs)")
@@ -818,6 +1115,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--duration and --timeout must be positive, --warmup not negative")
     if args.client_processes is not None and args.client_processes < 1:
         parser.error("--client-processes must be positive")
+    if args.rounds < 1 or args.calibration_seconds <= 0:
+        parser.error("--rounds and --calibration-seconds must be positive")
+    if args.other_code is not None and not (args.other_code / "matcher").is_dir():
+        parser.error(f"--other-code {args.other_code} holds no matcher package")
     if args.max_requests < 0:
         parser.error("--max-requests must not be negative")
     if args.insert_jobs is not None and args.insert_jobs < 0:
@@ -869,28 +1170,77 @@ def main(argv: Sequence[str] | None = None) -> int:
             fill = Fill(db.url, backend, args.queues, args.jobs, 0)
             initial_load(tq, fill, settings,
                          args.queues if args.insert_jobs is None else args.insert_jobs)
+            calibration = cal.calibrate(db.url, backend, seconds=args.calibration_seconds)
+            emit(calibration)
+            log(f"calibration: SELECT 1 {calibration['select_1']['per_s']}/s, UPDATE+COMMIT "
+                f"{calibration['update_commit']['per_s']}/s")
             fresh = True
+            threads = settings.matcher.threads
             for workers in args.workers:
                 log(f"starting the matcher with {workers} worker(s)")
-                with running_server(db.url, workers, config=args.config, secret=secret,
-                                    tmpdir=tmpdir, max_requests=args.max_requests) as server:
-                    metrics = scrape_metrics(server.port, operator_token)
+                with ExitStack() as stack:
+                    servers = {"own": stack.enter_context(running_server(
+                        db.url, workers, config=args.config, secret=secret, tmpdir=tmpdir,
+                        max_requests=args.max_requests, threads=threads))}
+                    if args.other_code is not None:
+                        servers["other"] = stack.enter_context(running_server(
+                            db.url, workers, config=args.config, secret=secret, tmpdir=tmpdir,
+                            max_requests=args.max_requests, threads=threads,
+                            code=args.other_code))
+                    metrics = {name: scrape_metrics(server.port, operator_token)
+                               for name, server in servers.items()}
                     for count in args.counts:
-                        fresh = top_up(tq, fill, settings) > 0 or fresh
-                        prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
-                        fresh = False
-                        log(f"measuring: {workers} worker(s), {args.clients} clients, "
-                            f"count={count}")
-                        record, metrics = measure(
-                            tq, server, count, cfg, pilot_token=pilot_token,
-                            operator_token=operator_token, url=db.url, backend=backend,
-                            queues=args.queues, metrics_before=metrics)
-                        emit(record)
-                        records.append(record)
-                        log(f"  {record['requests_per_s']:,.1f} requests/s, "
-                            f"{record['jobs_per_s'] or 0:,.1f} jobs/s, p50 {record['p50_ms']} "
-                            f"ms, p99 {record['p99_ms']} ms, {record['no_match']} no-match, "
-                            f"{record['errors']} errors")
+                        for _round in range(args.rounds):
+                            inproc: dict[str, Any] | None = None
+                            for mode in args.in_process:
+                                fresh = top_up(tq, fill, settings) > 0 or fresh
+                                prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
+                                fresh = False
+                                log(f"measuring in process ({mode}): {workers} process(es) "
+                                    f"of {threads} threads, count={count}")
+                                measured = measure_in_process(
+                                    workers, threads, count, cfg,
+                                    env=server_env(db.url, secret, tmpdir / "inproc-metrics",
+                                                   args.max_requests, threads),
+                                    config=args.config, url=db.url, backend=backend,
+                                    queues=args.queues, mode=mode, token=pilot_token)
+                                measured["ratios"] = _ratios(measured, calibration)
+                                emit(measured)
+                                log(f"  {measured['requests_per_s']} requests/s in process "
+                                    f"({mode}), p50 {measured['p50_ms']} ms, p99 "
+                                    f"{measured['p99_ms']} ms, matcher CPU "
+                                    f"{measured['cpu']['server_ms_per_request']} ms/request")
+                                if mode == "view":
+                                    inproc = measured
+                            for name, server in servers.items():
+                                fresh = top_up(tq, fill, settings) > 0 or fresh
+                                prepare_tables(tq, fill, vacuum=not args.no_vacuum, full=fresh)
+                                fresh = False
+                                log(f"measuring over HTTP ({name} code): {workers} worker(s), "
+                                    f"{args.clients} clients, count={count}")
+                                record, metrics[name] = measure(
+                                    tq, server, count, cfg, pilot_token=pilot_token,
+                                    operator_token=operator_token, url=db.url,
+                                    backend=backend, queues=args.queues,
+                                    metrics_before=metrics[name])
+                                record["code"] = name if args.other_code is not None else None
+                                record["threads"] = threads
+                                record["ratios"] = _ratios(record, calibration)
+                                if inproc is not None and inproc["requests_per_s"]:
+                                    record["in_process_requests_per_s"] = \
+                                        inproc["requests_per_s"]
+                                    record["http_share"] = round(
+                                        record["requests_per_s"] / inproc["requests_per_s"], 3)
+                                    record.update(cpu_shares(inproc, record))
+                                emit(record)
+                                records.append(record)
+                                log(f"  {record['requests_per_s']:,.1f} requests/s, "
+                                    f"{record['jobs_per_s'] or 0:,.1f} jobs/s, p50 "
+                                    f"{record['p50_ms']} ms, p99 {record['p99_ms']} ms, "
+                                    f"{record['no_match']} no-match, {record['errors']} "
+                                    f"errors, share of in process {record.get('http_share')}"
+                                    f" (by the matcher's CPU {record.get('http_cpu_share')}, "
+                                    f"by the machine's {record.get('http_machine_share')})")
                 log(f"elapsed so far {time.perf_counter() - started:.0f} s")
     finally:
         if args.keep:
