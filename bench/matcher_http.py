@@ -395,6 +395,56 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
     results.put(out)
 
 
+@dataclass
+class Window:
+    """One measured window: the CPU samples at its start and end, its bounds on the shared
+    monotonic clock, and what each process reported."""
+
+    cpu_a: CpuSample
+    cpu_b: CpuSample
+    t_warm: float
+    t_end: float
+    outcomes: list[dict[str, Any]]
+
+
+def _run_window(procs: list[Any], barrier: Any, go: Any, clock: Any, results: Any,
+                cfg: RunConfig, pid: int, engine: Engine | None, what: str, *,
+                start_wait: float) -> Window:
+    """Start ``procs`` (``what`` they are, for the messages), let them go together, sample the
+    CPU of ``pid`` (and of the database, through ``engine``) at the start and the end of the
+    measured window, and collect each process's outcome; stop any that is left."""
+    outcomes: list[dict[str, Any]] = []
+    try:
+        for p in procs:
+            p.start()
+        try:
+            barrier.wait(timeout=start_wait)
+        except Exception as exc:
+            raise SystemExit(f"{what} did not start: {exc!r}") from exc
+        clock.value = time.monotonic()
+        go.set()
+        t_warm = clock.value + cfg.warmup
+        t_end = t_warm + cfg.duration
+        _sleep_until(t_warm)
+        cpu_a = sample_cpu(pid, engine)
+        _sleep_until(t_end)
+        cpu_b = sample_cpu(pid, engine)
+        deadline = time.monotonic() + cfg.timeout + 60
+        while len(outcomes) < len(procs):
+            try:
+                outcomes.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
+            except queue.Empty as exc:
+                raise SystemExit(f"{what} did not report in time") from exc
+        for p in procs:
+            p.join(timeout=30)
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+                p.join(timeout=10)
+    return Window(cpu_a, cpu_b, t_warm, t_end, outcomes)
+
+
 def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *,
                        env: dict[str, str], config: Path, url: str, backend: str,
                        queues: int, mode: str = "view", token: str = "") -> dict[str, Any]:
@@ -414,37 +464,14 @@ def measure_in_process(workers: int, threads: int, count: int, cfg: RunConfig, *
     procs = [ctx.Process(target=in_process_matcher, args=(s, barrier, go, clock, results),
                          daemon=True) for s in specs]
     engine = make_engine(url, pool_size=1) if backend == "postgresql" else None
-    outcomes: list[dict[str, Any]] = []
     try:
-        for p in procs:
-            p.start()
-        try:
-            barrier.wait(timeout=180)
-        except Exception as exc:
-            raise SystemExit(f"the in-process matchers did not start: {exc!r}") from exc
-        clock.value = time.monotonic()
-        go.set()
-        t_warm = clock.value + cfg.warmup
-        t_end = t_warm + cfg.duration
-        _sleep_until(t_warm)
-        cpu_a = sample_cpu(os.getpid(), engine)
-        _sleep_until(t_end)
-        cpu_b = sample_cpu(os.getpid(), engine)
-        deadline = time.monotonic() + cfg.timeout + 60
-        while len(outcomes) < len(procs):
-            try:
-                outcomes.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
-            except queue.Empty as exc:
-                raise SystemExit("the in-process matchers did not report in time") from exc
-        for p in procs:
-            p.join(timeout=30)
+        window = _run_window(procs, barrier, go, clock, results, cfg, os.getpid(), engine,
+                             "the in-process matchers", start_wait=180)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=10)
         if engine is not None:
             engine.dispose()
+    cpu_a, cpu_b, outcomes = window.cpu_a, window.cpu_b, window.outcomes
+    t_warm, t_end = window.t_warm, window.t_end
     errors = [o["error"] for o in outcomes if o["error"]]
     for err in errors:
         log(f"in-process matcher error:\n{err}")
@@ -875,37 +902,14 @@ def measure(tq: ModuleType, server: Server, count: int, cfg: RunConfig, *, pilot
                          daemon=True)
              for g in groups]
     engine = make_engine(url, pool_size=1) if backend == "postgresql" else None
-    outcomes: list[dict[str, Any]] = []
     try:
-        for p in procs:
-            p.start()
-        try:
-            barrier.wait(timeout=120)
-        except Exception as exc:
-            raise SystemExit(f"the client processes did not start: {exc!r}") from exc
-        clock.value = time.monotonic()
-        go.set()
-        t_warm = clock.value + cfg.warmup
-        t_end = t_warm + cfg.duration
-        _sleep_until(t_warm)
-        cpu_a = sample_cpu(server.pid, engine)
-        _sleep_until(t_end)
-        cpu_b = sample_cpu(server.pid, engine)
-        deadline = time.monotonic() + cfg.timeout + 60
-        while len(outcomes) < len(procs):
-            try:
-                outcomes.append(results.get(timeout=max(deadline - time.monotonic(), 0.1)))
-            except queue.Empty as exc:
-                raise SystemExit("the client processes did not report in time") from exc
-        for p in procs:
-            p.join(timeout=30)
+        window = _run_window(procs, barrier, go, clock, results, cfg, server.pid, engine,
+                             "the client processes", start_wait=120)
     finally:
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-                p.join(timeout=10)
         if engine is not None:
             engine.dispose()
+    cpu_a, cpu_b, outcomes = window.cpu_a, window.cpu_b, window.outcomes
+    t_warm, t_end = window.t_warm, window.t_end
     alive = server.proc.poll() is None
     flush_workers(server)
     metrics_after = scrape_metrics(server.port, operator_token) if alive else None
