@@ -98,19 +98,24 @@ def cap_output(path: Path, limit: int = MAX_OUTPUT_BYTES, *,
         size = os.fstat(f.fileno()).st_size
         if size <= limit:
             return False
-        f.seek(size - limit // 2)
         # Read on to the end as it is now: what the payload appended while this read ran is
         # kept too, and the time between the last read and the cut, when what it writes
-        # would be lost, is a few system calls.
-        end = f.read()
-        for _ in range(8):  # a payload that writes faster than this reads is cut anyway
-            more = f.read()
-            if not more:
+        # would be lost, is a few system calls. Never more than half the limit at a time:
+        # from a payload that writes faster than this reads, the newest half is kept.
+        half = limit // 2
+        pos, end = size - half, b""
+        for _ in range(8):
+            now = os.fstat(f.fileno()).st_size
+            if now - pos > half:
+                pos, end = now - half, b""
+            f.seek(pos)
+            more = f.read(now - pos)
+            end, pos = (end + more)[-half:], pos + len(more)
+            if os.fstat(f.fileno()).st_size <= pos:
                 break
-            end = end[-(limit // 2):] + more
         f.seek(0)
         f.truncate(0)
-        f.write(_CUT % limit + end[-(limit // 2):])
+        f.write(_CUT % limit + end)
     log.warning("output %s grew beyond %d bytes; cut to its end", path, limit,
                 extra=concerning(job_id))
     return True
