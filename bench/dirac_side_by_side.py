@@ -32,9 +32,21 @@ printed). Before each K and backend, bench/calibration.py measures the machine's
 durable single-row UPDATE and COMMIT per call); each line carries its rate as a multiple of it,
 and a summary prints the ratios gridpilot/DIRAC per K.
 
-Run from the repository root (about ten minutes with the defaults)::
+DIRAC's venv (its full dependency set does not build here: gfal2-python needs the gfal2
+C library; what the DIRAC side imports is enough; apt: libmariadb-dev, pkg-config, swig,
+libssl-dev)::
 
-    .venv/bin/python bench/dirac_side_by_side.py --dirac-python /tmp/dirac-venv/bin/python
+    python3.11 -m venv /tmp/dirac-venv
+    /tmp/dirac-venv/bin/pip install --no-deps DIRAC==9.1.22
+    /tmp/dirac-venv/bin/pip install DIRACCommon==9.1.22 diraccfg diracx-client diracx-core \
+        sqlalchemy mysqlclient M2Crypto opensearch-py psutil pyasn1 pyasn1-modules \
+        python-dateutil pytz requests pydantic cachetools packaging typing_extensions \
+        importlib_resources importlib_metadata pyparsing db12 certifi pyyaml
+
+Run from the repository root (about four minutes a round with the defaults)::
+
+    .venv/bin/python bench/dirac_side_by_side.py --dirac-python /tmp/dirac-venv/bin/python \
+        --jobs 4000 --claims 2000 --rounds 3
 
 The same file, run by DIRAC's Python with ``--dirac-worker``, is the DIRAC side: it reads its
 task on stdin and writes its result on stdout (the orchestrator starts it; nothing of the
