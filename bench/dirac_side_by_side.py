@@ -66,6 +66,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -620,53 +621,54 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dirac_worker()
     import calibration as cal
     from kit import emit, end_on_signals, fresh_database, log
-    from sqlalchemy.engine import make_url
 
     end_on_signals()
-    dirac_url = make_url(args.mariadb).set(database=args.dirac_database) \
-        .render_as_string(hide_password=False)
-    _admin_mariadb(args.mariadb, f"CREATE DATABASE IF NOT EXISTS {args.dirac_database}")
+    dirac = any(side.startswith("dirac") for side in args.sides)
+    backends = sorted({"mariadb" if side.startswith("dirac") else side.rsplit("_", 1)[1]
+                       for side in args.sides})
+    servers = {"postgresql": args.postgres, "mariadb": args.mariadb}
     records: list[dict[str, Any]] = []
-    try:
-        with fresh_database(args.postgres, prefix="gp_dirac_bench") as pg, \
-                fresh_database(args.mariadb, prefix="gp_dirac_bench") as maria:
-            urls = {"postgresql": pg.url, "mariadb": maria.url}
-            for rnd in range(args.rounds):
-                for k in args.k:
-                    floors: dict[str, dict[str, Any]] = {}
-                    for backend, url in (("mariadb", dirac_url), ("postgresql", pg.url)):
-                        c = cal.calibrate(url, backend, seconds=args.calibration_seconds)
-                        c.update(k=k, round=rnd)
-                        emit(c)
-                        floors[backend] = c
-                    # Interleaved: each side in turn, the order turned each round.
-                    sides = args.sides[rnd % len(args.sides):] + args.sides[:rnd % len(args.sides)]
-                    for mode in sides:
-                        log(f"round {rnd + 1}, K={k}: {mode}")
-                        if mode.startswith("dirac"):
-                            record = measure_dirac(args, k, mode, args.seed + rnd)
-                        else:
-                            backend = mode.rsplit("_", 1)[1]
-                            record = measure_gridpilot(args, urls[backend], backend, k, mode,
-                                                       args.seed + rnd)
-                        floor = floors[record["backend"]]["update_commit"]["per_s"]
-                        record.update(round=rnd, floor_per_s=floor,
-                                      x_floor=_ratio(record["jobs_per_s"], floor))
-                        emit(record)
-                        log(f"  {record['jobs_per_s']} matches/s ({record['x_floor']} x the "
-                            f"floor {floor}/s), p50 {record['p50_ms']} ms, duplicates "
-                            f"{record['duplicates']}, violations {record['violations']}, "
-                            f"empty {record['empty_answers']}, errors {record['errors']}, "
-                            f"other work {record['load'].get('other_cores')} cores")
-                        records.append(record)
-            for line in summarize(records):
-                emit(line)
-                log(f"K={line['k']}: {line['matches_per_s']}; full match / DIRAC Matcher "
-                    f"{line['full_match_vs_dirac_matcher']}; claim / TaskQueueDB "
-                    f"{line['claim_vs_dirac_tqdb']}")
-            del urls
-    finally:
-        _admin_mariadb(args.mariadb, f"DROP DATABASE IF EXISTS {args.dirac_database}")
+    with ExitStack() as stack:
+        if dirac:
+            _admin_mariadb(args.mariadb, f"CREATE DATABASE IF NOT EXISTS {args.dirac_database}")
+            stack.callback(_admin_mariadb, args.mariadb,
+                           f"DROP DATABASE IF EXISTS {args.dirac_database}")
+        # gridpilot's databases; the MariaDB one also serves the calibration of DIRAC's server.
+        urls = {b: stack.enter_context(fresh_database(servers[b], prefix="gp_dirac_bench")).url
+                for b in backends}
+        for rnd in range(args.rounds):
+            for k in args.k:
+                floors: dict[str, dict[str, Any]] = {}
+                for backend, url in urls.items():
+                    c = cal.calibrate(url, backend, seconds=args.calibration_seconds)
+                    c.update(k=k, round=rnd)
+                    emit(c)
+                    floors[backend] = c
+                # Interleaved: each side in turn, the order turned each round.
+                turn = rnd % len(args.sides)
+                for mode in args.sides[turn:] + args.sides[:turn]:
+                    log(f"round {rnd + 1}, K={k}: {mode}")
+                    if mode.startswith("dirac"):
+                        record = measure_dirac(args, k, mode, args.seed + rnd)
+                    else:
+                        backend = mode.rsplit("_", 1)[1]
+                        record = measure_gridpilot(args, urls[backend], backend, k, mode,
+                                                   args.seed + rnd)
+                    floor = floors[record["backend"]]["update_commit"]["per_s"]
+                    record.update(round=rnd, floor_per_s=floor,
+                                  x_floor=_ratio(record["jobs_per_s"], floor))
+                    emit(record)
+                    log(f"  {record['jobs_per_s']} matches/s ({record['x_floor']} x the "
+                        f"floor {floor}/s), p50 {record['p50_ms']} ms, duplicates "
+                        f"{record['duplicates']}, violations {record['violations']}, "
+                        f"empty {record['empty_answers']}, errors {record['errors']}, "
+                        f"other work {record['load'].get('other_cores')} cores")
+                    records.append(record)
+        for line in summarize(records):
+            emit(line)
+            log(f"K={line['k']}: {line['matches_per_s']}; full match / DIRAC Matcher "
+                f"{line['full_match_vs_dirac_matcher']}; claim / TaskQueueDB "
+                f"{line['claim_vs_dirac_tqdb']}")
     bad = [r for r in records if r["duplicates"] or r["violations"]
            or (r["side"].startswith("gp") and r.get("misses"))]
     return 1 if bad else 0

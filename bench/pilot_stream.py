@@ -1235,6 +1235,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     end_on_signals()
+    if args.path == "claim_function" and backend_of(args.url or "sqlite://") not in (
+            "postgresql", "mariadb"):
+        raise SystemExit("--path claim_function needs PostgreSQL or MariaDB (a database "
+                         "with the claim function)")
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_pilot_stream_"))
     url = args.url or f"sqlite:///{tmpdir / 'stream.db'}"
     backend = backend_of(url)
