@@ -16,6 +16,9 @@ pilots one at a time, each built compatible with a job drawn among those still w
   by ``TaskQueueDB.insertJob``, one pilot row per claim in PilotAgentsDB. The configuration is a
   minimal dirac.cfg written to a temporary folder (``$DIRACSYSCONFIG``); the site mask answers
   from memory (a stand-in for the Resource Status System's cached answer: every site active).
+  DIRAC's queues carry no memory requirement (gridpilot's jobs ask 2 GB, which every pilot
+  has), and each job's pilot is drawn once, by the orchestrator, with pilot_stream's
+  ``pilot_for`` (the worker then draws among the jobs still waiting, as pilot_stream does).
 - gridpilot (this Python), on PostgreSQL and MariaDB databases of its own (made and dropped by
   bench/kit.py): the database's claim function alone (``gp_claim``: one autocommit call, as
   the match path makes it) and the match endpoint's
