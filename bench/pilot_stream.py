@@ -21,8 +21,9 @@ The claim. In process, each pilot goes through the function the matcher's match 
 ``gridpilot_claim``, elsewhere (and for what the call hands back) ``taskqueue.matching.limits.
 claim_for_pilot`` and ``jobs_for_pilot`` in one transaction retried on a lost race
 (``--path python``: the same without the database function, as on SQLite; ``--path claim_jobs``:
-``taskqueue.matching.claim.claim_jobs`` alone). ``--processes`` claimer
-processes share the stream. Over HTTP (``--http``), the same pilots POST
+``taskqueue.matching.claim.claim_jobs`` alone; ``--path claim_function``: the database's claim
+function alone, one autocommit call, without the pilot's record looked up first).
+``--processes`` claimer processes share the stream. Over HTTP (``--http``), the same pilots POST
 /api/v1/pilots/match to ``gridpilot serve`` (gunicorn, ``--workers``) from ``--clients``
 client processes, with ``--counts`` jobs per request.
 
@@ -706,7 +707,8 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
     engine = make_engine(spec.url, pool_size=spec.threads)
     factory = make_session_factory(engine)
     autocommit = (make_engine(spec.url, pool_size=spec.threads, autocommit=True)
-                  if engine.dialect.name in SERVER_CLAIMS and spec.path == "matcher" else None)
+                  if engine.dialect.name in SERVER_CLAIMS
+                  and spec.path in ("matcher", "claim_function") else None)
     match_db = MatchDatabase(factory, autocommit)
     counter = {"statements": 0, "commits": 0}
     first_claim: list[str] | None = None  # the statements of the first claim, once
@@ -789,7 +791,11 @@ def _in_process_loop(spec: ClaimerSpec, shared: Shared, barrier: Any,
             t0, c0 = perf(), cpu()
             try:
                 resource = parse_resource(data)
-                if spec.path in ("matcher", "python"):
+                if spec.path == "claim_function" and autocommit is not None:
+                    job_ids = _claim_function_only(autocommit, match_db.groups,
+                                                   resource=resource, now=datetime.now(UTC),
+                                                   count=spec.count, rng=claim_rng)
+                elif spec.path in ("matcher", "python"):
                     job_ids = _match_as_the_matcher(match_db, resource=resource,
                                                     now=datetime.now(UTC), count=spec.count,
                                                     rng=claim_rng)
@@ -870,6 +876,16 @@ def _match_as_the_matcher(db: Any, *, resource: Any, now: datetime, count: int,
     answer = match_for_pilot(db, resource, now=now, count=count, rng=rng,
                              expression_check=expression_check(resource))
     return [job.id for job in answer.jobs]
+
+
+def _claim_function_only(engine: Any, groups: Any, *, resource: Any, now: datetime,
+                         count: int, rng: random.Random) -> list[int]:
+    """The database's claim function alone (one call), as the match path calls it."""
+    from taskqueue.pilots import pilotmatch
+
+    _kind, _detail, jobs, _claims = pilotmatch._claim_on_server(
+        engine, groups, resource, now=now, count=count, rng=rng, with_expressions=True)
+    return [job.id for job in jobs]
 
 
 def _claim_jobs_only(session: Any, *, resource: Any, now: datetime, count: int,
@@ -1165,12 +1181,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "separated (default 1)")
     parser.add_argument("--counts", type=int_list, default=[1],
                         help="comma list of jobs asked for per claim (default 1)")
-    parser.add_argument("--path", choices=("matcher", "python", "claim_jobs"),
+    parser.add_argument("--path", choices=("matcher", "python", "claim_jobs", "claim_function"),
                         default="matcher",
                         help="in process: what the matcher's match endpoint runs "
                              "(taskqueue.pilots.pilotmatch.match_for_pilot, default), the "
                              "same without the database's claim function (its Python path, "
-                             "as on SQLite), or claim_jobs alone")
+                             "as on SQLite), claim_jobs alone, or the database's claim "
+                             "function alone (PostgreSQL, MariaDB)")
     parser.add_argument("--claims", type=int, default=None,
                         help="claims per measurement (default: as many as jobs)")
     parser.add_argument("--seconds", type=float, default=120.0,
@@ -1218,6 +1235,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     end_on_signals()
+    if args.path == "claim_function" and backend_of(args.url or "sqlite://") not in (
+            "postgresql", "mariadb"):
+        raise SystemExit("--path claim_function needs PostgreSQL or MariaDB (a database "
+                         "with the claim function)")
     tmpdir = Path(tempfile.mkdtemp(prefix="gp_pilot_stream_"))
     url = args.url or f"sqlite:///{tmpdir / 'stream.db'}"
     backend = backend_of(url)

@@ -169,3 +169,21 @@ def test_http_tiny_run_is_correct(tmp_path: Path) -> None:
         assert (r["misses"], r["duplicates"], r["violations"], r["errors"]) == (0, 0, 0, 0), r
         assert r["database_agrees"] and r["jobs"] + r["empty_answers"] * r["count"] >= 120, r
         assert r["matcher_cpu_ms_per_claim"] > 0
+
+
+def test_claim_function_path_is_one_call_and_correct(bench_url: str) -> None:
+    """``--path claim_function``: the database's claim function alone, one statement per
+    claim; refused (with a message, not a traceback) where there is no such function."""
+    args = ("--url", bench_url, "--jobs", "200", "--k", "10", "--processes", "1",
+            "--calibration-seconds", "0.3", "--path", "claim_function")
+    if bench_url.startswith("sqlite"):
+        done = subprocess.run([sys.executable, str(BENCH), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "needs PostgreSQL or MariaDB" in done.stderr
+        assert "Traceback" not in done.stderr
+        return
+    stream = next(r for r in run_bench(*args) if r["measure"] == "pilot_stream")
+    assert stream["path"] == "claim_function" and stream["claims"] == 200
+    assert (stream["misses"], stream["duplicates"], stream["violations"]) == (0, 0, 0)
+    assert stream["jobs"] == 200 and stream["database_agrees"]
+    assert stream["statements_per_claim"] == 1.0
