@@ -169,26 +169,36 @@ def test_a_sandboxed_payload_sees_its_folder_only_and_gets_its_sigterm_grace(
     other = tmp_path / "work" / "job_1"
     other.mkdir(parents=True)
     (other / "secret.txt").write_text("x")
+    # What the sandbox shows of /tmp but the way to the job folder and the Python bound in
+    # (both under /tmp when the checkout is: a CI clone there).
+    shown = (sys.prefix,)
     code = (
         "import os, signal, sys, time\n"
         "def term(*_):\n"
         "    open('terminated', 'w').write('yes'); sys.exit(7)\n"
         "signal.signal(signal.SIGTERM, term)\n"
-        "files = [f for d, _, fs in os.walk('/tmp') for f in fs if not d.startswith(os.getcwd())]\n"
+        f"shown = (os.getcwd(), *{shown!r})\n"
+        "files = [f for d, _, fs in os.walk('/tmp') for f in fs\n"
+        "         if not any(d == s or d.startswith(s + '/') for s in shown)]\n"
         "seen = [os.path.exists('../job_1/secret.txt'), files,\n"
         "        sorted(p for p in os.listdir('/proc') if p.isdigit())]\n"
         "open('seen', 'w').write(repr(seen))\n"
         "time.sleep(60)\n")
     payload = _start(tmp_path, 2, code)
-    assert payload.isolated
-    _wait_for(payload.directory / "seen")
-    other_job, tmp, pids = eval((payload.directory / "seen").read_text())
-    # /tmp is empty but for the way to the job folder (under /tmp here).
-    assert other_job is False and tmp == []
-    assert len(pids) <= 3  # the sandbox's init, the payload (and a thread's view at most)
-    payload.stop("test", time.time())
-    assert payload.wait() == 7
-    assert (payload.directory / "terminated").read_text() == "yes"
+    try:
+        assert payload.isolated
+        _wait_for(payload.directory / "seen")
+        other_job, tmp, pids = eval((payload.directory / "seen").read_text())
+        # /tmp is empty but for the way to the job folder (under /tmp here).
+        assert other_job is False and tmp == []
+        assert len(pids) <= 3  # the sandbox's init, the payload (and a thread's view at most)
+        payload.stop("test", time.time())
+        assert payload.wait() == 7
+        assert (payload.directory / "terminated").read_text() == "yes"
+    finally:
+        if payload.process.poll() is None:
+            payload.signal(signal.SIGKILL)
+            payload.wait()
 
 
 @needs_bwrap
