@@ -883,8 +883,11 @@ def test_pbs_pilots_rendered_submitted_and_followed_through_their_states(
         executor="pbs", ce=ce, queue=queue, batch_queue="gridq", account="lhcbprod",
         extra="WallTime = 90"))
     with matcher_server(db.url, SECRET, resources, tmp_path) as base:
+        # PSI/J asks qstat every pilot_status_interval (at most 30 s): each state change
+        # below would otherwise wait up to that long.
         ctx = AgentContext(agent_settings(settings, tmp_path, resources, matcher_url=base,
-                                          pilot_idle_timeout=3), db.factory, secret=SECRET)
+                                          pilot_idle_timeout=3, pilot_status_interval=1),
+                           db.factory, secret=SECRET)
         jobs = submit_jobs(ctx, echo_jobs(site, 3, requirements='Platform = "x86_64-el9"'))
         pools = ctx.transaction(lambda s: get_submit_pools_for_queue(s, site, ce, queue))
         assert len(pools) == 1
