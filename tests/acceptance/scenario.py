@@ -145,7 +145,17 @@ class Api:
         self.http.headers["Authorization"] = "Bearer " + Path(token_file).read_text().strip()
 
     def call(self, method: str, path: str, **kwargs: Any) -> Any:
-        answer = self.http.request(method, self.url + path, timeout=30, **kwargs)
+        """One call; a read answered 503 or 429 with ``Retry-After`` is sent again when told
+        (for up to 30 s), as ``gridpilot-client`` does: a database failing over makes every
+        matcher instance unavailable for seconds."""
+        give_up = time.monotonic() + 30
+        while True:
+            answer = self.http.request(method, self.url + path, timeout=30, **kwargs)
+            wait = answer.headers.get("Retry-After", "")
+            if method != "GET" or answer.status_code not in (429, 503) \
+                    or not wait.isdigit() or time.monotonic() + int(wait) > give_up:
+                break
+            time.sleep(int(wait))
         if answer.status_code >= 400:
             raise ScenarioError(f"{method} {path}: {answer.status_code} {answer.text[:300]}")
         return answer.json() if answer.content else None
@@ -344,6 +354,9 @@ class Scenario:
                 new = run_tool("pg-ha", "switchover", timeout=120).strip()
                 fault.end(self.log.elapsed())
                 self.log(f"the database primary is now {new}")
+                # What follows changes things (a submission): as a careful user, once the
+                # service answers again (a read waits out its 503s).
+                self.api.call("GET", "/jobs/summary")
         self._watch_killed(30)
         fault = self.fault("A-REX stopped for 30 s")
         run_tool("arc-localhost", "down")
