@@ -555,17 +555,6 @@ def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-def _admin_mariadb(base_url: str, statement: str) -> None:
-    from sqlalchemy import create_engine, text
-
-    engine = create_engine(base_url, isolation_level="AUTOCOMMIT")
-    try:
-        with engine.connect() as conn:
-            conn.execute(text(statement))
-    finally:
-        engine.dispose()
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--dirac-worker", action="store_true",
@@ -623,7 +612,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.dirac_worker:
         return dirac_worker()
     import calibration as cal
-    from kit import emit, end_on_signals, fresh_database, log
+    from kit import admin_statement, emit, end_on_signals, fresh_database, log
 
     end_on_signals()
     dirac = any(side.startswith("dirac") for side in args.sides)
@@ -633,8 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     records: list[dict[str, Any]] = []
     with ExitStack() as stack:
         if dirac:
-            _admin_mariadb(args.mariadb, f"CREATE DATABASE IF NOT EXISTS {args.dirac_database}")
-            stack.callback(_admin_mariadb, args.mariadb,
+            admin_statement(args.mariadb, f"CREATE DATABASE IF NOT EXISTS {args.dirac_database}")
+            stack.callback(admin_statement, args.mariadb,
                            f"DROP DATABASE IF EXISTS {args.dirac_database}")
         # gridpilot's databases; the MariaDB one also serves the calibration of DIRAC's server.
         urls = {b: stack.enter_context(fresh_database(servers[b], prefix="gp_dirac_bench")).url

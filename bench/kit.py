@@ -170,7 +170,7 @@ def fresh_database(base_url: str, *, prefix: str = "gp_bench", keep: bool = Fals
         db = BenchDatabase(url, backend, str(path))
         files = [path, *(Path(f"{path}{end}") for end in ("-wal", "-shm", "-journal"))]
     elif backend in ("postgresql", "mariadb"):
-        _admin(base_url, f"CREATE DATABASE {name}")
+        admin_statement(base_url, f"CREATE DATABASE {name}")
         url = parsed.set(database=name).render_as_string(hide_password=False)
         db = BenchDatabase(url, backend, name)
         log(f"created database {name}")
@@ -191,7 +191,7 @@ def fresh_database(base_url: str, *, prefix: str = "gp_bench", keep: bool = Fals
             log(f"removed {db.label}")
         else:
             force = " WITH (FORCE)" if backend == "postgresql" else ""
-            _admin(base_url, f"DROP DATABASE IF EXISTS {name}{force}")
+            admin_statement(base_url, f"DROP DATABASE IF EXISTS {name}{force}")
             log(f"dropped database {name}")
 
 
@@ -207,7 +207,9 @@ def upgrade_schema(url: str) -> None:
         engine.dispose()
 
 
-def _admin(base_url: str, statement: str) -> None:
+def admin_statement(base_url: str, statement: str) -> None:
+    """Run one statement outside a transaction (CREATE/DROP DATABASE) on the server of
+    ``base_url``."""
     admin = create_engine(base_url, isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as conn:

@@ -74,9 +74,10 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -229,20 +230,8 @@ def client_process(specs: list[ClientSpec], warmup: float, duration: float, barr
         go.wait()
         t_warm = clock.value + warmup
         t_end = t_warm + duration
-        done: list[ClientResult] = []
-        threads = [threading.Thread(target=lambda s=s: done.append(run_client(s, t_warm, t_end)),
-                                    daemon=True)
-                   for s in specs]
-        for t in threads:
-            t.start()
-        _sleep_until(t_warm)
-        cpu0 = time.process_time()
-        for t in threads:
-            t.join()
-        out["cpu_seconds"] = time.process_time() - cpu0
-        out["clients"] = [asdict(r) for r in done]
-        if len(done) < len(specs):
-            out["error"] = f"{len(specs) - len(done)} client thread(s) died"
+        _run_threads([partial(run_client, s, t_warm, t_end) for s in specs], t_warm, out,
+                     "client")
     except BaseException:  # report, so that the parent does not wait for ever
         out["error"] = traceback.format_exc()
     results.put(out)
@@ -376,23 +365,32 @@ def in_process_matcher(spec: InProcessSpec, barrier: Barrier, go: Event, clock: 
         go.wait()
         t_warm = clock.value + spec.warmup
         t_end = t_warm + spec.duration
-        done: list[ClientResult] = []
-        threads = [threading.Thread(target=lambda i=i: done.append(run(i, t_warm, t_end)),
-                                    daemon=True) for i in range(spec.threads)]
-        for t in threads:
-            t.start()
-        _sleep_until(t_warm)
-        cpu0 = time.process_time()
-        for t in threads:
-            t.join()
-        out["cpu_seconds"] = time.process_time() - cpu0
-        out["clients"] = [asdict(r) for r in done]
-        if len(done) < spec.threads:
-            out["error"] = f"{spec.threads - len(done)} matcher thread(s) died"
+        _run_threads([partial(run, i, t_warm, t_end) for i in range(spec.threads)], t_warm,
+                     out, "matcher")
         runtime.dispose()
     except BaseException:
         out["error"] = traceback.format_exc()
     results.put(out)
+
+
+def _run_threads(work: list[Callable[[], ClientResult]], t_warm: float,
+                 out: dict[str, Any], what: str) -> None:
+    """Run each of ``work`` in a thread of this process; put in ``out`` this process's CPU
+    seconds from ``t_warm`` to the last thread's end, the threads' results, and an error when
+    some ``what`` thread died."""
+    done: list[ClientResult] = []
+    threads = [threading.Thread(target=lambda w=w: done.append(w()), daemon=True)
+               for w in work]
+    for t in threads:
+        t.start()
+    _sleep_until(t_warm)
+    cpu0 = time.process_time()
+    for t in threads:
+        t.join()
+    out["cpu_seconds"] = time.process_time() - cpu0
+    out["clients"] = [asdict(r) for r in done]
+    if len(done) < len(work):
+        out["error"] = f"{len(work) - len(done)} {what} thread(s) died"
 
 
 @dataclass
