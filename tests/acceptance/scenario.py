@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -79,8 +80,11 @@ class Expected:
     status: str
     #: The site it must run at (None: any).
     site: str | None = None
-    #: How often it should be matched: once, plus once per reschedule the scenario causes.
-    matches: int = 1
+    #: How often it should run (a pilot starting it: Matched, then Running): once, plus once
+    #: per reschedule the scenario causes. It may be matched more often: a match its pilot
+    #: never confirms (the answer lost to a fault, a kill landing meanwhile) goes back to its
+    #: queue without a run.
+    runs: int = 1
 
 
 @dataclass
@@ -242,7 +246,7 @@ class Scenario:
         return data
 
     def submit(self, label: str, text: str, *, status: str = "Done", site: str | None = None,
-               matches: int = 1, name: str | None = None) -> list[int]:
+               runs: int = 1, name: str | None = None) -> list[int]:
         path = self.work / (name or f"{label}.jdl")
         if not path.exists():
             path.write_text(text, encoding="utf-8")
@@ -250,7 +254,7 @@ class Scenario:
         ids = [int(j["job_id"]) for j in answer["jobs"]]
         for i, job_id in enumerate(ids):
             key = label if len(ids) == 1 else f"{label}[{i}]"
-            self.expected[key] = Expected(key, job_id, status, site, matches)
+            self.expected[key] = Expected(key, job_id, status, site, runs)
         self.log(f"submitted {label}: job(s) {', '.join(map(str, ids))}"
                  + (f"; warnings: {answer['warnings']}" if answer.get("warnings") else ""))
         return ids
@@ -302,8 +306,8 @@ class Scenario:
         for site, label in ((ARC_SITE, "pilotkill-arc"), (SLURM_SITE, "pilotkill-slurm")):
             self.submit(label, f'[ JobName = "acceptance-{label}"; Executable = "/bin/sh";'
                         f' Arguments = "-c \'echo started; sleep 40; echo finished\'";'
-                        f' CPUTime = 600; Site = "{site}"; ]', site=site, matches=2)
-        self.submit("reschedule", "", matches=2, name="short.jdl")
+                        f' CPUTime = 600; Site = "{site}"; ]', site=site, runs=2)
+        self.submit("reschedule", "", runs=2, name="short.jdl")
         self.matcher_fault = self.fault("matcher-2 killed")
         self.grid.topology("kill", "matcher-2")
 
@@ -445,6 +449,7 @@ class Scenario:
         for x in self.expected.values():
             job = jobs[x.job_id]
             matched = sum(1 for h in job["history"] if h["status"] == "Matched")
+            runs = starts(job["history"])
             ran_at = job.get("site")
             explain_ok: bool | None = None
             if job["status"] in ("Done", "Failed") and ran_at in queue_of:
@@ -457,9 +462,11 @@ class Scenario:
                               and self.killed_pilot_jobs[p] == x.job_id)]
             row = {"label": x.label, "job": x.job_id, "expected": x.status,
                    "status": job["status"], "site": ran_at or "", "matched": matched,
-                   "expected_matches": x.matches, "reschedules": job["reschedule_count"],
+                   "runs": runs, "expected_runs": x.runs,
+                   "reschedules": job["reschedule_count"],
                    "explain": explain_ok, "to_killed_pilot": len(after_kill),
-                   "pilot": job.get("pilot_reference") or ""}
+                   "pilot": job.get("pilot_reference") or "",
+                   "trail": " > ".join(h["status"] for h in job["history"])}
             self.report.jobs.append(row)
             self.report.check("no job lost", job["status"] in FINAL)
             self.report.check("every job in the final state it should have",
@@ -467,7 +474,7 @@ class Scenario:
             self.report.check("every job ran at the site it must run at",
                               x.site is None or job["status"] == "Killed" or ran_at == x.site)
             self.report.check("no job run more often than it was rescheduled",
-                              matched <= x.matches)
+                              runs <= x.runs and runs <= 1 + job["reschedule_count"])
             self.report.check("no job matched to a pilot after that pilot's kill",
                               not after_kill)
             self.report.check("explain agrees with where each job ran", explain_ok is not False)
@@ -557,20 +564,29 @@ class Scenario:
             1 for row in self.report.jobs if row["reschedules"])
 
 
+def starts(history: Sequence[dict[str, Any]]) -> int:
+    """How often a job was started by a pilot: a Running entry right after a Matched one. A
+    match its pilot never confirmed (back to its queue) is no start, nor Running again after
+    Stalled."""
+    return sum(1 for before, after in pairwise(history)
+               if before["status"] == "Matched" and after["status"] == "Running")
+
+
 # -- the table -------------------------------------------------------------------------------
 
 def table(report: Report) -> str:
-    head = ("job", "label", "expected", "status", "site", "matched", "resched",
+    head = ("job", "label", "expected", "status", "site", "runs", "matched", "resched",
             "explain", "killed-pilot")
     rows = [head] + [(str(r["job"]), r["label"], r["expected"], r["status"], r["site"],
-                      f"{r['matched']}/{r['expected_matches']}", str(r["reschedules"]),
+                      f"{r['runs']}/{r['expected_runs']}", str(r["matched"]),
+                      str(r["reschedules"]),
                       {True: "agrees", False: "DISAGREES", None: "-"}[r["explain"]],
                       str(r["to_killed_pilot"])) for r in report.jobs]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True))
              for row in rows]
     lost = sum(1 for r in report.jobs if r["status"] not in FINAL)
-    twice = sum(1 for r in report.jobs if r["matched"] > r["expected_matches"])
+    twice = sum(1 for r in report.jobs if _run_too_often(r))
     to_killed = sum(r["to_killed_pilot"] for r in report.jobs)
     disagree = sum(1 for r in report.jobs if r["explain"] is False)
     lines += ["", f"lost {lost}, run more often than rescheduled {twice}, matched to a killed "
@@ -581,7 +597,18 @@ def table(report: Report) -> str:
               "Retry-After)" for f in report.faults]
     lines += [f"{k}: {v}" for k, v in sorted(report.figures.items())]
     lines += [""] + [f"{'ok  ' if ok else 'FAIL'}  {name}" for name, ok in report.checks.items()]
+    # Last, where a CI log's tail shows it: each job that broke a check, with its history.
+    wrong = [r for r in report.jobs if r["status"] != r["expected"] or _run_too_often(r)
+             or r["to_killed_pilot"] or r["explain"] is False]
+    lines += [""] * bool(wrong) + [
+        f"job {r['job']} ({r['label']}): {r['status']}, ran {r['runs']} time(s) for "
+        f"{r['expected_runs']} expected, pilot {r['pilot'] or '-'}; history: "
+        f"{r.get('trail', '')}" for r in wrong]
     return "\n".join(lines)
+
+
+def _run_too_often(row: dict[str, Any]) -> bool:
+    return bool(row["runs"] > min(row["expected_runs"], 1 + row["reschedules"]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
