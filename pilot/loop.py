@@ -81,6 +81,12 @@ LAST_ATTEMPT = 5.0
 PAYLOAD_TOKEN_WAIT = 15.0
 #: The minor status of a job whose pilot is fetching its input sandboxes.
 INPUT_DOWNLOAD = "Input sandbox download"
+#: Why a payload is stopped when the matcher refuses its start: the job went back to its
+#: queue (or to another pilot) before this pilot's Running report arrived.
+NOT_THIS_PILOTS = "the job is no longer this pilot's"
+#: What the matcher answers a report on a job that is not this pilot's (any more): given to
+#: another pilot (403), unknown (404), no longer active (409). No plainer report helps.
+NOT_OURS = frozenset({403, 404, 409})
 
 
 @dataclass(frozen=True)
@@ -176,6 +182,9 @@ class Pilot:
     #: The GPU devices each running payload got, by job id.
     gpus_held: dict[int, tuple[str, ...]] = field(default_factory=dict)
     outbox: list[_Report] = field(default_factory=list)
+    #: Jobs the matcher said are not this pilot's while their payload ran: stopped, and
+    #: nothing is reported nor uploaded for them.
+    disowned: set[int] = field(default_factory=set)
     summary: Summary = field(default_factory=Summary)
     retiring: str = ""
     _signalled: str = ""
@@ -474,6 +483,14 @@ class Pilot:
             del self.payloads[job_id]
             # What the payload left running ends with it; its CPU time counts.
             self.reaper.end(job_id, min(self.options.grace, LEFTOVER_GRACE))
+            if job_id in self.disowned:
+                self.disowned.discard(job_id)
+                self.summary.killed += 1
+                log.info("job %d stopped (%s); nothing to report", job_id, NOT_THIS_PILOTS,
+                         extra=concerning(job_id))
+                self._finished(p)
+                self._write_jobstatus(now)
+                continue
             body: dict[str, Any] = {"exit_code": code, "output_tail": p.tail(),
                                     "cpu_used": p.cpu_used()}
             why = p.stopping[1] if p.stopping else ""
@@ -556,6 +573,10 @@ class Pilot:
                             extra=concerning(report.job_id))
                 return self.report_backoff.next_delay()
             except RefusedError as exc:
+                if exc.status in NOT_OURS:
+                    self._disown(report.job_id, exc)
+                    self.outbox.pop(0)
+                    continue
                 if report.refusals < REPORT_REFUSALS:
                     report.refusals += 1
                     report.body = plainer_report(report.body, report.refusals, exc.status)
@@ -567,6 +588,18 @@ class Pilot:
             self.outbox.pop(0)
             self.report_backoff.reset()
         return 0.0
+
+    def _disown(self, job_id: int, exc: RefusedError) -> None:
+        """The matcher says the job is not this pilot's: its payload, if it still runs,
+        stops now (it may be running on another node already), and what is queued about
+        it is dropped."""
+        log.error("job %d is not this pilot's to run any more: %s", job_id, exc,
+                  extra=concerning(job_id))
+        self.outbox[1:] = [r for r in self.outbox[1:] if r.job_id != job_id]
+        payload = self.payloads.get(job_id)
+        if payload is not None:
+            self.disowned.add(job_id)
+            payload.stop(NOT_THIS_PILOTS, self.clock())
 
     def _deliver_remaining(self) -> None:
         """Deliver the queued reports, retrying until --report-timeout; but after a signal,

@@ -13,6 +13,8 @@ import requests
 
 from matcher.auth import issue_token
 from pilot.loop import EXIT_KILLED, KILLED_BY_MATCHER
+from pilot.protocol import JOB_STATUS_PATH
+from tests.integration.holdproxy import holding_proxy
 from tests.integration.pilots import payload_processes, running
 from tests.integration.test_pilot import SECRET, SITE, Grid, _finish, grid
 
@@ -86,3 +88,66 @@ def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
         assert answer["jobs"] == [] and answer["no_match"]["reason"] == "pilot_killed"
     job = grid.job(job_id)
     assert (job["status"], job["reschedule_count"]) == ("Waiting", 1), job
+
+
+def test_a_payload_whose_start_the_matcher_refuses_is_stopped_at_once(
+        grid: Grid, tmp_path: Path) -> None:
+    """A pilot's Running report held up in the network until the job went back and another
+    pilot took it (the watchdog's matched lease, an owner's reschedule): when the report
+    arrives and is refused, the pilot stops that payload then and there, not after it ran
+    (a job run twice, on two nodes)."""
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN, encoding="utf-8")
+    ended = tmp_path / "ended"
+    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {ended}"; '
+           'CPUTime = 600 ]')
+    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(),
+                              headers={"Content-Type": "text/plain"}, timeout=30)
+    assert response.status_code == 201, response.text
+    (job_id,) = response.json()["job_ids"]
+    status_path = "/api/v1" + JOB_STATUS_PATH.format(job_id=job_id)
+
+    def running_report(method: str, path: str, body: bytes) -> bool:
+        return method == "POST" and path == status_path and b'"Running"' in body
+
+    with holding_proxy(grid.base, running_report) as (proxy, holding):
+        # Heartbeats far apart: what stops the payload is the refusal, not a kill command.
+        proc = grid.pilot("--matcher", proxy, "--cores", "1", "--idle-timeout", "4",
+                          "--heartbeat", "60")
+        try:
+            assert holding.arrived.wait(timeout=60), "the pilot never reported Running"
+            pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
+            deadline = time.monotonic() + 30
+            while not pid_file.exists():
+                assert time.monotonic() < deadline, "the payload never started"
+                time.sleep(0.1)
+            processes = payload_processes(proc.pid, pid_file.parent)
+            assert processes, "the payload's processes were not found"
+            reference = grid.job(job_id)["pilot_reference"]
+            # Meanwhile the job goes back to its queue and another pilot takes it.
+            back = grid.user.post(f"{grid.base}/api/v1/jobs/{job_id}/reschedule",
+                                  json={"reason": "its pilot is silent"}, timeout=30)
+            assert back.status_code == 200, back.text
+            other = requests.post(
+                f"{grid.base}/api/v1/pilots/match",
+                headers={"Authorization": f"Bearer {grid.pilot_token}"},
+                json={"resource": {"vo": "lhcb", "site": SITE, "cores": 1,
+                                   "pilot_reference": "another-pilot"}}, timeout=30).json()
+            assert [j["job_id"] for j in other["jobs"]] == [job_id], other
+            holding.release.set()
+            code, out = _finish(proc, timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert f"job {job_id} is not this pilot's to run any more" in out, out
+    # Stopped by the refusal (SIGKILL after --grace: it ignores SIGTERM), not run to its end.
+    assert running(processes) == []
+    assert not ended.exists()
+    job = grid.job(job_id)
+    assert (job["status"], job["pilot_reference"]) == ("Matched", "another-pilot"), job
+    assert reference != "another-pilot"
+    # Nothing the first pilot said moved the job: no Running, no end.
+    statuses = [h["status"] for h in job["history"]]
+    assert statuses[-1] == "Matched" and "Running" not in statuses, statuses
+    assert code == 0, out
