@@ -27,6 +27,10 @@ class Job:
     vo: str = "vo"
     #: GPUs it asks for (NumberOfGPUs); only on nodes with GPUs.
     gpus: int = 0
+    #: Its class in the scenario's mix (an index; -1: a job given apart from the mix), and
+    #: when it last entered the queue (seconds; set by the simulation).
+    job_class: int = -1
+    queued: float = 0.0
 
 
 class CentralQueue(Protocol):
@@ -41,10 +45,12 @@ class CentralQueue(Protocol):
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False,
+              memory_per_core: int | None = None) -> Job | None:
         """The job a pilot's match request gets, or None (``memory``: free MB, None: not
         limited; ``gpus``: free GPUs; ``gpu_jobs_only``: a job that needs a GPU, the
-        ``gpu_first`` what-if, which the real matcher has no rule for)."""
+        ``gpu_first`` what-if; ``memory_per_core``: the most memory a job may need per core,
+        the ``memory_per_core_rule`` what-if; the real matcher has a rule for neither)."""
 
     def fits(self, vo: str, free: int, memory: int | None, gpus: int = 0
              ) -> tuple[bool, bool, bool]:
@@ -76,10 +82,11 @@ class ModelQueue:
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False,
+              memory_per_core: int | None = None) -> Job | None:
         queues = self.vos.get(vo)
         job = None if queues is None else queues.match(processors, cpu_time_left, memory,
-                                                       gpus, gpu_jobs_only)
+                                                       gpus, gpu_jobs_only, memory_per_core)
         if job is not None:
             self.waiting -= 1
             self.waiting_by_vo[vo] -= 1
@@ -99,7 +106,8 @@ class VoQueues:
     matcher's race of exponential clocks (the matching queue with the smallest key is drawn,
     and its key advances by an Exp(priority) step, all priorities equal; a queue that becomes
     non-empty starts from the clock, the key of the last draw), and the drawn queue's oldest
-    job is given."""
+    job is given. The what-if ``memory_per_core`` (no rule of the matcher) also leaves out
+    the queues whose memory bucket is above that times their cores."""
 
     def __init__(self, scenario: Scenario, rng: random.Random) -> None:
         self.s = scenario
@@ -128,14 +136,16 @@ class VoQueues:
             q.append(job)
 
     def match(self, processors: int, cpu_time_left: int | None, memory: int | None,
-              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False,
+              memory_per_core: int | None = None) -> Job | None:
         keys = self.draw_keys
         best: tuple[int, int, int, int] | None = None
         best_key = math.inf
         for k in self.nonempty:
             if k[0] <= processors and (cpu_time_left is None or k[1] <= cpu_time_left) and (
                     memory is None or k[2] <= memory) and k[3] <= gpus and (
-                    k[3] > 0 or not gpu_jobs_only):
+                    k[3] > 0 or not gpu_jobs_only) and (
+                    memory_per_core is None or k[2] <= memory_per_core * k[0]):
                 d = keys[k]
                 if d < best_key or (d == best_key and best is not None and k < best):
                     best, best_key = k, d

@@ -37,6 +37,7 @@ from pilot.draincost import PilotCost, assess, drain_order, kill_order
 from pilot.features import Limits
 from pilot.jobstatus import RunningPayload, compute_status
 from pilot.planning import (
+    MEMORY_BUCKET_SLACK,
     Ask,
     expected_end,
     memory_first,
@@ -166,6 +167,19 @@ class RunResult:
     gpu_occupancy: float | None = None
     #: Jobs started in the measured period, per VO.
     started_by_vo: dict[str, int] = field(default_factory=dict)
+    #: Memory used / memory in service while work waits (None: memory not simulated).
+    memory_occupancy: float | None = None
+    #: Per job class (by name; "other" for jobs given apart from the mix): jobs started in
+    #: the measured period, the seconds they had waited in the queue (since they last
+    #: entered it), and the jobs still waiting at the end.
+    started_by_class: dict[str, int] = field(default_factory=dict)
+    wait_by_class: dict[str, float] = field(default_factory=dict)
+    waiting_by_class: dict[str, int] = field(default_factory=dict)
+
+    def mean_wait_hours(self, job_class: str) -> float | None:
+        """The mean time the class's jobs started in the measured period waited, hours."""
+        n = self.started_by_class.get(job_class, 0)
+        return self.wait_by_class.get(job_class, 0.0) / n / HOUR if n else None
 
 
 class Simulation:
@@ -227,6 +241,12 @@ class Simulation:
         self.gpus_in_service = sum(node.gpus for node in self.nodes)
         self.gpu_used_integral = 0.0
         self.gpu_service_integral = 0.0
+        #: Memory (MB) used by running payloads, and its integral while work waits.
+        self.memory_used = 0
+        self.memory_used_integral = 0.0
+        self.started_by_class: Counter[str] = Counter()
+        self.wait_by_class: dict[str, float] = {}
+        self.waiting_by_class: Counter[str] = Counter()
         self.draining_waste = 0.0
         self.kill_waste = 0.0
         self.killed_at_wall = 0
@@ -299,6 +319,13 @@ class Simulation:
             pilots_started=self.pilots_started, started_by_vo=dict(self.started_by_vo),
             drains=self.drains,
             occupancy_series=self.series, events=self.events,
+            memory_occupancy=None if s.memory_per_node_mb is None else (
+                self.memory_used_integral / (self.service_integral * s.memory_per_node_mb
+                                             / s.cores_per_node)
+                if self.service_integral else 0.0),
+            started_by_class=dict(self.started_by_class),
+            wait_by_class=dict(self.wait_by_class),
+            waiting_by_class={k: v for k, v in self.waiting_by_class.items() if v},
             gpu_occupancy=None if not self.s.gpu_nodes else (
                 self.gpu_used_integral / self.gpu_service_integral
                 if self.gpu_service_integral else 0.0),
@@ -316,6 +343,7 @@ class Simulation:
                 self.service_integral += self.in_service * (hi - lo)
                 self.gpu_used_integral += self.gpus_used * (hi - lo)
                 self.gpu_service_integral += self.gpus_in_service * (hi - lo)
+                self.memory_used_integral += self.memory_used * (hi - lo)
             self.last = time
         self.now = time
 
@@ -335,7 +363,8 @@ class Simulation:
         cpu_time = max(1, round(hours * HOUR * c.cores * s.cpu_factor))
         run = cpu_time / s.cpu_factor / c.cores * rng.uniform(s.error_min, s.error_max)
         self.job_count += 1
-        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb, c.vo, c.gpus)
+        return Job(self.job_count, c.cores, cpu_time, run, c.memory_mb, c.vo, c.gpus,
+                   min(i, len(self.s.job_classes) - 1))
 
     def _arrivals(self, _time: float, hours: float) -> None:
         s = self.s
@@ -351,7 +380,12 @@ class Simulation:
             self._enqueue(self._new_job(), front=False)
 
     def _enqueue(self, job: Job, *, front: bool) -> None:
+        job.queued = self.now
+        self.waiting_by_class[self._class_name(job)] += 1
         self.central.enqueue(job, front=front, now=self.now)
+
+    def _class_name(self, job: Job) -> str:
+        return self.s.job_classes[job.job_class].name if job.job_class >= 0 else "other"
 
     def _work_returned(self) -> None:
         """Jobs came back to the queue: hungry pilots ask again, idle nodes get pilots."""
@@ -495,11 +529,20 @@ class Simulation:
                 return
             first = memory_first(ask, memory_mb=p.memory, cores=p.cores) \
                 if s.memory_first else None
+            per_core = None
+            if s.memory_per_core_rule and ask.memory is not None and p.memory is not None:
+                # The memory left per free core, and an eighth more: the task queues round
+                # a job's memory up by as much (as memory_first offers).
+                per_core = ask.memory // ask.processors
+                per_core += per_core // MEMORY_BUCKET_SLACK
+                if s.memory_per_core_rule == "binding" and \
+                        ask.memory * p.cores >= p.memory * ask.processors:
+                    per_core = None  # at least its cores' share left per free core
             job = None if first is None else self._match(p, first)
             if job is None and s.gpu_first and p.gpus > p.gpus_used:
                 job = self._match(p, ask, gpu_jobs_only=True)
             if job is None:
-                job = self._match(p, ask)
+                job = self._match(p, ask, memory_per_core=per_core)
             if job is None:
                 self.hungry.add(p)
                 if not p.payloads:
@@ -509,10 +552,12 @@ class Simulation:
             p.asked_once = True
             self._start_payload(p, job, limits)
 
-    def _match(self, p: Pilot, ask: Ask, *, gpu_jobs_only: bool = False) -> Job | None:
+    def _match(self, p: Pilot, ask: Ask, *, gpu_jobs_only: bool = False,
+               memory_per_core: int | None = None) -> Job | None:
         return self.central.match(p.vo, p.reference, ask.processors, ask.cpu_time_left,
                                   ask.memory, self.now, gpus=p.gpus - p.gpus_used,
-                                  gpu_jobs_only=gpu_jobs_only)
+                                  gpu_jobs_only=gpu_jobs_only,
+                                  memory_per_core=memory_per_core)
 
     def _start_payload(self, p: Pilot, job: Job, limits: Limits) -> None:
         now = self.now
@@ -523,15 +568,20 @@ class Simulation:
         p.payloads[job.id] = r
         p.used += cores
         p.memory_used += job.memory
+        self.memory_used += job.memory
         p.gpus_used += job.gpus
         self.gpus_used += job.gpus
         p.node.used += cores
         self.used += cores
         p.idle_end = None
         self._ensure_wall(p)
+        name = self._class_name(job)
+        self.waiting_by_class[name] -= 1
         if self._measuring():
             self.started += 1
             self.started_by_vo[job.vo] += 1
+            self.started_by_class[name] += 1
+            self.wait_by_class[name] = self.wait_by_class.get(name, 0.0) + now - job.queued
         actual = now + job.run_seconds
         if actual <= max_end:
             self.push(actual, _END, (p, job.id))
@@ -546,6 +596,7 @@ class Simulation:
             node.drain_since = self.now
         p.used -= r.cores
         p.memory_used -= r.job.memory
+        self.memory_used -= r.job.memory
         p.gpus_used -= r.job.gpus
         self.gpus_used -= r.job.gpus
         node.used -= r.cores

@@ -67,10 +67,14 @@ class TaskQueueCentral:
 
     def match(self, vo: str, pilot_reference: str, processors: int,
               cpu_time_left: int | None, memory: int | None, now: float, *,
-              gpus: int = 0, gpu_jobs_only: bool = False) -> Job | None:
+              gpus: int = 0, gpu_jobs_only: bool = False,
+              memory_per_core: int | None = None) -> Job | None:
         if gpu_jobs_only:
             raise ValueError("the matcher has no rule for 'jobs that need a GPU only': "
                              "gpu_first is a what-if of the model queue")
+        if memory_per_core is not None:
+            raise ValueError("the matcher has no rule for memory per core: "
+                             "memory_per_core_rule is a what-if of the model queue")
         node = NodeDescription(vo=vo, reference=pilot_reference)
         resource = parse_resource(node.resource(free_cores=processors, free_memory_mb=memory,
                                                 cpu_time_left=cpu_time_left,

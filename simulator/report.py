@@ -77,6 +77,27 @@ class Comparison:
             return None
         return Estimate.of([100.0 * v for v in values if v is not None])
 
+    def memory_occupancy(self, policy: str) -> Estimate | None:
+        """Memory used per memory in service while work waits, % (None: no memory)."""
+        values = [r.memory_occupancy for r in self.runs[policy]]
+        if any(v is None for v in values):
+            return None
+        return Estimate.of([100.0 * v for v in values if v is not None])
+
+    def classes(self, policy: str) -> dict[str, dict[str, Any]]:
+        """Per job class of the scenario: jobs started in the measured period, the mean
+        hours they waited (a run with none started counts 0) and the jobs still waiting at
+        the end, over the seeds."""
+        runs = self.runs[policy]
+        return {c.name: {
+            "started": Estimate.of([float(r.started_by_class.get(c.name, 0))
+                                    for r in runs]).as_dict(),
+            "mean_wait_hours": Estimate.of([r.mean_wait_hours(c.name) or 0.0
+                                            for r in runs]).as_dict(),
+            "waiting_at_end": Estimate.of([float(r.waiting_by_class.get(c.name, 0))
+                                           for r in runs]).as_dict(),
+        } for c in self.scenario.job_classes}
+
     def reduction(self, better: str, worse: str, key: str) -> float | None:
         """1 - mean(better) / mean(worse), over the same seeds (None: a policy is missing or
         the worse one wasted nothing)."""
@@ -120,6 +141,11 @@ class Comparison:
             "seeds": list(self.seeds),
             "run_seconds": self.seconds,
             "headline": self.headline(),
+            # The most of the cores the mix can keep busy with the memory the nodes have
+            # (a class-blind draw; None: memory not simulated), %.
+            "memory_bound_core_occupancy": None if (
+                bound := self.scenario.memory_bound_core_occupancy()) is None
+            else 100.0 * bound,
             "policies": {
                 p.name: {
                     "time_aware": p.time_aware, "victim": p.victim,
@@ -127,6 +153,9 @@ class Comparison:
                     **{key: self.estimate(p.name, key).as_dict() for key, _, _ in FIGURES},
                     **({"gpu_occupancy": gpu.as_dict()}
                        if (gpu := self.gpu_occupancy(p.name)) is not None else {}),
+                    **({"memory_occupancy": mem.as_dict()}
+                       if (mem := self.memory_occupancy(p.name)) is not None else {}),
+                    "job_classes": self.classes(p.name),
                     "idle_share_while_work_waits": {
                         reason: Estimate.of([r.idle.get(reason, 0.0) for r in
                                              self.runs[p.name]]).as_dict()
@@ -245,6 +274,24 @@ def render_table(c: Comparison) -> str:
     if gpu is not None:
         notes.append(f"GPU occupancy of {c.policies[0].name} while work waits "
                      f"({s.gpu_nodes} nodes x {s.gpus_per_node} GPUs): {_cell(gpu, 2)}%")
+    bound = s.memory_bound_core_occupancy()
+    ref = c.policies[0].name
+    if bound is not None and ref in c.runs:
+        mem = c.memory_occupancy(ref)
+        occ_ref = c.estimate(ref, "occupancy")
+        notes.append(
+            f"memory-bound core occupancy of the job mix: {100 * bound:.2f}% (the nodes' "
+            f"memory per core over what the mix needs per core-hour); {ref} reaches "
+            f"{100 * occ_ref.mean / (100 * bound):.1f}% of it, with "
+            + ("" if mem is None else f"{_cell(mem, 2)}% of the memory busy") + " while work "
+            "waits")
+    if ref in c.runs:
+        notes.append(f"per job class, {ref}: jobs started, mean wait (h), waiting at the end")
+        for name, figures in c.classes(ref).items():
+            notes.append(f"  {name}: {figures['started']['mean']:.0f}, "
+                         f"{figures['mean_wait_hours']['mean']:.2f} ± "
+                         f"{figures['mean_wait_hours']['ci95']:.2f}, "
+                         f"{figures['waiting_at_end']['mean']:.0f}")
     red = c.paired_reduction("multi/aware/drain-cost", "multi/aware/random",
                              "free_nodes_draining_waste_core_hours")
     if red is not None:
