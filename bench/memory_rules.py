@@ -24,14 +24,14 @@ from simulator.report import Estimate, compare
 BASE = PRESETS["wide-week"].scenario
 
 VARIANTS: dict[str, Scenario] = {
-    "pilot as it is": BASE,
-    "memory_first": dataclasses.replace(BASE, memory_first=True),
-    "per-core rule when binding": dataclasses.replace(BASE, memory_per_core_rule="binding"),
-    "per-core rule always": dataclasses.replace(BASE, memory_per_core_rule="always"),
-    "exact buckets (7 bits)": dataclasses.replace(BASE, significant_bits=7),
-    "exact buckets, per-core rule when binding": dataclasses.replace(
+    "as-is": BASE,
+    "memory-first": dataclasses.replace(BASE, memory_first=True),
+    "per-core-binding": dataclasses.replace(BASE, memory_per_core_rule="binding"),
+    "per-core-always": dataclasses.replace(BASE, memory_per_core_rule="always"),
+    "exact-buckets": dataclasses.replace(BASE, significant_bits=7),
+    "exact-buckets-per-core-binding": dataclasses.replace(
         BASE, significant_bits=7, memory_per_core_rule="binding"),
-    "exact buckets, per-core rule always": dataclasses.replace(
+    "exact-buckets-per-core-always": dataclasses.replace(
         BASE, significant_bits=7, memory_per_core_rule="always"),
 }
 
