@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from gridpilot import schema
@@ -20,11 +20,19 @@ from taskqueue.core.settings import Settings
 from taskqueue.core.states import JobStatus
 from taskqueue.db import jobcounts
 from taskqueue.db.database import make_engine, make_session_factory, run_in_transaction
-from taskqueue.db.models import Job, jobs_table, purged_jobs_table, tq_jobs_table
+from taskqueue.db.models import (
+    Job,
+    job_count_deltas_table,
+    jobs_table,
+    purged_jobs_table,
+    tq_jobs_table,
+)
 from taskqueue.pilots.pilotmatch import match_for_pilot
+from taskqueue.pilots.pilotreports import Beat, heartbeat
 from taskqueue.queues.jobcontrol import kill_job, reschedule_job
 from taskqueue.queues.jobs import apply_transition
 from taskqueue.queues.purge import purge_batch, purged_counts
+from taskqueue.queues.taskqueues import remove_jobs_from_queues
 from tests.conftest import Database, _server_database
 from tests.helpers import requirements, submit
 
@@ -82,6 +90,57 @@ def test_the_totals_follow_every_change(db: Database, settings: Settings, now: d
     assert batch.by_vo == {"lhcb": 1}
     assert _folded(db) == before == _counted(db)
     assert before[("lhcb", "Done")] == 1
+
+
+def _deltas(session: Session) -> int:
+    return int(session.scalar(select(func.count()).select_from(job_count_deltas_table)) or 0)
+
+
+def test_a_heartbeat_counts_nothing_and_bulk_changes_count_exactly(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """A heartbeat sets no status: it writes no delta (on PostgreSQL it calls no counting
+    function at all); a bulk submission, a claim and a bulk kill keep the totals exact."""
+    with db.factory.begin() as s:
+        ids = submit(s, settings, now, [requirements(owner=f"u{i % 3}") for i in range(40)]
+                     + [requirements(vo="belle")] * 3)
+    assert _folded(db) == _counted(db) == {("lhcb", "Waiting"): 40, ("belle", "Waiting"): 3}
+    answer = match_for_pilot(db.matches, parse_resource({"vo": "lhcb", "pilot_reference": "p"}),
+                             now=now, count=3)
+    matched = [j.id for j in answer.jobs]
+    assert len(matched) == 3
+    with db.factory.begin() as s:
+        apply_transition(s, matched[:2], JobStatus.MATCHED, JobStatus.RUNNING,
+                         minor_status="started", source="test", now=now)
+    assert _folded(db) == _counted(db)
+    postgresql = db.backend == "postgresql"
+    calls = text("SELECT coalesce(pg_stat_get_xact_function_calls("
+                 "'gridpilot_count_changed_jobs()'::regprocedure), 0)")
+    with db.factory.begin() as s:
+        if postgresql:  # the calls of PL/pgSQL functions, counted in this transaction
+            s.execute(text("SET LOCAL track_functions = 'pl'"))
+        assert _deltas(s) == 0
+        commands = heartbeat(s, vo="lhcb", pilot_reference="p",
+                             beats=[Beat(matched[0], cpu_used=10.0, progress="half"),
+                                    Beat(matched[1], output_tail="line")], now=now)
+        assert commands == {}
+        assert _deltas(s) == 0
+        if postgresql:
+            assert s.scalar(calls) == 0
+        # The same transaction's status change is counted: the probe sees the trigger's call.
+        apply_transition(s, [matched[2]], JobStatus.MATCHED, JobStatus.RUNNING,
+                         minor_status="started", source="test", now=now)
+        assert _deltas(s) == 2
+        if postgresql:
+            assert s.scalar(calls) == 1
+    assert _folded(db) == _counted(db)
+    waiting = [i for i in ids[:40] if i not in matched]
+    with db.factory.begin() as s:
+        assert remove_jobs_from_queues(s, waiting, now=now) == len(waiting)
+        apply_transition(s, waiting, JobStatus.WAITING, JobStatus.KILLED,
+                         minor_status="Killed by olga", source="olga", now=now,
+                         values={"ended_at": now})
+    assert _folded(db) == _counted(db) == {("lhcb", "Killed"): 37, ("lhcb", "Running"): 3,
+                                           ("belle", "Waiting"): 3}
 
 
 def test_a_fold_takes_only_what_is_committed(db: Database, settings: Settings, now: datetime
