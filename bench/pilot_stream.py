@@ -223,6 +223,7 @@ def clear_vos(url: str, vos: Sequence[str]) -> None:
     from taskqueue.db.database import make_engine
     from taskqueue.db.models import (
         history_table,
+        job_payloads_table,
         jobs_table,
         task_queues_table,
         tq_banned_sites_table,
@@ -244,6 +245,8 @@ def clear_vos(url: str, vos: Sequence[str]) -> None:
                           tq_tags_table):
                 conn.execute(delete(table).where(table.c.tq_id.in_(queues)))
             conn.execute(delete(history_table).where(history_table.c.job_id.in_(jobs)))
+            conn.execute(delete(job_payloads_table).where(
+                job_payloads_table.c.job_id.in_(jobs)))
             conn.execute(delete(tq_jobs_table).where(tq_jobs_table.c.job_id.in_(jobs)))
             conn.execute(delete(jobs_table).where(jobs_table.c.vo.in_(vos)))
             conn.execute(delete(task_queues_table).where(task_queues_table.c.vo.in_(vos)))
@@ -440,10 +443,43 @@ def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int,
           "method": "COPY" if backend == "postgresql" else "INSERT"})
 
 
+#: Whether the workload's jobs are loaded with their stored payloads (job_payloads), as a
+#: submission stores them; False: as jobs stored before migration 0041, whose match answer
+#: parses each description (--stored-payloads no).
+STORED_PAYLOADS = True
+
+
+def store_payloads_of(url: str, vo: str) -> None:
+    """Store the payload of every job of ``vo``, as a submission does
+    (optimizers.description.payload_json of its description)."""
+    from sqlalchemy import select
+
+    from optimizers.chain import stored_description
+    from optimizers.description import payload_json
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import jobs_table
+    from taskqueue.queues.jobs import store_payloads
+
+    j = jobs_table.c
+    engine = make_engine(url)
+    try:
+        with make_session_factory(engine).begin() as session:
+            rows = session.execute(select(j.id, j.description, j.description_format,
+                                          j.bulk_index).where(j.vo == vo)).all()
+            store_payloads(session, [
+                (r.id, payload_json(stored_description(r.description, r.description_format,
+                                                       r.bulk_index), r.id)) for r in rows],
+                new=True)
+    finally:
+        engine.dispose()
+
+
 def load_workload(url: str, backend: str, wl: Workload) -> list[int]:
     clear_vos(url, [VO])
     t0 = time.perf_counter()
     tq_ids = load(url, backend, VO, GROUP, wl.k, wl.job_queue, wl.priority)
+    if STORED_PAYLOADS:
+        store_payloads_of(url, VO)
     recompute(url, [VO], [GROUP])
     log(f"K={wl.k}: loaded {len(wl.job_queue):,} jobs in {time.perf_counter() - t0:.1f} s")
     return tq_ids
@@ -1143,6 +1179,7 @@ def measure(url: str, backend: str, wl: Workload, job_ids: list[int], *, process
         record["workers"] = http["workers"]
         record["worker_threads"] = http["threads"]
         record["matcher_cpu_ms_per_claim"] = per_claim(gunicorn_cpu)
+    record["stored_payloads"] = STORED_PAYLOADS
     for key, attr in (("miss_samples", "miss_samples"), ("violation_samples",
                                                          "violation_samples"),
                       ("error_samples", "error_samples")):
@@ -1214,6 +1251,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "1: sync workers)")
     parser.add_argument("--http-counts", type=int_list, default=[1, 4],
                         help="comma list of jobs per HTTP match request (default 1,4)")
+    parser.add_argument("--stored-payloads", choices=("yes", "no"), default="yes",
+                        help="load the jobs with their stored payloads (job_payloads), as a "
+                             "submission stores them (default); no: as jobs stored before "
+                             "migration 0041, whose match answer parses each description")
     parser.add_argument("--profile", default=None,
                         help="profile the first claimer of each 1-process measurement with "
                              "pyinstrument; its text report goes to PROFILE-<backend>-k<K>.txt")
@@ -1235,6 +1276,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     end_on_signals()
+    global STORED_PAYLOADS
+    STORED_PAYLOADS = args.stored_payloads == "yes"
     if args.path == "claim_function" and backend_of(args.url or "sqlite://") not in (
             "postgresql", "mariadb"):
         raise SystemExit("--path claim_function needs PostgreSQL or MariaDB (a database "

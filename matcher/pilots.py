@@ -6,6 +6,7 @@ their logs, and a kill through their compute element."""
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -21,7 +22,7 @@ from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
-from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.description import JobDescription, JobDescriptionError, payload_fields
 from optimizers.queuework import queue_pools_and_waiting
 from pilot import protocol
 from pilot.protocol import ISOLATED_TAG, JobPayload
@@ -164,27 +165,29 @@ def _judge_empty_answer(call: Call, resource: Resource) -> None:
 
 
 def payload(job: Any) -> JobPayload:
-    """What a pilot needs to run ``job``, from its stored description."""
-    try:
-        desc = DESCRIPTIONS.get(job.description, job.description_format,
-                                job.bulk_index).for_job(job.id)
-    except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
-        raise Problem(500, f"job {job.id}'s stored description cannot be read: {exc}") from exc
+    """What a pilot needs to run ``job``: the fields stored from its description when it was
+    read at submission or optimization (job_payloads), or for a job stored without them, its
+    description read again."""
+    stored = job.payload
+    if stored is not None:
+        fields = json.loads(stored)
+    else:
+        try:
+            fields = payload_fields(DESCRIPTIONS.get(job.description, job.description_format,
+                                                     job.bulk_index), job.id)
+        except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
+            raise Problem(500, f"job {job.id}'s stored description cannot be read: "
+                          f"{exc}") from exc
     return JobPayload(
         job_id=job.id, vo=job.vo, owner=job.owner, owner_group=job.owner_group,
-        job_type=job.job_type, executable=desc.executable, arguments=list(desc.arguments),
-        environment=dict(desc.environment), cpu_time=desc.cpu_time,
-        processors=desc.processors, memory=desc.memory, gpus=desc.gpus,
-        input_sandbox=list(desc.input_sandbox), output_sandbox=list(desc.output_sandbox),
-        stdout=desc.stdout, stderr=desc.stderr, stdin=desc.stdin, job_name=desc.job_name,
-        container_image=desc.container_image, description=job.description,
-        description_format=job.description_format,
-        extra=dict(desc.extra))
+        job_type=job.job_type, description=job.description,
+        description_format=job.description_format, **fields)
 
 
 class Descriptions:
     """The descriptions of the jobs handed out lately, read from their stored text, by a
-    digest of that text, its format and the job's place in it.
+    digest of that text, its format and the job's place in it: for the jobs stored without
+    their payload (job_payloads, before migration 0041), the others' is read with the claim.
 
     The jobs of one bulk submission (a parametric description, a list of JSON jobs) share
     their text, and reading it again for each job (a ClassAd parse of the whole text) costs

@@ -35,7 +35,7 @@ from optimizers.datalocation import (
     ReplicaCatalogue,
     locate_jobs,
 )
-from optimizers.description import JobDescription, JobDescriptionError
+from optimizers.description import JobDescription, JobDescriptionError, payload_json
 from optimizers.gridattributes import vo_mismatch
 from optimizers.jdl import parse_jdl
 from optimizers.jobjson import parse_json_bulk, parse_json_text
@@ -57,6 +57,7 @@ from taskqueue.queues.jobs import (
     apply_transition,
     lock_received_jobs,
     name_jobs,
+    store_payloads,
 )
 from taskqueue.queues.submitpools import canonical_text, set_pool_queues, store_submit_pool
 from taskqueue.queues.taskqueues import (
@@ -242,6 +243,8 @@ def submit(session: Session, submissions: Sequence[Submission], identity: Identi
             for (i, _, priority), tq_id in zip(queued, plan.queue_ids, strict=True)])
     if plan is not None:
         finish_queues(session, ctx.settings, plan)
+    store_payloads(session, [(job_id, payload_json(s.description, job_id))
+                             for job_id, s in zip(ids, submissions, strict=True)], new=True)
     name_jobs(session, [(job_id, s.description.for_job(job_id).job_name or "")
                         for job_id, s in zip(ids, submissions, strict=True)
                         if s.description.job_name and "%j" in s.description.job_name])
@@ -305,6 +308,9 @@ def optimize_received(session: Session, ctx: ChainContext, *, limit: int = 1000,
         except IndexError:
             broken[row.id] = (f"Job sanity: the description does not hold job {row.bulk_index} "
                               "of its bulk")
+    # A job stored without its payload (before job_payloads) gets it now; one rescheduled
+    # keeps its own.
+    store_payloads(session, [(job_id, payload_json(desc, job_id)) for job_id, _, desc in work])
     result = run_chain(session, work, ctx) if work else ChainResult()
     if broken:
         _fail(session, broken, JobStatus.RECEIVED, ctx.now)

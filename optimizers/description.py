@@ -10,6 +10,7 @@ mapping, expands parametric jobs and returns :class:`JobDescription` objects. Ev
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import posixpath
 import re
@@ -126,6 +127,44 @@ class JobDescription:
             stdin=text(self.stdin), stdout=text(self.stdout), stderr=text(self.stderr),
             input_sandbox=text(self.input_sandbox), output_sandbox=text(self.output_sandbox),
             job_name=text(self.job_name), extra=text(dict(self.extra)))
+
+
+def payload_fields(desc: JobDescription, job_id: int) -> dict[str, Any]:
+    """The fields of pilot.protocol.JobPayload that job ``job_id``'s description gives
+    (``%j`` replaced, :meth:`JobDescription.for_job`), in that class's order."""
+    if _has_job_mark(desc):
+        desc = desc.for_job(job_id)
+    return {
+        "executable": desc.executable, "arguments": list(desc.arguments),
+        "environment": dict(desc.environment), "cpu_time": desc.cpu_time,
+        "processors": desc.processors, "memory": desc.memory, "gpus": desc.gpus,
+        "input_sandbox": list(desc.input_sandbox), "output_sandbox": list(desc.output_sandbox),
+        "stdout": desc.stdout, "stderr": desc.stderr, "stdin": desc.stdin,
+        "job_name": desc.job_name, "container_image": desc.container_image,
+        "extra": dict(desc.extra)}
+
+
+def payload_json(desc: JobDescription, job_id: int) -> str:
+    """:func:`payload_fields` as compact JSON, as stored with the job (job_payloads) for the
+    match answer (ASCII: a lone surrogate of a text stays an escape)."""
+    return json.dumps(payload_fields(desc, job_id), separators=(",", ":"))
+
+
+def _has_job_mark(desc: JobDescription) -> bool:
+    """Whether a text field :meth:`JobDescription.for_job` rewrites holds ``%j`` (most do
+    not, and then the description is the job's as it is)."""
+    def holds(value: Any) -> bool:
+        if isinstance(value, str):
+            return "%j" in value
+        if isinstance(value, list | tuple):
+            return any(holds(v) for v in value)
+        if isinstance(value, Mapping):
+            return any(holds(v) for v in value.values())
+        return False
+    return any(holds(v) for v in (
+        desc.executable, desc.arguments, desc.environment, desc.directory, desc.stdin,
+        desc.stdout, desc.stderr, desc.input_sandbox, desc.output_sandbox, desc.job_name,
+        desc.extra))
 
 
 #: Canonical field names (JDL spelling) → the key the description uses. Lookup is

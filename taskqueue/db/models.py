@@ -286,6 +286,21 @@ class TaskQueueTag(_TaskQueueValue, Base):
     __table_args__ = (Index(None, "value", "tq_id"),)
 
 
+class JobPayloadRow(Base):
+    """What a pilot is handed of a job's description (the fields of pilot.protocol.JobPayload
+    that come from it, with the job's id in place of ``%j``), as compact JSON written when the
+    description is read at submission or optimization: a match answer reads it instead of
+    parsing the description again. A narrow table of its own, so the wide ``jobs`` row and its
+    indexes do not grow. A job stored without one (before migration 0041) is answered from
+    its description. No foreign key, for the reason given at JobStatusHistory.job_id; its row
+    leaves with its job (taskqueue.queues.purge)."""
+
+    __tablename__ = "job_payloads"
+
+    job_id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=False)
+    payload: Mapped[str] = mapped_column(Text)
+
+
 class TaskQueueJob(Base):
     __tablename__ = "task_queue_jobs"
 
@@ -617,6 +632,7 @@ pilots_table = cast(Table, Pilot.__table__)
 history_table = cast(Table, JobStatusHistory.__table__)
 task_queues_table = cast(Table, TaskQueue.__table__)
 tq_jobs_table = cast(Table, TaskQueueJob.__table__)
+job_payloads_table = cast(Table, JobPayloadRow.__table__)
 tq_sites_table = cast(Table, TaskQueueSite.__table__)
 tq_banned_sites_table = cast(Table, TaskQueueBannedSite.__table__)
 tq_platforms_table = cast(Table, TaskQueuePlatform.__table__)

@@ -70,6 +70,9 @@ class PilotJob(NamedTuple):
     description: str
     description_format: str
     bulk_index: int | None
+    #: What the pilot is handed of its description, as stored with the job (JSON; None for a
+    #: job stored without it, answered from its description).
+    payload: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,14 @@ _FUNCTION_CALL = ("gridpilot_claim("
 #: The payload columns of the claim function, in its order.
 _COLUMNS = ("kind", "job_id", "tq_id", "vo", "owner", "owner_group", "job_type",
             "description", "description_format", "bulk_index")
-_CALL = f"SELECT {', '.join(_COLUMNS)} FROM {_FUNCTION_CALL}"
+#: The job's stored payload (taskqueue.queues.jobs.store_payloads) beside each row the claim
+#: function hands back, read in its statement (so its transaction) by the job's key.
+_PAYLOAD = "(SELECT p.payload FROM job_payloads p WHERE p.job_id = c.job_id)"
+_CALL = (f"SELECT {', '.join('c.' + name for name in _COLUMNS)}, {_PAYLOAD} "
+         f"FROM {_FUNCTION_CALL} AS c")
+#: MariaDB's procedure hands back its rows alone: the payloads of the jobs it claimed are
+#: read after it, in one statement.
+_PAYLOADS_MYSQL = "SELECT job_id, payload FROM job_payloads WHERE job_id IN ({})"
 #: PostgreSQL's codes for a lost race, worth running the claim again.
 _RETRY_STATES = frozenset({"40001", "40P01"})
 #: The claim function's code for a job that left Waiting under it (see the function).
@@ -191,7 +201,8 @@ def match_for_pilot(db: MatchDatabase, resource: Resource, *, now: datetime, cou
 
 #: The jobs one claim stored (see claimed_at), with what a pilot is handed for each.
 _CLAIMED_AT = ("SELECT id, vo, owner, owner_group, job_type, description, description_format, "
-               "bulk_index FROM jobs WHERE pilot_reference = %s AND vo = %s AND status = "
+               "bulk_index, (SELECT p.payload FROM job_payloads p WHERE p.job_id = jobs.id) "
+               "FROM jobs WHERE pilot_reference = %s AND vo = %s AND status = "
                "'Matched' AND heartbeat_at = %s ORDER BY id")
 
 
@@ -286,6 +297,10 @@ def _claim_on_server(engine: Engine, groups: ClaimGroups | None, resource: Resou
     rows = _call(engine, params) if groups is None else groups.call(params)
     jobs = [PilotJob(row[1], *row[3:]) for row in rows if row[0] == "job"]
     claims = [Claim(row[1], row[2]) for row in rows if row[0] == "job"]
+    if jobs and not postgresql:
+        stored = dict(_call(engine, [job.id for job in jobs],
+                            _PAYLOADS_MYSQL.format(", ".join(["%s"] * len(jobs)))))
+        jobs = [job._replace(payload=stored.get(job.id)) for job in jobs]
     last = rows[-1] if rows and rows[-1][0] != "job" else None
     if last is None:
         return None, "", jobs, claims
@@ -362,7 +377,7 @@ def _outcome(engine: Engine, params: tuple[Any, ...]) -> list[tuple[Any, ...]] |
 @functools.cache
 def _group_statement(size: int) -> str:
     """The statement of a group of ``size`` claims (the driver keeps it prepared per size)."""
-    columns = ", ".join(f"c.{name}" for name in _COLUMNS)
+    columns = ", ".join(f"c.{name}" for name in _COLUMNS) + ", " + _PAYLOAD
     named = ", ".join(_COLUMNS)
     return " UNION ALL ".join(
         f"SELECT {i} AS i, c.n, {columns} "

@@ -38,6 +38,7 @@ from taskqueue.db.models import (
     JobStatusHistory,
     UTCDateTime,
     history_table,
+    job_payloads_table,
     jobs_table,
     tq_jobs_table,
 )
@@ -423,12 +424,33 @@ def jobs_by_id(session: Session, job_ids: Sequence[int]) -> list[Job]:
 
 _FOR_PILOT = select(jobs_table.c.id, jobs_table.c.vo, jobs_table.c.owner,
                     jobs_table.c.owner_group, jobs_table.c.job_type, jobs_table.c.description,
-                    jobs_table.c.description_format, jobs_table.c.bulk_index)
+                    jobs_table.c.description_format, jobs_table.c.bulk_index,
+                    job_payloads_table.c.payload).select_from(
+    jobs_table.outerjoin(job_payloads_table, job_payloads_table.c.job_id == jobs_table.c.id))
+
+
+def store_payloads(session: Session, payloads: Sequence[tuple[int, str]], *,
+                   new: bool = False) -> None:
+    """Store what a pilot is handed of each job's description: ``(job id, JSON)``, written
+    once, when the description is read at submission (``new``: jobs just stored, so without
+    a row) or optimization (a job that has its row already, one rescheduled, keeps it: the
+    same text reads the same)."""
+    if not payloads:
+        return
+    conn = session.connection()
+    have: set[int] = set()
+    if not new:
+        have = set(conn.execute(select(job_payloads_table.c.job_id).where(in_ids(
+            job_payloads_table.c.job_id, [i for i, _ in payloads], conn.dialect.name)))
+            .scalars())
+    insert_rows(conn, job_payloads_table, [{"job_id": i, "payload": p}
+                                           for i, p in payloads if i not in have])
 
 
 def jobs_for_pilot(session: Session, job_ids: Sequence[int]) -> list[Any]:
-    """What a pilot is handed for each job (its identity and its description), by id; only
-    the columns needed, for the match path."""
+    """What a pilot is handed for each job (its identity, its description and its stored
+    payload, None for a job stored without one), by id; only the columns needed, for the
+    match path."""
     if not job_ids:
         return []
     conn = session.connection()

@@ -25,6 +25,7 @@ from taskqueue.core.states import FINAL_STATES
 from taskqueue.db.models import (
     JobSandbox,
     history_table,
+    job_payloads_table,
     jobs_table,
     pilot_runs_table,
     purged_jobs_table,
@@ -69,6 +70,8 @@ def purge_batch(session: Session, *, status: str, before: datetime, limit: int) 
         session.execute(delete(history_table).where(history_table.c.job_id.in_(gone)))
         session.execute(delete(tq_jobs_table).where(tq_jobs_table.c.job_id.in_(gone)))
         session.execute(delete(pilot_runs_table).where(pilot_runs_table.c.job_id.in_(gone)))
+        session.execute(delete(job_payloads_table).where(
+            job_payloads_table.c.job_id.in_(gone)))
     by_vo = Counter(row.vo for row in rows if row.id not in left)
     for vo, n in sorted(by_vo.items()):
         _count_purged(session, vo, status, n)

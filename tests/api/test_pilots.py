@@ -11,7 +11,7 @@ import pytest
 from flask import Flask
 
 from taskqueue.core.settings import Settings
-from taskqueue.db.models import jobs_table
+from taskqueue.db.models import job_payloads_table, jobs_table
 from taskqueue.queues.stalled import lock_jobs_of_dead_pilots
 from tests.api.conftest import SECRET, TokenMaker
 from tests.api.helpers import OTHER_SITE, OTHER_VO, PILOT_REF, SITE, VO, Api, assert_problem
@@ -400,16 +400,32 @@ def test_a_blank_pilot_reference_is_refused(client: Api, user_token: str,
     assert client.job(user_token, job_id)["status"] == "Running"
 
 
+def test_the_match_answer_is_built_from_the_payload_stored_at_submission(
+        client: Api, db: Database, user_token: str, pilot_token: str) -> None:
+    """The answer does not read the description again: with its text made unreadable after
+    submission, the job is still handed out, its fields those stored at submission."""
+    [job_id] = client.submit_jdl(user_token, 'Executable = "run.sh"; Arguments = "%j x";')
+    with db.factory.begin() as s:
+        s.execute(jobs_table.update().where(jobs_table.c.id == job_id).values(
+            description="[ unreadable"))
+    answer = client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
+    [job] = answer["jobs"]
+    assert (job["job_id"], job["executable"], job["arguments"], job["description"]) == (
+        job_id, "run.sh", [str(job_id), "x"], "[ unreadable")
+
+
 def test_a_matched_job_whose_stored_text_no_longer_reads_is_failed_not_drawn_again(
         client: Api, db: Database, user_token: str, pilot_token: str) -> None:
-    """A description an earlier reader accepted (here: text the reader now refuses) cannot
-    be handed to a pilot: the job fails at its match with the reason, instead of a 500 at
-    every draw and the job going back to its queue after each matched lease."""
+    """A description an earlier reader accepted (here: text the reader now refuses) of a job
+    stored without its payload (before job_payloads) cannot be handed to a pilot: the job
+    fails at its match with the reason, instead of a 500 at every draw and the job going back
+    to its queue after each matched lease."""
     broken, fine = (client.submit_jdl(user_token, f'Executable = "/bin/{x}";')[0]
                     for x in ("false", "true"))
     with db.factory.begin() as s:
         s.execute(jobs_table.update().where(jobs_table.c.id == broken).values(
             description='[ Executable = "/bin/false"; Arguments = '))
+        s.execute(job_payloads_table.delete().where(job_payloads_table.c.job_id == broken))
     answer = client.match(pilot_token, count=2, pilot_reference=PILOT_REF, site=SITE)
     assert [p["job_id"] for p in answer["jobs"]] == [fine]
     job = client.job(user_token, broken)
@@ -420,6 +436,7 @@ def test_a_matched_job_whose_stored_text_no_longer_reads_is_failed_not_drawn_aga
     with db.factory.begin() as s:
         s.execute(jobs_table.update().where(jobs_table.c.id == lone).values(
             description="["))
+        s.execute(job_payloads_table.delete().where(job_payloads_table.c.job_id == lone))
     again = client.match(pilot_token, pilot_reference=PILOT_REF, site=SITE)
     assert again["jobs"] == [] and again["no_match"]["reason"] == "no_matching_job"
     assert "could not be read" in again["no_match"]["detail"]

@@ -27,6 +27,7 @@ class Row:
     owner: str = "alice"
     owner_group: str = "lhcb_user"
     job_type: str = "User"
+    payload: str | None = None
 
 
 def test_the_same_text_and_place_give_the_same_payload() -> None:
