@@ -444,7 +444,7 @@ def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int,
 
 
 #: Whether the workload's jobs are loaded with their stored payloads (job_payloads), as a
-#: submission stores them; False: as jobs stored before migration 0041, whose match answer
+#: submission stores them; False: as jobs stored before migration 0042, whose match answer
 #: parses each description (--stored-payloads no).
 STORED_PAYLOADS = True
 

@@ -187,7 +187,7 @@ def payload(job: Any) -> JobPayload:
 class Descriptions:
     """The descriptions of the jobs handed out lately, read from their stored text, by a
     digest of that text, its format and the job's place in it: for the jobs stored without
-    their payload (job_payloads, before migration 0041), the others' is read with the claim.
+    their payload (job_payloads, before migration 0042), the others' is read with the claim.
 
     The jobs of one bulk submission (a parametric description, a list of JSON jobs) share
     their text, and reading it again for each job (a ClassAd parse of the whole text) costs

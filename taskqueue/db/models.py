@@ -291,7 +291,7 @@ class JobPayloadRow(Base):
     that come from it, with the job's id in place of ``%j``), as compact JSON written when the
     description is read at submission or optimization: a match answer reads it instead of
     parsing the description again. A narrow table of its own, so the wide ``jobs`` row and its
-    indexes do not grow. A job stored without one (before migration 0041) is answered from
+    indexes do not grow. A job stored without one (before migration 0042) is answered from
     its description. No foreign key, for the reason given at JobStatusHistory.job_id; its row
     leaves with its job (taskqueue.queues.purge)."""
 

@@ -2,7 +2,7 @@
 the description is read, on every database: a submission stores it for each of its jobs, the
 match hands it back with the claimed job (the claim function's statement on PostgreSQL, one
 statement after the procedure on MariaDB, the Python path's read elsewhere), a job stored
-without it (before migration 0041) is matched with none and answered from its text, a
+without it (before migration 0042) is matched with none and answered from its text, a
 rescheduled job keeps its own, the optimizer stores the missing ones, and the purge removes
 it with its job."""
 
