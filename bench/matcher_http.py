@@ -785,6 +785,50 @@ def waiting_jobs(url: str) -> int:
         engine.dispose()
 
 
+#: Whether the bulk-loaded jobs get their stored payloads (job_payloads), as a submission
+#: stores them (--stored-payloads no: as jobs stored before migration 0042, answered by
+#: reading their description).
+STORED_PAYLOADS = True
+
+
+def store_missing_payloads(url: str, batch: int = 10_000) -> int:
+    """Store the payload of every job that has none (the bulk load writes jobs only), as a
+    submission does; returns how many were stored."""
+    from sqlalchemy import select
+
+    from optimizers.chain import stored_description
+    from optimizers.description import JobDescription, payload_json
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import job_payloads_table, jobs_table
+    from taskqueue.queues.jobs import store_payloads
+
+    j, jp = jobs_table.c, job_payloads_table.c
+    read: dict[tuple[str, str, int | None], JobDescription] = {}
+    stored, after = 0, 0
+    engine = make_engine(url)
+    try:
+        while True:
+            with make_session_factory(engine).begin() as session:
+                rows = session.execute(
+                    select(j.id, j.description, j.description_format, j.bulk_index)
+                    .outerjoin(job_payloads_table, jp.job_id == j.id)
+                    .where(jp.job_id.is_(None), j.id > after).order_by(j.id)
+                    .limit(batch)).all()
+                if not rows:
+                    return stored
+                payloads = []
+                for r in rows:
+                    key = (r.description, r.description_format, r.bulk_index)
+                    if key not in read:
+                        read[key] = stored_description(*key)
+                    payloads.append((r.id, payload_json(read[key], r.id)))
+                store_payloads(session, payloads, new=True)
+                stored += len(rows)
+                after = rows[-1].id
+    finally:
+        engine.dispose()
+
+
 def initial_load(tq: ModuleType, fill: Fill, settings: Settings, insert_jobs: int) -> None:
     """``fill.target`` waiting jobs: the first ``insert_jobs`` through the library (they create
     the queues), the rest by bench/queue_ops.py's bulk load."""
@@ -798,6 +842,8 @@ def initial_load(tq: ModuleType, fill: Fill, settings: Settings, insert_jobs: in
         log(f"bulk-filling jobs {done:,}..{fill.target - 1:,}")
         tq.bulk_fill(fill.url, fill.backend, fill.queues, done, fill.target, settings)
     fill.next_number = fill.target
+    if STORED_PAYLOADS:
+        log(f"stored the payloads of {store_missing_payloads(fill.url):,} jobs")
     tq.recompute(fill.url, fill.backend, fill.queues, settings)
 
 
@@ -811,6 +857,8 @@ def top_up(tq: ModuleType, fill: Fill, settings: Settings) -> int:
     first = fill.next_number
     tq.bulk_fill(fill.url, fill.backend, fill.queues, first, first + missing, settings)
     fill.next_number += missing
+    if STORED_PAYLOADS:
+        store_missing_payloads(fill.url)
     revived = reactivate_queues(fill.url)
     if revived:
         log(f"reactivated {revived:,} task queue(s) that the last measurement emptied")
@@ -1088,6 +1136,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="target match requests/s (default 500)")
     parser.add_argument("--target-p99-ms", type=float, default=50.0,
                         help="target p99 latency in ms (default 50)")
+    parser.add_argument("--stored-payloads", choices=("yes", "no"), default="yes",
+                        help="whether the bulk-loaded jobs get their stored payloads, as a "
+                             "submission stores them (default yes; no: as jobs stored before "
+                             "migration 0042, each answer reads its job's description)")
     parser.add_argument("--no-vacuum", action="store_true",
                         help="PostgreSQL: only ANALYZE, never VACUUM, between measurements")
     parser.add_argument("--in-process", type=_modes, default=["view"],
@@ -1133,6 +1185,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     end_on_signals(signal.SIGTERM, signal.SIGHUP)
+    global STORED_PAYLOADS
+    STORED_PAYLOADS = args.stored_payloads == "yes"
     tq = queue_ops
     import gunicorn
 
@@ -1163,6 +1217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             tmpdir=tmpdir) as db:
             emit(tq.server_info(db.url, backend))
             emit({"measure": "setup", "python": platform.python_version(),
+                     "stored_payloads": STORED_PAYLOADS,
                      "gunicorn": gunicorn.__version__, "worker_class": "sync",
                      "max_requests": args.max_requests, "clients": args.clients,
                      "client_processes": cfg.client_processes, "jobs": args.jobs,
