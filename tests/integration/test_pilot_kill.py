@@ -32,8 +32,8 @@ with open(sys.argv[1], "w") as f:
 '''
 
 
-def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
-        grid: Grid, tmp_path: Path) -> None:
+def submit_stubborn(grid: Grid, tmp_path: Path) -> tuple[int, Path]:
+    """A job running STUBBORN; returns its id and the file it writes if it ends by itself."""
     script = tmp_path / "stubborn.py"
     script.write_text(STUBBORN, encoding="utf-8")
     ended = tmp_path / "ended"
@@ -43,6 +43,12 @@ def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
                               headers={"Content-Type": "text/plain"}, timeout=30)
     assert response.status_code == 201, response.text
     (job_id,) = response.json()["job_ids"]
+    return int(job_id), ended
+
+
+def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
+        grid: Grid, tmp_path: Path) -> None:
+    job_id, ended = submit_stubborn(grid, tmp_path)
     proc = grid.pilot("--cores", "1", "--idle-timeout", "60")
     try:
         grid.wait_status(job_id, {"Running"})
@@ -96,15 +102,7 @@ def test_a_payload_whose_start_the_matcher_refuses_is_stopped_at_once(
     pilot took it (the watchdog's matched lease, an owner's reschedule): when the report
     arrives and is refused, the pilot stops that payload then and there, not after it ran
     (a job run twice, on two nodes)."""
-    script = tmp_path / "stubborn.py"
-    script.write_text(STUBBORN, encoding="utf-8")
-    ended = tmp_path / "ended"
-    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {ended}"; '
-           'CPUTime = 600 ]')
-    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(),
-                              headers={"Content-Type": "text/plain"}, timeout=30)
-    assert response.status_code == 201, response.text
-    (job_id,) = response.json()["job_ids"]
+    job_id, ended = submit_stubborn(grid, tmp_path)
     status_path = "/api/v1" + JOB_STATUS_PATH.format(job_id=job_id)
 
     def running_report(method: str, path: str, body: bytes) -> bool:
