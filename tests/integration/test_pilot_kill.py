@@ -5,6 +5,7 @@ pilot a job."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -46,6 +47,18 @@ def submit_stubborn(grid: Grid, tmp_path: Path) -> tuple[int, Path]:
     return int(job_id), ended
 
 
+def stubborn_processes(grid: Grid, job_id: int, proc: subprocess.Popen[str]) -> dict[int, int]:
+    """The processes of the job's payload under the pilot ``proc``, once it noted its pid."""
+    pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
+    deadline = time.monotonic() + 30
+    while not pid_file.exists():
+        assert time.monotonic() < deadline, "the payload never started"
+        time.sleep(0.1)
+    processes = payload_processes(proc.pid, pid_file.parent)
+    assert processes, "the payload's processes were not found"
+    return processes
+
+
 def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
         grid: Grid, tmp_path: Path) -> None:
     job_id, ended = submit_stubborn(grid, tmp_path)
@@ -53,13 +66,7 @@ def test_a_pilot_killed_by_the_operator_stops_and_its_job_is_rescheduled_once(
     try:
         grid.wait_status(job_id, {"Running"})
         reference = grid.job(job_id)["pilot_reference"]
-        pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
-        deadline = time.monotonic() + 30
-        while not pid_file.exists():
-            assert time.monotonic() < deadline, "the payload never started"
-            time.sleep(0.1)
-        processes = payload_processes(proc.pid, pid_file.parent)
-        assert processes, "the payload's processes were not found"
+        processes = stubborn_processes(grid, job_id, proc)
         operator = {"Authorization": "Bearer " + issue_token(
             SECRET, subject="olga", role="operator", vo="lhcb", group="lhcb_admin",
             lifetime=3600)}
@@ -114,13 +121,7 @@ def test_a_payload_whose_start_the_matcher_refuses_is_stopped_at_once(
                           "--heartbeat", "60")
         try:
             assert holding.arrived.wait(timeout=60), "the pilot never reported Running"
-            pid_file = grid.tmp / "work" / f"job_{job_id}" / "pid"
-            deadline = time.monotonic() + 30
-            while not pid_file.exists():
-                assert time.monotonic() < deadline, "the payload never started"
-                time.sleep(0.1)
-            processes = payload_processes(proc.pid, pid_file.parent)
-            assert processes, "the payload's processes were not found"
+            processes = stubborn_processes(grid, job_id, proc)
             reference = grid.job(job_id)["pilot_reference"]
             # Meanwhile the job goes back to its queue and another pilot takes it.
             back = grid.user.post(f"{grid.base}/api/v1/jobs/{job_id}/reschedule",
