@@ -102,8 +102,12 @@ def test_tiny_run_is_correct(bench_url: str) -> None:
         # record (a killed pilot gets nothing, taskqueue.pilots.pilotmatch._pilot_stop), a read-only
         # transaction of its own until the claim function does it (one per empty answer too).
         lookups = r["claims"] + r["empty_answers"]
+        # MariaDB's procedure hands back its rows alone: the claimed jobs' stored payloads
+        # are read after it, one statement (so one autocommit) per claim that got jobs.
+        payloads = r["claims"] if r["backend"] == "mariadb" else 0
         assert r["statements_per_claim"] >= 2
-        assert abs(r["commits_per_claim"] - (r["claims"] + lookups) / r["claims"]) <= 0.011, r
+        assert abs(r["commits_per_claim"] - (r["claims"] + lookups + payloads) / r["claims"]
+                   ) <= 0.011, r
         assert r["client_cpu_ms_per_claim"] > 0
         assert {"busy_cores", "other_cores", "loadavg_1m_before"} <= set(r["load"])
         # Every job the stream draws from is handed out: one claimer never answers "no match"
@@ -173,7 +177,8 @@ def test_http_tiny_run_is_correct(tmp_path: Path) -> None:
 
 def test_claim_function_path_is_one_call_and_correct(bench_url: str) -> None:
     """``--path claim_function``: the database's claim function alone, one statement per
-    claim; refused (with a message, not a traceback) where there is no such function."""
+    claim (and the payloads' read on MariaDB); refused (with a message, not a traceback)
+    where there is no such function."""
     args = ("--url", bench_url, "--jobs", "200", "--k", "10", "--processes", "1",
             "--calibration-seconds", "0.3", "--path", "claim_function")
     if bench_url.startswith("sqlite"):
@@ -186,4 +191,6 @@ def test_claim_function_path_is_one_call_and_correct(bench_url: str) -> None:
     assert stream["path"] == "claim_function" and stream["claims"] == 200
     assert (stream["misses"], stream["duplicates"], stream["violations"]) == (0, 0, 0)
     assert stream["jobs"] == 200 and stream["database_agrees"]
-    assert stream["statements_per_claim"] == 1.0
+    # One call of the function; on MariaDB one more statement reads the claimed jobs'
+    # stored payloads (its procedure hands back its rows alone).
+    assert stream["statements_per_claim"] == (2.0 if stream["backend"] == "mariadb" else 1.0)
