@@ -84,8 +84,8 @@ INPUT_DOWNLOAD = "Input sandbox download"
 #: Why a payload is stopped when the matcher refuses its start: the job went back to its
 #: queue (or to another pilot) before this pilot's Running report arrived.
 NOT_THIS_PILOTS = "the job is no longer this pilot's"
-#: What the matcher answers a report on a job that is not this pilot's (any more): given to
-#: another pilot (403), unknown (404), no longer active (409). No plainer report helps.
+#: What the matcher answers a Running report on a job that is not this pilot's (any more):
+#: given to another pilot (403), unknown (404), no longer active (409).
 NOT_OURS = frozenset({403, 404, 409})
 
 
@@ -573,7 +573,9 @@ class Pilot:
                             extra=concerning(report.job_id))
                 return self.report_backoff.next_delay()
             except RefusedError as exc:
-                if exc.status in NOT_OURS:
+                if exc.status in NOT_OURS and report.body.get("status") == protocol.RUNNING:
+                    # Its start was not recorded: the job runs elsewhere, or will. (A final
+                    # report goes on below: sent plainer, as a refusal may be passing.)
                     self._disown(report.job_id, exc)
                     self.outbox.pop(0)
                     continue
