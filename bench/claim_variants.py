@@ -44,21 +44,11 @@ from typing import Any
 import pilot_stream as ps
 import queue_ops
 from calibration import calibrate
-from kit import CLK_TCK, backend_of
+from kit import backend_of, process_cpu
 
 WARM_UP = 50
 #: --interleave: variant i's function lives in schema gp_claim_variant_<i>.
 _SCHEMA = "gp_claim_variant_"
-
-
-def _cpu_of(pid: int) -> tuple[float, float]:
-    """(user, system) CPU seconds of the backend ``pid``."""
-    try:
-        raw = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        raise SystemExit(f"the database backend {pid} is gone") from None
-    fields = raw[raw.rindex(")") + 2:].split()
-    return int(fields[11]) / CLK_TCK, int(fields[12]) / CLK_TCK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,10 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     for params in calls[:WARM_UP]:
                         cur.execute(_CALL, params).fetchall()
                     rows: list[list[Any]] = []
-                    cpu0, t0 = _cpu_of(pid), time.perf_counter()
+                    cpu0, t0 = process_cpu(pid), time.perf_counter()
                     for params in calls[WARM_UP:]:
                         rows.append(cur.execute(_CALL, params).fetchall())
-                    wall, cpu1 = time.perf_counter() - t0, _cpu_of(pid)
+                    wall, cpu1 = time.perf_counter() - t0, process_cpu(pid)
                 user, system = cpu1[0] - cpu0[0], cpu1[1] - cpu0[1]
                 cpu = user + system
                 jobs = sum(len(r) for r in rows)
@@ -208,10 +198,10 @@ def _interleaved_round(args: argparse.Namespace, rnd: int, texts: dict[str, str]
             for turn in range(len(names)):
                 v = (turn + block) % len(names)
                 part = batch[turn * args.interleave:(turn + 1) * args.interleave]
-                cpu0, t0 = _cpu_of(pids[v]), time.perf_counter()
+                cpu0, t0 = process_cpu(pids[v]), time.perf_counter()
                 for params in part:
                     jobs[v] += len(cursors[v].execute(_CALL, params).fetchall())
-                wall, cpu1 = time.perf_counter() - t0, _cpu_of(pids[v])
+                wall, cpu1 = time.perf_counter() - t0, process_cpu(pids[v])
                 spent[v][0] += cpu1[0] - cpu0[0]
                 spent[v][1] += cpu1[1] - cpu0[1]
                 spent[v][2] += wall

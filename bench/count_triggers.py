@@ -32,18 +32,29 @@ import json
 import random
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pilot_stream as ps
 import queue_ops
 from calibration import calibrate
-from kit import CLK_TCK, backend_of, fresh_database
+from kit import backend_of, fresh_database, process_cpu
 
 WARM_UP = 50
 BULK_VO = "benchbulk"
 
 _FUNCTIONS = (
+    # 0028's statement function: since migration 0041 the installed
+    # gridpilot_count_changed_jobs() is the row trigger's, so the variant brings its own.
+    """CREATE OR REPLACE FUNCTION gp_bench_count_changed_jobs() RETURNS trigger
+    LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO job_count_deltas (vo, status, jobs)
+    SELECT vo, status, sum(n) FROM (
+        SELECT vo, status, 1 AS n FROM gridpilot_new_jobs
+        UNION ALL SELECT vo, status, -1 FROM gridpilot_old_jobs) AS changed
+    GROUP BY vo, status HAVING sum(n) <> 0;
+    RETURN NULL;
+END $fn$""",
     """CREATE OR REPLACE FUNCTION gp_bench_count_job_status() RETURNS trigger
     LANGUAGE plpgsql AS $fn$
 BEGIN
@@ -76,7 +87,7 @@ _ALL = (("gridpilot_count_changed_jobs", "jobs"), ("gp_bench_count_job_status", 
         ("gp_bench_count_unqueued_job", "task_queue_jobs"))
 _STATEMENT_UPDATE = """CREATE TRIGGER gridpilot_count_changed_jobs AFTER UPDATE ON jobs
     REFERENCING OLD TABLE AS gridpilot_old_jobs NEW TABLE AS gridpilot_new_jobs
-    FOR EACH STATEMENT EXECUTE FUNCTION gridpilot_count_changed_jobs()"""
+    FOR EACH STATEMENT EXECUTE FUNCTION gp_bench_count_changed_jobs()"""
 _STATEMENT_DELETE = """CREATE TRIGGER gridpilot_count_unqueued_jobs AFTER DELETE
     ON task_queue_jobs REFERENCING OLD TABLE AS gridpilot_unqueued
     FOR EACH STATEMENT EXECUTE FUNCTION gridpilot_count_unqueued_jobs()"""
@@ -96,12 +107,6 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "row_noop": (_ROW_NOOP, _STATEMENT_DELETE),
     "row_half": (_ROW_HALF, _STATEMENT_DELETE),
 }
-
-
-def _cpu_of(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text()
-    rest = fields[fields.rindex(")") + 2:].split()
-    return (int(rest[11]) + int(rest[12])) / CLK_TCK
 
 
 def _install(conn: Any, variant: str) -> None:
@@ -177,7 +182,7 @@ def _round(args: argparse.Namespace, rnd: int, url: str) -> None:
         pilot = ps.pilot_for(ps.queue_spec(wl.job_queue[i]), rng, 1)
         calls.append(_parameters(parse_resource(pilot.data(f"ab-{i}")), now=datetime.now(UTC),
                                  count=1, rng=random.Random(i), with_expressions=True))
-    beat_sql = str(_BEAT.compile(dialect=postgresql.dialect(),
+    beat_sql = str(_BEAT.compile(dialect=postgresql.dialect(),  # type: ignore[no-untyped-call]
                                  compile_kwargs={"render_postcompile": True}))
     conn = psycopg.connect(dsn, autocommit=True)
     try:
@@ -204,23 +209,23 @@ def _round(args: argparse.Namespace, rnd: int, url: str) -> None:
                 if not part:
                     continue
                 _install(admin, name)
-                cpu0 = _cpu_of(pid)
+                cpu0 = sum(process_cpu(pid))
                 for params in part:
                     jobs[name] += len(cur.execute(_CALL, params).fetchall())
-                cpu1 = _cpu_of(pid)
+                cpu1 = sum(process_cpu(pid))
                 for b in range(args.beats):
                     at = datetime.now(UTC).replace(tzinfo=None)  # the column's naive UTC
                     cur.execute(beat_sql, {"b_id": beaten[b % len(beaten)], "b_at": at,
                                            "b_cpu": float(b), "b_progress": None,
                                            "b_tail": None})
-                cpu2 = _cpu_of(pid)
+                cpu2 = sum(process_cpu(pid))
                 cur.execute("BEGIN")
                 killed = cur.execute(
                     "UPDATE jobs SET status = 'Killed', minor_status = 'Killed by bench' "
                     "WHERE id = ANY(%s) AND status = 'Waiting'", (bulk_ids,)).rowcount
                 cur.execute("DELETE FROM task_queue_jobs WHERE job_id = ANY(%s)", (bulk_ids,))
                 cur.execute("ROLLBACK")
-                cpu3 = _cpu_of(pid)
+                cpu3 = sum(process_cpu(pid))
                 assert killed == len(bulk_ids), killed
                 spent[name]["claim"] += cpu1 - cpu0
                 spent[name]["beat"] += cpu2 - cpu1
