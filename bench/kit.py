@@ -303,3 +303,44 @@ def machine_cpu_seconds() -> tuple[float, float]:
     user, nice, system, idle, iowait, irq, softirq, steal = (int(v) for v in first[1:9])
     busy = user + nice + system + irq + softirq + steal
     return busy / CLK_TCK, (busy + idle + iowait) / CLK_TCK
+
+
+def store_missing_payloads(url: str, vo: str | None = None, *,
+                           batch: int = 10_000) -> int:
+    """Store the payload of every job (of ``vo``, None: of all) that has none: a bulk load
+    writes jobs only, a submission stores their payloads too (migration 0042); returns how
+    many were stored."""
+    from sqlalchemy import select
+
+    from optimizers.chain import stored_description
+    from optimizers.description import JobDescription, payload_json
+    from taskqueue.db.database import make_engine, make_session_factory
+    from taskqueue.db.models import job_payloads_table, jobs_table
+    from taskqueue.queues.jobs import store_payloads
+
+    j, jp = jobs_table.c, job_payloads_table.c
+    read: dict[tuple[str, str, int | None], JobDescription] = {}
+    stored, after = 0, 0
+    engine = make_engine(url)
+    try:
+        while True:
+            with make_session_factory(engine).begin() as session:
+                rows = session.execute(
+                    select(j.id, j.description, j.description_format, j.bulk_index)
+                    .outerjoin(job_payloads_table, jp.job_id == j.id)
+                    .where(jp.job_id.is_(None), j.id > after,
+                           *([] if vo is None else [j.vo == vo])).order_by(j.id)
+                    .limit(batch)).all()
+                if not rows:
+                    return stored
+                payloads = []
+                for r in rows:
+                    key = (r.description, r.description_format, r.bulk_index)
+                    if key not in read:
+                        read[key] = stored_description(*key)
+                    payloads.append((r.id, payload_json(read[key], r.id)))
+                store_payloads(session, payloads, new=True)
+                stored += len(rows)
+                after = rows[-1].id
+    finally:
+        engine.dispose()

@@ -98,6 +98,7 @@ from kit import (
     proc_stat,
     process_comm,
     rate,
+    store_missing_payloads,
     tree_cpu_seconds,
     url_option,
 )
@@ -789,44 +790,6 @@ def waiting_jobs(url: str) -> int:
 #: stores them (--stored-payloads no: as jobs stored before migration 0042, answered by
 #: reading their description).
 STORED_PAYLOADS = True
-
-
-def store_missing_payloads(url: str, batch: int = 10_000) -> int:
-    """Store the payload of every job that has none (the bulk load writes jobs only), as a
-    submission does; returns how many were stored."""
-    from sqlalchemy import select
-
-    from optimizers.chain import stored_description
-    from optimizers.description import JobDescription, payload_json
-    from taskqueue.db.database import make_engine, make_session_factory
-    from taskqueue.db.models import job_payloads_table, jobs_table
-    from taskqueue.queues.jobs import store_payloads
-
-    j, jp = jobs_table.c, job_payloads_table.c
-    read: dict[tuple[str, str, int | None], JobDescription] = {}
-    stored, after = 0, 0
-    engine = make_engine(url)
-    try:
-        while True:
-            with make_session_factory(engine).begin() as session:
-                rows = session.execute(
-                    select(j.id, j.description, j.description_format, j.bulk_index)
-                    .outerjoin(job_payloads_table, jp.job_id == j.id)
-                    .where(jp.job_id.is_(None), j.id > after).order_by(j.id)
-                    .limit(batch)).all()
-                if not rows:
-                    return stored
-                payloads = []
-                for r in rows:
-                    key = (r.description, r.description_format, r.bulk_index)
-                    if key not in read:
-                        read[key] = stored_description(*key)
-                    payloads.append((r.id, payload_json(read[key], r.id)))
-                store_payloads(session, payloads, new=True)
-                stored += len(rows)
-                after = rows[-1].id
-    finally:
-        engine.dispose()
 
 
 def initial_load(tq: ModuleType, fill: Fill, settings: Settings, insert_jobs: int) -> None:

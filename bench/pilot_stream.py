@@ -102,6 +102,7 @@ from kit import (
     proc_cpu,
     rate,
     start_together,
+    store_missing_payloads,
     tree_cpu_seconds,
     upgrade_schema,
 )
@@ -449,37 +450,12 @@ def ensure_background(url: str, backend: str, jobs: int, queues: int, seed: int,
 STORED_PAYLOADS = True
 
 
-def store_payloads_of(url: str, vo: str) -> None:
-    """Store the payload of every job of ``vo``, as a submission does
-    (optimizers.description.payload_json of its description)."""
-    from sqlalchemy import select
-
-    from optimizers.chain import stored_description
-    from optimizers.description import payload_json
-    from taskqueue.db.database import make_engine, make_session_factory
-    from taskqueue.db.models import jobs_table
-    from taskqueue.queues.jobs import store_payloads
-
-    j = jobs_table.c
-    engine = make_engine(url)
-    try:
-        with make_session_factory(engine).begin() as session:
-            rows = session.execute(select(j.id, j.description, j.description_format,
-                                          j.bulk_index).where(j.vo == vo)).all()
-            store_payloads(session, [
-                (r.id, payload_json(stored_description(r.description, r.description_format,
-                                                       r.bulk_index), r.id)) for r in rows],
-                new=True)
-    finally:
-        engine.dispose()
-
-
 def load_workload(url: str, backend: str, wl: Workload) -> list[int]:
     clear_vos(url, [VO])
     t0 = time.perf_counter()
     tq_ids = load(url, backend, VO, GROUP, wl.k, wl.job_queue, wl.priority)
     if STORED_PAYLOADS:
-        store_payloads_of(url, VO)
+        store_missing_payloads(url, VO)
     recompute(url, [VO], [GROUP])
     log(f"K={wl.k}: loaded {len(wl.job_queue):,} jobs in {time.perf_counter() - t0:.1f} s")
     return tq_ids

@@ -102,12 +102,16 @@ def test_tiny_run_is_correct(bench_url: str) -> None:
         # record (a killed pilot gets nothing, taskqueue.pilots.pilotmatch._pilot_stop), a read-only
         # transaction of its own until the claim function does it (one per empty answer too).
         lookups = r["claims"] + r["empty_answers"]
-        # MariaDB's procedure hands back its rows alone: the claimed jobs' stored payloads
-        # are read after it, one statement (so one autocommit) per claim that got jobs.
-        payloads = r["claims"] if r["backend"] == "mariadb" else 0
         assert r["statements_per_claim"] >= 2
-        assert abs(r["commits_per_claim"] - (r["claims"] + lookups + payloads) / r["claims"]
-                   ) <= 0.011, r
+        expected = (r["claims"] + lookups) / r["claims"]
+        if r["backend"] == "mariadb":
+            # Its procedure hands back its rows alone: the stored payloads of the jobs it
+            # claimed are read after it, one autocommit per call that got jobs (a claim the
+            # procedure leaves to the Python path, at a race's end, reads them in its own
+            # transaction): between none and one a claim.
+            assert expected - 0.011 <= r["commits_per_claim"] <= expected + 1 + 0.011, r
+        else:
+            assert abs(r["commits_per_claim"] - expected) <= 0.011, r
         assert r["client_cpu_ms_per_claim"] > 0
         assert {"busy_cores", "other_cores", "loadavg_1m_before"} <= set(r["load"])
         # Every job the stream draws from is handed out: one claimer never answers "no match"
