@@ -9,8 +9,9 @@ Cost. Only expressions that optimizers.expressions accepts are evaluated (one st
 those limits existed is "no match" without evaluation). Each process remembers, in a bounded
 LRU, the verdict per expression and per values of the resource attributes that expression
 reads, so a queue whose expression fails for a kind of resource costs one evaluation, not one
-per pilot. An evaluation that takes longer than :data:`EVALUATION_BUDGET` seconds is logged
-and its expression is not evaluated again by this process (it matches nothing).
+per pilot. An evaluation that takes more than :data:`EVALUATION_BUDGET` seconds of CPU time
+(optimizers.cputime: a loaded machine's waits do not count) is logged and its expression is
+not evaluated again by this process (it matches nothing).
 """
 
 from __future__ import annotations
@@ -19,11 +20,11 @@ import functools
 import logging
 import os
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from optimizers.cputime import Stopwatch
 from optimizers.description import JobDescriptionError
 from optimizers.expressions import (
     Analysis,
@@ -40,7 +41,8 @@ import classad2
 log = logging.getLogger(__name__)
 
 _EMPTY_JOB = classad2.ClassAd()
-#: Longest one evaluation may take before its expression is no longer evaluated, in seconds.
+#: Most CPU time one evaluation may take before its expression is no longer evaluated, in
+#: seconds.
 EVALUATION_BUDGET = 0.05
 #: Verdicts remembered per process (expression, values of the attributes it reads).
 VERDICTS_KEPT = 4096
@@ -223,14 +225,14 @@ _too_slow: set[str] = set()
 
 
 def _timed(text: str, target: classad2.ClassAd) -> bool:
-    started = time.perf_counter()
+    clock = Stopwatch()
     verdict = evaluates_true(text, target)
-    spent = time.perf_counter() - started
-    if spent > EVALUATION_BUDGET:
+    spent = clock.over(EVALUATION_BUDGET)
+    if spent is not None:
         _too_slow.add(text)
-        log.warning("Requirements expression took %.3f s to evaluate (budget %.3f s); it is "
-                    "not evaluated again and matches nothing: %s", spent, EVALUATION_BUDGET,
-                    text[:200])
+        log.warning("Requirements expression took %.3f s of CPU time to evaluate (budget "
+                    "%.3f s); it is not evaluated again and matches nothing: %s", spent,
+                    EVALUATION_BUDGET, text[:200])
     return verdict
 
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from typing import Any
 
+from optimizers.cputime import Stopwatch
 from optimizers.description import (
     MAX_DESCRIPTION_BYTES,
     Expression,
@@ -57,9 +57,8 @@ _BIG_INT = re.compile(r"(?<![\w.])\d{19,}(?![\w.])")
 MAX_VALUE_CHARS = MAX_DESCRIPTION_BYTES
 #: Largest total of the values the attributes of one description build.
 MAX_BUILT_CHARS = 4 * MAX_DESCRIPTION_BYTES
-#: Most CPU time the evaluation of one description may take, in milliseconds: the evaluating
-#: thread's own (time.thread_time), so that a loaded machine, which makes the evaluation wait
-#: for a core, does not make a plain description refused.
+#: Most CPU time the evaluation of one description may take, in milliseconds (the evaluating
+#: thread's own: optimizers.cputime).
 EVALUATION_BUDGET_MS = 500
 #: A name an expression refers to, with the name after its first dot (``my.X``, ``S.A``).
 _REFERENCE = re.compile(r"(?<![\w.])([A-Za-z_]\w*)(?:\s*\.\s*([A-Za-z_]\w*))?")
@@ -77,10 +76,7 @@ class _Budget:
     attribute cannot be evaluated."""
 
     def __init__(self) -> None:
-        # The thread's CPU time is never more than the wall time gone: the wall clock (cheap
-        # to read) says when the CPU time (a system call) is worth reading.
-        self.started = time.perf_counter()
-        self.started_cpu = time.thread_time()
+        self.clock = Stopwatch()
         self.built = 0
         self.texts: dict[str, str] = {}
         self.refused: dict[str, str] = {}
@@ -95,12 +91,10 @@ class _Budget:
             raise _OverBudget(
                 f"{label}: the attributes of the JDL build values of more than "
                 f"{MAX_BUILT_CHARS} characters in all; at most that many are accepted", label)
-        if (time.perf_counter() - self.started) * 1000 <= EVALUATION_BUDGET_MS:
-            return
-        spent = (time.thread_time() - self.started_cpu) * 1000
-        if spent > EVALUATION_BUDGET_MS:
+        spent = self.clock.over(EVALUATION_BUDGET_MS / 1000)
+        if spent is not None:
             raise _OverBudget(
-                f"{label}: evaluating the JDL took {spent:.0f} ms of CPU time up to this "
+                f"{label}: evaluating the JDL took {spent * 1000:.0f} ms of CPU time up to this "
                 f"attribute; at most {EVALUATION_BUDGET_MS} ms are allowed (do its attributes "
                 "refer to each other many times?)", label)
 
