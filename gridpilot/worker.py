@@ -23,6 +23,15 @@ the port reached directly) would leave /healthz answering 200 while no request c
 the worker tells the app, in each request's WSGI environ (matcher.service.REQUEST_THREADS_STUCK),
 for how long every request thread has been busy without one coming free, or a request has
 waited for one, and /healthz fails past ``[matcher] starved_after``.
+
+A client that sends part of a request and then stops (or trickles it a byte at a time) would
+hold its request thread for as long as it likes, and a few such clients every thread. So each
+request is given ``[matcher] read_timeout`` seconds from its first byte to its last (head and
+body): the connection's socket (:class:`ReadDeadlineSocket`) bounds each read by what is left.
+Past it the read finds the end of the stream, as when a client goes away, and the connection is
+closed. The deadline starts afresh with each request of a kept-alive connection: the time it
+idles between requests is gunicorn's keepalive's to bound, as before. gunicorn already hands a
+new connection to a thread only once its first bytes are there (or puts it back to wait).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from typing import Any
 from gunicorn.workers.gthread import ThreadWorker
 
 from matcher.service import REQUEST_THREADS_STUCK
+from taskqueue.core.settings import MatcherSettings
 from taskqueue.db import health
 from taskqueue.db.statementdeadline import Limits, socket_deadline
 
@@ -124,6 +134,13 @@ class _RequestLoad:
         return max(full, now - oldest)
 
 
+def _peer(client: Any) -> str:
+    """A connection's peer as the log shows it."""
+    if isinstance(client, tuple) and len(client) >= 2:
+        return f"{client[0]}:{client[1]}"
+    return str(client)
+
+
 def _health_exchange(fn: Callable[..., Any], connection: Any, *args: Any) -> Any:
     """Serve one health check with a deadline for its whole exchange."""
     sock = getattr(connection, "sock", None)
@@ -151,12 +168,88 @@ class _RoutingPool:
         self.health.shutdown(wait=wait, **kwargs)
 
 
+class ReadDeadlineSocket(socket.socket):
+    """A connection's socket whose reads of one request share a deadline: ``seconds`` from the
+    first read of the request (:meth:`begin` starts a new one)."""
+
+    seconds: float = 0.0
+    #: When the request being read must have been read (None: its first read sets it).
+    deadline: float | None = None
+    #: Whether a read was refused because the deadline had passed.
+    cut: bool = False
+
+    @classmethod
+    def adopt(cls, sock: socket.socket, seconds: float) -> ReadDeadlineSocket:
+        """The same connection as ``sock`` (which is then detached), as a deadline socket."""
+        timeout = sock.gettimeout()
+        new = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        new.settimeout(timeout)
+        new.seconds = seconds
+        return new
+
+    def begin(self) -> None:
+        """A new request: its first read starts its deadline."""
+        self.deadline = None
+        self.cut = False
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        prior = self.gettimeout()
+        if flags or prior == 0.0:  # a peek (routing), or a read that does not wait
+            return super().recv(bufsize, flags)
+        now = time.monotonic()
+        if self.deadline is None:
+            self.deadline = now + self.seconds
+        left = self.deadline - now
+        if left > 0:
+            self.settimeout(left if prior is None else min(prior, left))
+            try:
+                return super().recv(bufsize)
+            except TimeoutError:
+                if prior is not None and prior <= left:
+                    raise  # the caller's own, shorter timeout
+            finally:
+                self.settimeout(prior)
+        self.cut = True
+        if prior is not None:
+            raise TimeoutError("request read deadline passed")  # a caller that expects it
+        return b""  # read as the end of the stream: the request is given up, as on a client gone
+
+
 class MatcherWorker(ThreadWorker):  # type: ignore[misc]
-    """gunicorn's ``gthread`` worker with a thread kept for /healthz."""
+    """gunicorn's ``gthread`` worker with a thread kept for /healthz, and a read deadline for
+    each request."""
 
     wsgi: Callable[..., Any]  # gunicorn's: the app, set by load_wsgi
+    log: Any  # gunicorn's logger
+    _read_timeout: float = MatcherSettings.read_timeout
+
+    def read_timeout(self) -> float:
+        """``[matcher] read_timeout`` of the application (gridpilot.server.MatcherServer)."""
+        settings = getattr(self.app, "settings", None)
+        if settings is None:
+            return float(MatcherSettings.read_timeout)
+        return float(settings.matcher.read_timeout)
+
+    def enqueue_req(self, conn: Any) -> None:
+        if not isinstance(conn.sock, ReadDeadlineSocket) and not conn.initialized:
+            conn.sock = ReadDeadlineSocket.adopt(conn.sock, self._read_timeout)
+        super().enqueue_req(conn)
+
+    def handle(self, conn: Any) -> Any:
+        sock = conn.sock
+        if not isinstance(sock, ReadDeadlineSocket):
+            return super().handle(conn)
+        sock.begin()
+        result = super().handle(conn)
+        if sock.cut:
+            self.log.warning("Closed the connection from %s: its request was not read within "
+                             "%s s ([matcher] read_timeout)", _peer(conn.client),
+                             sock.seconds)
+            return False
+        return result
 
     def init_process(self) -> None:
+        self._read_timeout = self.read_timeout()
         defer = getattr(socket, "TCP_DEFER_ACCEPT", None)
         if defer is not None:
             for listener in self.sockets:

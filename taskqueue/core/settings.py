@@ -223,6 +223,10 @@ class MatcherSettings:
     threads: int = 4
     #: Seconds a worker may spend on one request before gunicorn restarts it.
     timeout: int = 30
+    #: Seconds a request may take to arrive, from its first byte to its last (head and body),
+    #: before its connection is closed: a client sending part of a request and then nothing
+    #: (or a byte at a time) no longer holds a request thread. Threaded workers only.
+    read_timeout: float = 30.0
     #: Seconds after which /healthz answers 503 while a worker's request threads have had no
     #: room for another request (all busy with none coming free, or a request waiting for
     #: one), so that a balancer sends work elsewhere (0: never). Threaded workers only.
@@ -273,6 +277,9 @@ class MatcherSettings:
             if getattr(self, name) < 1:
                 raise ConfigurationError(
                     f"matcher.{name} must be at least 1, got {getattr(self, name)}")
+        if not self.read_timeout > 0:
+            raise ConfigurationError(
+                f"matcher.read_timeout must be above 0 seconds, got {self.read_timeout}")
         if self.starved_after < 0:
             raise ConfigurationError(
                 f"matcher.starved_after must not be negative, got {self.starved_after}")

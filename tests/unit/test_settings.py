@@ -66,6 +66,8 @@ def test_settings_are_frozen() -> None:
     ("[purge]\nbatch = 0\n", {}, "purge.batch must be at least 1, got 0"),
     ("[agents]\nce_turn_budget = 0\n", {}, "agents.ce_turn_budget must be at least 1 second"),
     ("[purge]\npause = -0.5\n", {}, "purge.pause must not be negative, got -0.5"),
+    ("[matcher]\nread_timeout = 0\n", {}, "matcher.read_timeout must be above 0 seconds"),
+    ("", {"GRIDPILOT_MATCHER_READ_TIMEOUT": "-1"}, "matcher.read_timeout must be above 0"),
 ])
 def test_bad_settings_name_the_place(tmp_path: Path, text: str, env: dict[str, str],
                                      message: str) -> None:
