@@ -18,6 +18,7 @@ exchanged there instead, behind the same call.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -31,7 +32,7 @@ from matcher.auth import PILOT
 from matcher.problems import Problem
 from matcher.views import iso
 from optimizers.chain import stored_description
-from optimizers.description import JobDescriptionError
+from optimizers.description import JobDescription, JobDescriptionError
 from taskqueue.core.scopes import granted_scopes, payload_scopes
 from taskqueue.core.settings import Settings
 from taskqueue.core.states import JobStatus
@@ -102,6 +103,37 @@ class OwnIssuer:
         return IssuedToken(token, now + timedelta(seconds=t.payload_lifetime), grant.scopes)
 
 
+def payload_token_issuer(settings: Settings, secret: str) -> PayloadTokenIssuer:
+    """The issuer of this service's payloads' tokens."""
+    return OwnIssuer(settings, secret)
+
+
+def described_scopes(read: Callable[[str, str, int | None], JobDescription], text: str,
+                     fmt: str, bulk_index: int | None) -> tuple[str, ...]:
+    """The scopes a job's stored description asks for (``TokenScopes``), read by ``read``
+    (optimizers.chain.stored_description, or a cache of it); none for a text that no longer
+    reads (it was accepted once: the VO's grant then)."""
+    try:
+        return read(text, fmt, bulk_index).token_scopes
+    except (JobDescriptionError, IndexError):
+        return ()
+
+
+def payload_grant(settings: Settings, vo: str, owner: str, job_id: int,
+                  asked: Sequence[str]) -> PayloadGrant:
+    """What the token of job ``job_id``'s payload is for: the scopes the job ``asked`` for
+    that the VO still grants its owner, else all the VO grants (taskqueue.core.scopes). One
+    rule for the token endpoint and the match answer's first token."""
+    return PayloadGrant(vo, owner, job_id, payload_scopes(
+        asked, granted_scopes(settings.tokens, vo, owner)))
+
+
+def token_answer(issued: IssuedToken) -> dict[str, Any]:
+    """A payload's token as the API gives it (schemas.PAYLOAD_TOKEN)."""
+    return {"token": issued.token, "expires_at": iso(issued.expires_at),
+            "scope": " ".join(issued.scopes)}
+
+
 @endpoint(bp, "GET", "/.well-known/openid-configuration", tag="service", roles=None,
           summary="Where the keys of the payloads' token issuer are (no token needed)",
           responses={200: ("The issuer's configuration", schemas.OPENID_CONFIGURATION)})
@@ -140,7 +172,7 @@ def payload_token(call: Call, job_id: int) -> dict[str, Any]:
     reference = call.body["pilot_reference"]
     if p.pilot is not None and reference != p.pilot:
         raise Problem(403, f"this token speaks for pilot {p.pilot} only, not {reference}")
-    issuer: PayloadTokenIssuer = OwnIssuer(settings, call.runtime.secret)
+    issuer = payload_token_issuer(settings, call.runtime.secret)
 
     def work(session: Session) -> IssuedToken:
         job = session.get(Job, job_id)
@@ -153,15 +185,9 @@ def payload_token(call: Call, job_id: int) -> dict[str, Any]:
         stop = pilot_stop_reason(session, p.vo, reference, now=call.now)
         if stop:
             raise Problem(403, f"{stop}: its payloads get no token")
-        try:
-            asked = stored_description(job.description, job.description_format,
-                                       job.bulk_index).token_scopes
-        except (JobDescriptionError, IndexError):
-            asked = ()
-        scopes = payload_scopes(asked, granted_scopes(settings.tokens, job.vo, job.owner))
-        return issuer.issue(session, PayloadGrant(job.vo, job.owner, job.id, scopes),
+        asked = described_scopes(stored_description, job.description, job.description_format,
+                                 job.bulk_index)
+        return issuer.issue(session, payload_grant(settings, job.vo, job.owner, job.id, asked),
                             call.now)
 
-    issued = call.runtime.transaction(work)
-    return {"token": issued.token, "expires_at": iso(issued.expires_at),
-            "scope": " ".join(issued.scopes)}
+    return token_answer(call.runtime.transaction(work))
