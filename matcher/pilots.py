@@ -176,7 +176,7 @@ def _first_tokens(call: Call, grants: list[tuple[dict[str, Any], PayloadGrant]])
     by then, and the checks of the token endpoint hold (the pilot was not to stop when it
     claimed them). A token that cannot be issued loses no job: the payloads go without
     theirs, and their pilot asks the endpoint, as a pilot older than this answer does."""
-    issuer = payload_token_issuer(call.runtime.settings, call.runtime.secret)
+    issuer = payload_token_issuer(call.runtime)
     try:
         issued = call.runtime.transaction(
             lambda session: [issuer.issue(session, grant, call.now) for _, grant in grants])
