@@ -38,6 +38,9 @@ HELP: dict[str, tuple[str, str]] = {
     "gridpilot_jobs_matched_total": ("counter", "Jobs handed to pilots"),
     "gridpilot_jobs_failed_unreadable_total": (
         "counter", "Jobs failed at their match: their stored description could not be read"),
+    "gridpilot_answer_tokens_failed_total": (
+        "counter", "Payloads handed out without their first token: it could not be issued "
+                   "with the match answer (their pilots ask the token endpoint)"),
     "gridpilot_no_matches_total": ("counter", "Match requests that found no job, by reason"),
     "gridpilot_waiting_jobs": ("gauge", "Jobs waiting in each task queue"),
     "gridpilot_database_up": ("gauge", "Whether the database answered the scrape's check "

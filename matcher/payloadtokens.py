@@ -1,7 +1,8 @@
-"""Tokens for payloads: a pilot asks for one per job it runs (``POST
-/api/v1/pilots/jobs/<id>/token``), for the job's owner, and writes it where
-``$BEARER_TOKEN_FILE`` says; storage services verify it with the keys the service publishes
-(``/.well-known/openid-configuration`` and its ``jwks_uri``).
+"""Tokens for payloads, for the job's owner: the first comes with the match answer, beside
+the job (matcher.pilots), the next ones a pilot asks for (``POST
+/api/v1/pilots/jobs/<id>/token``); it writes them where ``$BEARER_TOKEN_FILE`` says; storage
+services verify them with the keys the service publishes (``/.well-known/openid-configuration``
+and its ``jwks_uri``).
 
 The tokens follow the WLCG profile: ``iss`` (``[tokens] issuer``, else ``[matcher] url``),
 ``sub`` (the job's owner), ``aud``, ``scope`` (what the VO grants, ``[tokens]
@@ -18,6 +19,7 @@ exchanged there instead, behind the same call.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
@@ -29,16 +31,17 @@ from matcher import schemas
 from matcher.api import JSON, Call, endpoint
 from matcher.auth import PILOT
 from matcher.problems import Problem
+from matcher.runtime import Runtime
 from matcher.views import iso
 from optimizers.chain import stored_description
-from optimizers.description import JobDescriptionError
+from optimizers.description import JobDescription, JobDescriptionError
 from taskqueue.core.scopes import granted_scopes, payload_scopes
 from taskqueue.core.settings import Settings
 from taskqueue.core.states import JobStatus
 from taskqueue.db.database import Session
 from taskqueue.db.models import Job
 from taskqueue.pilots.records import pilot_stop_reason
-from taskqueue.signingkeys import ALGORITHM, published_keys, signing_key
+from taskqueue.signingkeys import ALGORITHM, KeyCache, published_keys, signing_key
 
 bp = Blueprint("payloadtokens", __name__)
 api = Blueprint("payloadtokens_api", __name__, url_prefix="/api/v1/pilots")
@@ -48,6 +51,10 @@ JWKS_PATH = "/.well-known/jwks.json"
 RUNNABLE = frozenset({JobStatus.MATCHED, JobStatus.RUNNING, JobStatus.COMPLETING})
 #: Seconds a retired key stays published beyond its last token's lifetime (clock skew).
 KEY_GRACE = 300
+#: Seconds a process signs with the key it read before it reads the keys again (never past
+#: the key's rotation). Below KEY_GRACE: a key another matcher retired meanwhile (its secret
+#: changed) is still published for as long as any token it signed since is valid.
+KEY_RECHECK = 60
 
 
 def issuer_url(settings: Settings) -> str:
@@ -78,16 +85,21 @@ class PayloadTokenIssuer(Protocol):
 
 
 class OwnIssuer:
-    """This service as the payloads' token issuer (ES256 keys of taskqueue.signingkeys)."""
+    """This service as the payloads' token issuer (ES256 keys of taskqueue.signingkeys). With
+    a ``cache`` (the process's), a key read from the database signs for KEY_RECHECK seconds
+    without being read again: then the issue runs no statement."""
 
-    def __init__(self, settings: Settings, secret: str) -> None:
+    def __init__(self, settings: Settings, secret: str, cache: KeyCache | None = None) -> None:
         self.settings = settings
         self.secret = secret
+        self.cache = cache
 
     def issue(self, session: Session, grant: PayloadGrant, now: datetime) -> IssuedToken:
         t = self.settings.tokens
-        key = signing_key(session, secret=self.secret, now=now, rotation=t.key_rotation,
-                          keep_for=t.payload_lifetime + KEY_GRACE)
+        kept = self.cache.get(now) if self.cache is not None else None
+        key = kept or signing_key(session, secret=self.secret, now=now,
+                                  rotation=t.key_rotation,
+                                  keep_for=t.payload_lifetime + KEY_GRACE)
         issued = int(now.timestamp())
         audience: str | list[str] = (t.payload_audience[0] if len(t.payload_audience) == 1
                                      else list(t.payload_audience))
@@ -99,7 +111,42 @@ class OwnIssuer:
             "job_id": grant.job_id}
         token = jwt.encode(claims, key.private_pem, algorithm=ALGORITHM,
                            headers={"kid": key.kid})
+        if kept is None and self.cache is not None and not key.made:
+            # Kept once it signed; not a key made now: its transaction may not commit.
+            self.cache.keep(key, min(now + timedelta(seconds=KEY_RECHECK),
+                                     key.created_at + timedelta(seconds=t.key_rotation)))
         return IssuedToken(token, now + timedelta(seconds=t.payload_lifetime), grant.scopes)
+
+
+def payload_token_issuer(runtime: Runtime) -> PayloadTokenIssuer:
+    """The issuer of this service's payloads' tokens (with the process's kept key)."""
+    return OwnIssuer(runtime.settings, runtime.secret, runtime.signing_keys)
+
+
+def described_scopes(read: Callable[[str, str, int | None], JobDescription], text: str,
+                     fmt: str, bulk_index: int | None) -> tuple[str, ...]:
+    """The scopes a job's stored description asks for (``TokenScopes``), read by ``read``
+    (optimizers.chain.stored_description, or a cache of it); none for a text that no longer
+    reads (it was accepted once: the VO's grant then)."""
+    try:
+        return read(text, fmt, bulk_index).token_scopes
+    except (JobDescriptionError, IndexError):
+        return ()
+
+
+def payload_grant(settings: Settings, vo: str, owner: str, job_id: int,
+                  asked: Sequence[str]) -> PayloadGrant:
+    """What the token of job ``job_id``'s payload is for: the scopes the job ``asked`` for
+    that the VO still grants its owner, else all the VO grants (taskqueue.core.scopes). One
+    rule for the token endpoint and the match answer's first token."""
+    return PayloadGrant(vo, owner, job_id, payload_scopes(
+        asked, granted_scopes(settings.tokens, vo, owner)))
+
+
+def token_answer(issued: IssuedToken) -> dict[str, Any]:
+    """A payload's token as the API gives it (schemas.PAYLOAD_TOKEN)."""
+    return {"token": issued.token, "expires_at": iso(issued.expires_at),
+            "scope": " ".join(issued.scopes)}
 
 
 @endpoint(bp, "GET", "/.well-known/openid-configuration", tag="service", roles=None,
@@ -140,7 +187,7 @@ def payload_token(call: Call, job_id: int) -> dict[str, Any]:
     reference = call.body["pilot_reference"]
     if p.pilot is not None and reference != p.pilot:
         raise Problem(403, f"this token speaks for pilot {p.pilot} only, not {reference}")
-    issuer: PayloadTokenIssuer = OwnIssuer(settings, call.runtime.secret)
+    issuer = payload_token_issuer(call.runtime)
 
     def work(session: Session) -> IssuedToken:
         job = session.get(Job, job_id)
@@ -153,15 +200,9 @@ def payload_token(call: Call, job_id: int) -> dict[str, Any]:
         stop = pilot_stop_reason(session, p.vo, reference, now=call.now)
         if stop:
             raise Problem(403, f"{stop}: its payloads get no token")
-        try:
-            asked = stored_description(job.description, job.description_format,
-                                       job.bulk_index).token_scopes
-        except (JobDescriptionError, IndexError):
-            asked = ()
-        scopes = payload_scopes(asked, granted_scopes(settings.tokens, job.vo, job.owner))
-        return issuer.issue(session, PayloadGrant(job.vo, job.owner, job.id, scopes),
+        asked = described_scopes(stored_description, job.description, job.description_format,
+                                 job.bulk_index)
+        return issuer.issue(session, payload_grant(settings, job.vo, job.owner, job.id, asked),
                             call.now)
 
-    issued = call.runtime.transaction(work)
-    return {"token": issued.token, "expires_at": iso(issued.expires_at),
-            "scope": " ".join(issued.scopes)}
+    return token_answer(call.runtime.transaction(work))

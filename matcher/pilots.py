@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from dataclasses import replace
 from datetime import UTC, datetime
 from functools import partial
@@ -18,11 +19,23 @@ from werkzeug.exceptions import MethodNotAllowed
 from matcher import schemas
 from matcher.api import JSON, Call, Param, endpoint
 from matcher.auth import ISSUER, OPERATOR, PILOT, USER, Principal
+from matcher.payloadtokens import (
+    PayloadGrant,
+    described_scopes,
+    payload_grant,
+    payload_token_issuer,
+    token_answer,
+)
 from matcher.problems import Problem
 from matcher.views import iso, pilot_summary
 from optimizers.chain import optimize_received, stored_description
 from optimizers.classads import expression_check
-from optimizers.description import JobDescription, JobDescriptionError, payload_fields
+from optimizers.description import (
+    ASKED_SCOPES,
+    JobDescription,
+    JobDescriptionError,
+    payload_fields,
+)
 from optimizers.queuework import queue_pools_and_waiting
 from pilot import protocol
 from pilot.protocol import ISOLATED_TAG, JobPayload
@@ -61,6 +74,7 @@ from taskqueue.queues.submitpools import get_submit_pools_for_queue
 from taskqueue.tokens import issue_token
 
 bp = Blueprint("pilots", __name__, url_prefix="/api/v1/pilots")
+log = logging.getLogger(__name__)
 
 
 def pilot_resource(principal: Principal, data: dict[str, Any]) -> Resource:
@@ -122,10 +136,19 @@ def match(call: Call) -> dict[str, Any]:
         if reason == NO_MATCH_NO_JOB:
             _judge_empty_answer(call, resource)
         return {"jobs": [], "no_match": {"reason": reason, "detail": detail}}
+    settings = call.runtime.settings
     payloads = []
+    grants: list[tuple[dict[str, Any], PayloadGrant]] = []
     for job in jobs:
         try:
-            payloads.append(payload(job).to_dict())
+            handed_out, asked = handed(job)
+            payloads.append(handed_out.to_dict())
+            if settings.tokens.payload_tokens:
+                if asked is None:  # stored before the asked scopes were stored with it
+                    asked = described_scopes(DESCRIPTIONS.get, job.description,
+                                             job.description_format, job.bulk_index)
+                grants.append((payloads[-1], payload_grant(settings, job.vo, job.owner,
+                                                           job.id, asked)))
         except Problem as exc:  # accepted by an earlier reader: failed, not drawn again
             call.runtime.transaction(partial(
                 fail_unreadable, job_id=job.id, pilot_reference=resource.pilot_reference,
@@ -137,9 +160,33 @@ def match(call: Call) -> dict[str, Any]:
             "reason": NO_MATCH_NO_JOB,
             "detail": "the jobs matched could not be read from their stored descriptions and "
                       "were failed"}}
+    if grants:
+        _first_tokens(call, grants)
     metrics.inc("gridpilot_match_requests_total", {"outcome": "matched"})
     metrics.inc("gridpilot_jobs_matched_total", {}, len(payloads))
     return {"jobs": payloads, "no_match": None}
+
+
+def _first_tokens(call: Call, grants: list[tuple[dict[str, Any], PayloadGrant]]) -> None:
+    """Put in each handed payload its first token (``token``, as the token endpoint answers:
+    the same issuer and scopes), so that its pilot need not ask for it. Issued in a
+    transaction of their own, after the claim: the claim commits in match_for_pilot (on
+    PostgreSQL grouped with other processes' claims on a connection in autocommit), and
+    issuing may write (a signing key made or rotated). The jobs are Matched to this pilot
+    by then, and the checks of the token endpoint hold (the pilot was not to stop when it
+    claimed them). A token that cannot be issued loses no job: the payloads go without
+    theirs, and their pilot asks the endpoint, as a pilot older than this answer does."""
+    issuer = payload_token_issuer(call.runtime)
+    try:
+        issued = call.runtime.transaction(
+            lambda session: [issuer.issue(session, grant, call.now) for _, grant in grants])
+    except Exception as exc:  # anything: the jobs are handed out without their tokens
+        log.warning("payloads of jobs %s handed out without their first token: %s",
+                    ", ".join(str(grant.job_id) for _, grant in grants), exc)
+        call.runtime.metrics.inc("gridpilot_answer_tokens_failed_total", {}, len(grants))
+        return
+    for (handed_out, _), token in zip(grants, issued, strict=True):
+        handed_out["token"] = token_answer(token)
 
 
 def _judge_empty_answer(call: Call, resource: Resource) -> None:
@@ -168,20 +215,31 @@ def payload(job: Any) -> JobPayload:
     """What a pilot needs to run ``job``: the fields stored from its description when it was
     read at submission or optimization (job_payloads), or for a job stored without them, its
     description read again."""
+    return handed(job)[0]
+
+
+def handed(job: Any) -> tuple[JobPayload, tuple[str, ...] | None]:
+    """:func:`payload`, and the scopes the job asks for its payload's token when they are
+    known without reading its description (stored with its payload, or read with it); None
+    for a payload stored before they were stored with it."""
     stored = job.payload
+    asked: tuple[str, ...] | None
     if stored is not None:
         fields = json.loads(stored)
+        scopes = fields.pop(ASKED_SCOPES, None)
+        asked = None if scopes is None else tuple(scopes)
     else:
         try:
-            fields = payload_fields(DESCRIPTIONS.get(job.description, job.description_format,
-                                                     job.bulk_index), job.id)
+            desc = DESCRIPTIONS.get(job.description, job.description_format, job.bulk_index)
+            fields = payload_fields(desc, job.id)
         except (JobDescriptionError, IndexError) as exc:  # stored text was accepted once
             raise Problem(500, f"job {job.id}'s stored description cannot be read: "
                           f"{exc}") from exc
+        asked = desc.token_scopes
     return JobPayload(
         job_id=job.id, vo=job.vo, owner=job.owner, owner_group=job.owner_group,
         job_type=job.job_type, description=job.description,
-        description_format=job.description_format, **fields)
+        description_format=job.description_format, **fields), asked
 
 
 class Descriptions:

@@ -32,6 +32,7 @@ from taskqueue.db.database import (
 from taskqueue.db.health import HealthProbe
 from taskqueue.files.sandboxstore import SandboxStore, open_store
 from taskqueue.pilots.pilotmatch import MatchDatabase, open_match_database
+from taskqueue.signingkeys import KeyCache
 
 T = TypeVar("T")
 EXTENSION = "gridpilot"
@@ -56,6 +57,8 @@ class Runtime:
     _rng: tuple[int, random.Random] | None = None
     #: Whether work each queue could run is waiting, as last found (optimizers.queuework).
     queue_work: QueueWork = field(default_factory=QueueWork)
+    #: The key the process signs payloads' tokens with, as last read (matcher.payloadtokens).
+    signing_keys: KeyCache = field(default_factory=KeyCache)
 
     def sandbox_store(self) -> SandboxStore:
         """Where sandbox bytes are kept ([sandboxes] settings), opened on first use."""

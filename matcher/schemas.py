@@ -56,6 +56,9 @@ RESOURCE = obj({
     "processors": COUNT, "memory": COUNT, "gpus": COUNT,
 }, ("vo",), closed=False)
 
+PAYLOAD_TOKEN = obj({"token": STRING, "expires_at": TIME, "scope": STRING},
+                    ("token", "expires_at", "scope"))
+
 JOB_PAYLOAD = obj({
     "job_id": ID, "vo": STRING, "owner": STRING, "owner_group": STRING, "job_type": STRING,
     "executable": STRING, "arguments": STRINGS,
@@ -66,6 +69,8 @@ JOB_PAYLOAD = obj({
     "stdin": nullable(STRING), "job_name": nullable(STRING), "description": STRING,
     "description_format": STRING,
     "extra": {"type": "object"},
+    # The payload's first token (as the token endpoint answers), when payloads get tokens.
+    "token": PAYLOAD_TOKEN,
 }, ("job_id", "vo", "owner", "owner_group", "job_type", "executable"))
 
 MATCH_REQUEST = obj({"resource": RESOURCE, "count": {"type": "integer", "minimum": 1}},
@@ -132,8 +137,6 @@ PILOT_FIELDS: dict[str, Schema] = {
     "isolation": nullable(STRING),
 }
 PILOT_REFERENCE = obj({"pilot_reference": NAME}, ("pilot_reference",))
-PAYLOAD_TOKEN = obj({"token": STRING, "expires_at": TIME, "scope": STRING},
-                    ("token", "expires_at", "scope"))
 OPENID_CONFIGURATION = obj({"issuer": STRING, "jwks_uri": STRING,
                             "id_token_signing_alg_values_supported": STRINGS,
                             "token_endpoint_auth_methods_supported": STRINGS,

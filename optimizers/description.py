@@ -144,10 +144,18 @@ def payload_fields(desc: JobDescription, job_id: int) -> dict[str, Any]:
         "extra": dict(desc.extra)}
 
 
+#: The key of the stored payload (:func:`payload_json`) that holds the scopes the job asks
+#: for its payload's token (``TokenScopes``): read for the first token of the match answer,
+#: never handed to the pilot. A payload stored without it (before it was stored) is older.
+ASKED_SCOPES = "token_scopes"
+
+
 def payload_json(desc: JobDescription, job_id: int) -> str:
-    """:func:`payload_fields` as compact JSON, as stored with the job (job_payloads) for the
-    match answer (ASCII: a lone surrogate of a text stays an escape)."""
-    return json.dumps(payload_fields(desc, job_id), separators=(",", ":"))
+    """:func:`payload_fields` and the scopes the job asks for (:data:`ASKED_SCOPES`) as
+    compact JSON, as stored with the job (job_payloads) for the match answer (ASCII: a lone
+    surrogate of a text stays an escape)."""
+    return json.dumps({**payload_fields(desc, job_id), ASKED_SCOPES: list(desc.token_scopes)},
+                      separators=(",", ":"))
 
 
 def _has_job_mark(desc: JobDescription) -> bool:

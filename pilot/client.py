@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import requests
@@ -50,6 +50,8 @@ class MatchAnswer:
     jobs: list[JobPayload]
     reason: str | None = None
     detail: str = ""
+    #: The first token of each job's payload the answer carried, by job id.
+    tokens: dict[int, str] = field(default_factory=dict)
 
 
 class MatcherClient:
@@ -81,7 +83,13 @@ class MatcherClient:
             no_match = answer.get("no_match") or {}
             if not isinstance(no_match, dict):
                 raise ValueError("no_match is not an object")
-            return MatchAnswer(jobs, no_match.get("reason"), str(no_match.get("detail", "")))
+            tokens = {}
+            for job, data in zip(jobs, answer["jobs"], strict=True):
+                token = _first_token_of(data.get("token"))
+                if token is not None:
+                    tokens[job.job_id] = token
+            return MatchAnswer(jobs, no_match.get("reason"), str(no_match.get("detail", "")),
+                               tokens)
 
         return self._call("POST", protocol.MATCH_PATH, read,
                           {"resource": dict(resource), "count": count})
@@ -198,6 +206,17 @@ class MatcherClient:
             raise TransientError(f"{method} {path}: the answer is not a JSON object",
                                  unreadable=True)
         return data
+
+
+def _first_token_of(given: Any) -> str | None:
+    """The payload's first token a job of the match answer carries, or None (none there, or
+    not one: the pilot then asks the token endpoint for it)."""
+    if not isinstance(given, dict):
+        return None
+    try:
+        return _token_of(given)
+    except (KeyError, ValueError):
+        return None
 
 
 def _token_of(answer: dict[str, Any]) -> str:

@@ -395,11 +395,13 @@ class Pilot:
                 return now + self.match_backoff.next_delay()
             self.match_backoff.reset()
             for job in answer.jobs:
-                self._start(job, now, limits, shutdown)
+                self._start(job, now, limits, shutdown, answer.tokens.get(job.job_id))
         return now
 
     def _start(self, job: protocol.JobPayload, now: float, limits: Limits,
-               shutdown: float | None) -> None:
+               shutdown: float | None, token: str | None = None) -> None:
+        """Start ``job`` (``token``: its payload's first token, when the match answer
+        carried one; else it is asked for)."""
         o = self.options
         cores = payload_cores(job.processors, self._free_cores())
         gpus = payload_gpus(job.gpus, o.gpus, self._held_gpus())
@@ -434,8 +436,8 @@ class Pilot:
                                     max_end=max_end, cpu_factor=limits.cpu_factor,
                                     machine_features=o.machine_features,
                                     base_env=os.environ, fresh=False,
-                                    token_file=self.payload_tokens.first(job.job_id,
-                                                                         directory),
+                                    token_file=self.payload_tokens.first(
+                                        job.job_id, directory, token),
                                     isolation=self.isolation,
                                     gpu_env=gpu_environment(gpus) if o.gpus else None)
         except OSError as exc:

@@ -1,6 +1,8 @@
 """Each payload's own token, in the file ``$BEARER_TOKEN_FILE`` names (WLCG bearer token
-discovery): fetched by the pilot with its own token before the payload starts, and replaced
-before it expires for as long as the payload runs (pilot.renewal's schedule).
+discovery): the first one carried by the match answer beside the job (or, from a matcher
+that did not put it there, fetched by the pilot with its own token before the payload
+starts), and replaced before it expires for as long as the payload runs (pilot.renewal's
+schedule).
 
 The file is in the payload's folder (``.bearer_token``, mode 0600), written whole and renamed
 into place, so that the payload never reads half a token; it is never packed into the output
@@ -96,13 +98,23 @@ class PayloadTokens:
         #: Why payloads get no token from this matcher ("" while they do).
         self.off = ""
 
-    def first(self, job_id: int, directory: Path) -> Path | None:
-        """The file the payload's token goes in, its first token fetched (None when the
-        matcher gives payloads no token). A token that is late is asked for again later:
-        the payload starts without it."""
+    def first(self, job_id: int, directory: Path, given: str | None = None) -> Path | None:
+        """The file the payload's token goes in, with its first token: ``given`` (the one the
+        match answer carried), else fetched (None when the matcher gives payloads no token).
+        A token that is late is asked for again later: the payload starts without it."""
+        token = PayloadToken(directory, wall=self._wall)
+        if given is not None:
+            self.off = ""  # the matcher gives payloads tokens (again)
+            try:
+                token.got(given)
+            except OSError as exc:  # the folder is not writable: asked for, as without one
+                log.warning("job %d: cannot write its payload's token: %s", job_id, exc,
+                            extra=concerning(job_id))
+                self._ask(job_id, token)
+            self.tokens[job_id] = token
+            return token.path
         if self.off:
             return None
-        token = PayloadToken(directory, wall=self._wall)
         self._ask(job_id, token)
         if self.off:
             return None

@@ -31,10 +31,32 @@ ALGORITHM = "ES256"
 
 @dataclass(frozen=True)
 class ActiveKey:
-    """The key that signs now: its id (the JWK thumbprint) and its private half (PEM)."""
+    """The key that signs now: its id (the JWK thumbprint), its private half (PEM), when it
+    began to sign, and whether this very call made it (stored by the caller's transaction,
+    not committed yet)."""
 
     kid: str
     private_pem: bytes
+    created_at: datetime
+    made: bool = False
+
+
+class KeyCache:
+    """The key a process signed with last, and until when it may sign with it without
+    reading the keys again (:meth:`keep`): a process's, shared by its threads (one tuple,
+    replaced whole)."""
+
+    def __init__(self) -> None:
+        self._held: tuple[ActiveKey, datetime] | None = None
+
+    def get(self, now: datetime) -> ActiveKey | None:
+        held = self._held
+        if held is None or not now < held[1]:
+            return None
+        return held[0]
+
+    def keep(self, key: ActiveKey, until: datetime) -> None:
+        self._held = (key, until)
 
 
 def _b64(data: bytes) -> str:
@@ -66,7 +88,7 @@ def _new_key(session: Session, secret: str, now: datetime) -> ActiveKey:
                            private_key=_fernet(secret).encrypt(pem).decode("ascii"),
                            created_at=now))
     session.flush()
-    return ActiveKey(jwk["kid"], pem)
+    return ActiveKey(jwk["kid"], pem, now, made=True)
 
 
 def signing_key(session: Session, *, secret: str, now: datetime, rotation: int,
@@ -77,7 +99,7 @@ def signing_key(session: Session, *, secret: str, now: datetime, rotation: int,
     if current is not None and now < current.created_at + timedelta(seconds=rotation):
         try:
             pem = _fernet(secret).decrypt(current.private_key.encode("ascii"))
-            return ActiveKey(current.kid, pem)
+            return ActiveKey(current.kid, pem, current.created_at)
         except InvalidToken:
             pass  # the secret changed: a new key signs, this one stays published a while
     for old in session.scalars(select(SigningKey).where(SigningKey.retired_at.is_(None))):

@@ -4,17 +4,23 @@ claims, narrowed scopes, refusals, and key rotation with tokens in flight."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import jwt
 from flask import Flask
+from sqlalchemy import select
 
 from taskqueue.core.settings import Settings
+from taskqueue.db.models import SigningKey, job_payloads_table
+from taskqueue.signingkeys import _fernet
 from tests.api.conftest import SECRET
 from tests.api.helpers import PILOT_REF, Api, assert_problem
+from tests.conftest import Database
 
 TOKEN = "/api/v1/pilots/jobs/{}/token"
 
@@ -140,3 +146,75 @@ def test_a_rotated_key_stays_published_while_its_tokens_live(
     published = [k["kid"] for k in api.ok("GET", "/.well-known/jwks.json", None)["keys"]]
     assert published == [kids[1], kids[0]]
     assert _verified(api, first)["job_id"] == _verified(api, second)["job_id"] == job_id
+
+
+def _first_token(job: dict[str, Any]) -> dict[str, Any]:
+    token: dict[str, Any] = job["token"]
+    assert set(token) == {"token", "expires_at", "scope"}
+    return token
+
+
+def test_the_match_answer_carries_each_payloads_first_token(
+        client: Api, user_token: str, pilot_token: str) -> None:
+    plain, narrow = (client.submit_jdl(user_token, jdl)[0] for jdl in (
+        '[ Executable = "/bin/true"; ]',
+        '[ Executable = "/bin/true"; TokenScopes = {"storage.read:/lhcb/data"}; ]'))
+    jobs = client.match(pilot_token, count=2, pilot_reference=PILOT_REF)["jobs"]
+    assert [j["job_id"] for j in jobs] == [plain, narrow]
+    scopes = []
+    for job in jobs:
+        given = _first_token(job)
+        claims = _verified(client, given["token"])
+        assert claims["sub"] == "alice" and claims["job_id"] == job["job_id"]
+        assert claims["wlcg.groups"] == ["/lhcb"]
+        assert given["scope"] == claims["scope"]
+        assert claims["exp"] - claims["iat"] == client.settings.tokens.payload_lifetime
+        scopes.append(claims["scope"])
+    assert scopes == ["storage.read:/ storage.create:/lhcb/user/alice",
+                      "storage.read:/lhcb/data"]
+    # The endpoint still renews it, with the same scopes.
+    again = _ask(client, pilot_token, narrow).get_json()
+    assert again["scope"] == "storage.read:/lhcb/data"
+
+
+def test_no_token_in_the_answer_of_a_service_without_payload_tokens(
+        make_app: Callable[[Settings], Flask], api_settings: Settings, user_token: str,
+        pilot_token: str) -> None:
+    settings = replace(api_settings, tokens=replace(api_settings.tokens, payload_tokens=False))
+    api = Api(make_app(settings).test_client(), settings, SECRET)
+    api.submit_jdl(user_token)
+    [job] = api.match(pilot_token, pilot_reference=PILOT_REF)["jobs"]
+    assert "token" not in job
+    assert api.ok("GET", "/.well-known/jwks.json", None) == {"keys": []}
+
+
+def test_a_payload_stored_without_its_asked_scopes_gets_them_from_its_description(
+        client: Api, db: Database, user_token: str, pilot_token: str) -> None:
+    """A job whose payload was stored before the asked scopes were stored with it: its
+    description says them."""
+    [job_id] = client.submit_jdl(
+        user_token, '[ Executable = "/bin/true"; TokenScopes = {"storage.read:/lhcb/data"}; ]')
+    table = job_payloads_table
+    with db.factory.begin() as s:
+        stored = json.loads(s.execute(select(table.c.payload).where(
+            table.c.job_id == job_id)).scalar_one())
+        assert stored.pop("token_scopes") == ["storage.read:/lhcb/data"]
+        s.execute(table.update().where(table.c.job_id == job_id).values(
+            payload=json.dumps(stored, separators=(",", ":"))))
+    [job] = client.match(pilot_token, pilot_reference=PILOT_REF)["jobs"]
+    assert "token_scopes" not in job
+    assert _verified(client, _first_token(job)["token"])["scope"] == "storage.read:/lhcb/data"
+
+
+def test_a_token_that_cannot_be_issued_does_not_lose_the_job(
+        client: Api, db: Database, user_token: str, pilot_token: str) -> None:
+    """The key that signs is unusable (its stored private half decrypts to no key): the job
+    is handed out without a token, and the pilot asks the endpoint as before."""
+    with db.factory.begin() as s:
+        s.add(SigningKey(kid="unusable", algorithm="ES256", public_jwk="{}",
+                         private_key=_fernet(SECRET).encrypt(b"no key").decode("ascii"),
+                         created_at=datetime.now(UTC)))
+    [job_id] = client.submit_jdl(user_token)
+    [job] = client.match(pilot_token, pilot_reference=PILOT_REF)["jobs"]
+    assert job["job_id"] == job_id and "token" not in job
+    assert client.job(user_token, job_id)["status"] == "Matched"

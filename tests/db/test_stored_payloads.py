@@ -108,7 +108,7 @@ def test_a_rescheduled_job_keeps_its_payload_and_old_ones_get_theirs(
     assert stored[old] == '{"executable":"x","arguments":[],"environment":{},' \
         '"cpu_time":86400,"processors":1,"memory":0,"gpus":0,"input_sandbox":[],' \
         '"output_sandbox":[],"stdout":null,"stderr":null,"stdin":null,"job_name":null,' \
-        '"container_image":null,"extra":{}}'
+        '"container_image":null,"extra":{},"token_scopes":[]}'
 
 
 def test_the_purge_removes_the_payload_with_its_job(db: Database, ctx: ChainContext,

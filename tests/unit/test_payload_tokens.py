@@ -95,3 +95,35 @@ def test_an_ended_payload_loses_its_token_file(tmp_path: Path) -> None:
     assert not path.exists()
     clock.now += 500
     tokens.renew(set())  # nothing left to renew, nothing asked
+
+
+def test_a_token_from_the_match_answer_is_written_without_asking(tmp_path: Path) -> None:
+    clock = Clock()
+    given = make_token(lifetime=100, now=clock.now)
+    renewed = make_token(lifetime=100, now=clock.now + 90)
+    matcher = Matcher(renewed)
+    tokens = PayloadTokens(matcher, wall=clock)
+    path = tokens.first(7, tmp_path, given=given)
+    assert path == tmp_path / ".bearer_token"
+    assert path.read_text().strip() == given
+    assert path.stat().st_mode & 0o777 == 0o600
+    tokens.renew({7})
+    assert matcher.asked == []
+    clock.now += 90  # its renewal, through the endpoint as before
+    tokens.renew({7})
+    assert matcher.asked == [7]
+    assert path.read_text().strip() == renewed
+
+
+def test_a_token_in_the_answer_is_used_even_after_a_matcher_said_none(tmp_path: Path) -> None:
+    """A matcher that gives payloads tokens again (its settings changed) and says so by the
+    tokens of its answers."""
+    clock = Clock()
+    matcher = Matcher(RefusedError(404, "this service gives payloads no tokens"))
+    tokens = PayloadTokens(matcher, wall=clock)
+    assert tokens.first(7, tmp_path / "a") is None
+    (tmp_path / "b").mkdir()
+    given = make_token(lifetime=100, now=clock.now)
+    path = tokens.first(8, tmp_path / "b", given=given)
+    assert path is not None and path.read_text().strip() == given
+    assert matcher.asked == [7] and not tokens.off

@@ -118,7 +118,7 @@ def test_the_job_id_marks_are_the_job_s_own() -> None:
     assert "%j" not in json.dumps(fields)
 
 
-def test_the_stored_payload_is_compact_json_of_the_payload_fields_only() -> None:
+def test_the_stored_payload_is_compact_json_of_the_payload_fields_and_asked_scopes() -> None:
     [submission] = submissions_from_text(EXTRA_TEXTS["unicode.jdl"], "jdl")
     stored = payload_json(submission.description, 1)
     assert ": " not in stored and ", " not in stored.replace('", "', "")
@@ -126,4 +126,4 @@ def test_the_stored_payload_is_compact_json_of_the_payload_fields_only() -> None
     assert set(json.loads(stored)) == {
         "executable", "arguments", "environment", "cpu_time", "processors", "memory", "gpus",
         "input_sandbox", "output_sandbox", "stdout", "stderr", "stdin", "job_name",
-        "container_image", "extra"}
+        "container_image", "extra", "token_scopes"}
