@@ -395,8 +395,9 @@ def recompute(url: str, backend: str, queues: int, settings: Settings) -> None:
 
 def analyze(url: str, backend: str, *, vacuum: bool) -> None:
     """Refresh the planner statistics after the load, as autovacuum would in a running system;
-    on PostgreSQL also VACUUM (the load leaves every row it moved between statuses dead)."""
-    engine = make_engine(url)
+    on PostgreSQL also VACUUM (the load leaves every row it moved between statuses dead).
+    No statement timeout: at ten million jobs it takes minutes."""
+    engine = make_engine(url, statement_timeout=0)
     try:
         with engine.connect() as conn:
             if backend == "postgresql":
