@@ -7,21 +7,24 @@ import time
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select, update
 
 from taskqueue.core.errors import InvalidInputError
 from taskqueue.core.settings import Settings
-from taskqueue.db.models import DirectorQueue, Job, Pilot
+from taskqueue.db.models import DirectorQueue, Job, Pilot, history_table
 from taskqueue.pilots.records import (
     PILOT_STATES,
     PilotInfo,
     failed_start_streak,
     idle_pilot_streak,
+    last_pilot_report,
     lock_director_queue,
     record_new_pilots,
+    record_run,
     record_submission,
     register_pilot,
     retry_queue,
+    runs_of_pilot,
     set_pilot_status,
     starts_stopped,
     stop_for_failed_starts,
@@ -212,3 +215,48 @@ def test_failed_starts_stop_the_queue_until_a_pilot_reaches_the_matcher_or_a_ret
         retry_queue(s, *key, by="olga", now=later + timedelta(seconds=1))
         assert starts_stopped(s, state) == ""
         assert failed_start_streak(s, *key, length=3) == []
+
+
+def _held_by(db: Database, holders: dict[int, str]) -> None:
+    with db.factory.begin() as s:
+        for job_id, reference in holders.items():
+            s.execute(update(Job).where(Job.id == job_id).values(pilot_reference=reference))
+
+
+def test_a_pilots_runs_are_the_jobs_it_holds_and_those_it_started_newest_first(
+        db: Database, settings: Settings, now: datetime) -> None:
+    with db.factory.begin() as s:
+        ids = submit(s, settings, now, [requirements() for _ in range(6)])
+        (theirs,) = submit(s, settings, now, [requirements(vo="belle")])
+    a, b, c, d, e, f = ids
+    _held_by(db, {a: "p-1", b: "p-1", c: "p-2", d: "p-1", e: "p-2", theirs: "p-1"})
+    with db.factory.begin() as s:
+        record_run(s, "lhcb", "p-1", c, now=now)  # rescheduled to p-2 since
+        record_run(s, "lhcb", "p-1", d, now=now)  # still held: listed once
+        record_run(s, "lhcb", "p-2", f, now=now)
+    with db.factory() as s:
+        assert [j.id for j in runs_of_pilot(s, "lhcb", "p-1")] == [d, c, b, a]
+        assert [j.id for j in runs_of_pilot(s, "lhcb", "p-1", limit=3)] == [d, c, b]
+        assert [j.id for j in runs_of_pilot(s, "lhcb", "p-1", limit=1)] == [d]
+        assert [j.id for j in runs_of_pilot(s, "lhcb", "p-2")] == [f, e, c]
+        assert [j.id for j in runs_of_pilot(s, "belle", "p-1")] == [theirs]
+        assert runs_of_pilot(s, "lhcb", "p-3") == []
+
+
+def test_a_pilots_last_report_is_its_newest_change_on_a_job_it_holds(
+        db: Database, settings: Settings, now: datetime) -> None:
+    with db.factory.begin() as s:
+        a, b, c = submit(s, settings, now, [requirements() for _ in range(3)])
+    _held_by(db, {a: "p-1", b: "p-1", c: "p-2"})
+    with db.factory.begin() as s:
+        assert last_pilot_report(s, "lhcb", "p-1") is None
+        for job_id, status, source in ((b, "Running", "pilot"), (a, "Running", "pilot"),
+                                       (a, "Stalled", "watchdog"), (c, "Done", "pilot")):
+            s.execute(insert(history_table).values(job_id=job_id, at=now, status=status,
+                                                   minor_status="", source=source))
+    with db.factory() as s:
+        report = last_pilot_report(s, "lhcb", "p-1")
+        assert report is not None and (report.job_id, report.status) == (a, "Running")
+        other = last_pilot_report(s, "lhcb", "p-2")
+        assert other is not None and (other.job_id, other.status) == (c, "Done")
+        assert last_pilot_report(s, "belle", "p-1") is None
