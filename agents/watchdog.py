@@ -16,7 +16,8 @@ One cycle (:func:`watch_jobs`), with the lease settings of ``[agents]``:
    pilot has that long to speak again);
 5. a Waiting job that the pilots of no configured queue could run gets a minor status that
    says so (taskqueue.queues.unrunnable), and is failed after ``unrunnable_timeout`` when that
-   is set.
+   is set: the waiting jobs are read a window at a time until ``UNRUNNABLE_SECONDS`` into the
+   turn, the next turn going on where this one stopped.
 
 A rescheduled job is Received again and goes through the optimizer chain in the same
 transaction, so it is Waiting (or Failed with the chain's reason) when the batch commits.
