@@ -36,6 +36,9 @@ class AgentContext:
     metrics_judge: Callable[[str], tuple[int, str] | None] | None = None
     clock: Callable[[], datetime] = utcnow
     log: logging.Logger = field(default_factory=lambda: logging.getLogger("agents"))
+    #: Where the watchdog's walk over the waiting jobs resumes at its next turn (a job id;
+    #: taskqueue.queues.unrunnable).
+    unrunnable_after: int = 0
     _resources: tuple[float, ResourcesConfig] | None = None
     _catalogue: ReplicaCatalogue | None = None
 

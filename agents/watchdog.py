@@ -16,7 +16,8 @@ One cycle (:func:`watch_jobs`), with the lease settings of ``[agents]``:
    pilot has that long to speak again);
 5. a Waiting job that the pilots of no configured queue could run gets a minor status that
    says so (taskqueue.queues.unrunnable), and is failed after ``unrunnable_timeout`` when that
-   is set.
+   is set: the waiting jobs are read a window at a time until ``UNRUNNABLE_SECONDS`` into the
+   turn, the next turn going on where this one stopped.
 
 A rescheduled job is Received again and goes through the optimizer chain in the same
 transaction, so it is Waiting (or Failed with the chain's reason) when the batch commits.
@@ -51,9 +52,10 @@ S = JobStatus
 
 #: Jobs one transaction handles at most.
 BATCH = 200
-#: Seconds of a turn after which no more batch of unrunnable jobs (taskqueue.queues.unrunnable.BATCH
-#: each) is started: the rest waits for the next turn.
-UNRUNNABLE_SECONDS = 5.0
+#: Seconds into a turn after which no more window of waiting jobs is read for the minor status
+#: saying whether a queue can run them (taskqueue.queues.unrunnable, bounded each): the rest
+#: waits for the next turn, which resumes where this one stopped.
+UNRUNNABLE_SECONDS = 4.0
 
 Select = Callable[[Session, int], list[SilentJob]]
 Handle = Callable[[Session, list[SilentJob]], Counter[str]]
@@ -62,6 +64,7 @@ Handle = Callable[[Session, list[SilentJob]], Counter[str]]
 def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     """One watchdog cycle; returns a one-line summary of what it did."""
     now = ctx.now()
+    stop_at = time.monotonic() + UNRUNNABLE_SECONDS
     lease = ctx.settings.agents
     max_reschedules = ctx.settings.taskqueue.max_reschedules
     totals: Counter[str] = Counter()
@@ -113,12 +116,12 @@ def watch_jobs(ctx: AgentContext, *, batch: int = BATCH) -> str:
     known, (runnable, directed) = ctx.transaction(lambda s: (
         task_queue_ids(s), runnable_task_queues(s, config, vos_at_work(s))))
     unrunnable = UnrunnableOutcome(0, 0, 0)
-    stop_at = time.monotonic() + UNRUNNABLE_SECONDS
-    while True:  # a batch a transaction, for a few seconds; the rest next turn
+    while True:  # a window a transaction, for a few seconds; the rest next turn
         step = ctx.transaction(lambda s: mark_unrunnable(
             s, runnable, now=now, fail_after=lease.unrunnable_timeout, known=known,
-            directed=directed))
+            directed=directed, after=ctx.unrunnable_after))
         unrunnable += step
+        ctx.unrunnable_after = step.after
         if not step.more or time.monotonic() >= stop_at:
             break
     return (f"{totals['stalled']} stalled, {totals['rescheduled']} rescheduled, "

@@ -148,9 +148,10 @@ class Job(Base):
         Index(None, "site", "id"),
         Index(None, "owner_group", "id"),
         Index(None, "pilot_reference"),
-        # The Waiting jobs no configured queue can run (taskqueue.queues.unrunnable), looked up at
-        # every watchdog turn: where the database has partial indexes (PostgreSQL, SQLite),
-        # an index of only them; MariaDB reads the Waiting jobs instead.
+        # The Waiting jobs no configured queue can run (taskqueue.queues.unrunnable): where the
+        # database has partial indexes (PostgreSQL, SQLite), an index of only them. The
+        # watchdog no longer reads it (it walks task_queue_jobs a window at a time); a query
+        # for that minor status still may.
         Index("ix_jobs_unrunnable", "id", postgresql_where=text(UNRUNNABLE_PREDICATE),
               sqlite_where=text(UNRUNNABLE_PREDICATE),
               info={"dialects": ("postgresql", "sqlite")}),

@@ -9,13 +9,16 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
+from agents import watchdog
 from agents.context import AgentContext
 from agents.watchdog import watch_jobs
 from taskqueue.core.settings import ResourcesSettings, Settings
-from taskqueue.core.states import NO_QUEUE_MINOR_STATUS
+from taskqueue.core.states import NO_DIRECTOR_MINOR_STATUS, NO_QUEUE_MINOR_STATUS
 from taskqueue.db.models import Job, TaskQueue, TaskQueueJob
+from taskqueue.queues import unrunnable
 from taskqueue.queues.jobs import job_history
 from taskqueue.queues.taskqueues import WAITING_MINOR_STATUS
 from taskqueue.queues.unrunnable import UnrunnableOutcome, mark_unrunnable
@@ -172,6 +175,59 @@ def test_a_turn_takes_them_in_batches_and_reads_no_job_per_job(
     assert turn(set(), later + timedelta(hours=1), fail_after=3600) == UnrunnableOutcome(
         0, 0, 1, False)
     assert {_job(db, j)[0] for j in jobs} == {"Failed"}
+
+
+def test_a_call_reads_one_window_of_queue_rows_and_the_next_resumes_after_it(
+        db: Database, settings: Settings, now: datetime) -> None:
+    """What one call reads does not grow with the waiting jobs: ``window`` queue rows from
+    where the last call stopped, the jobs read by their primary key; the walk starts again
+    from the first once it reached the last row. Jobs of queues no queue with an Executor can
+    run are said so a window at a time too."""
+    with db.factory.begin() as s:
+        jobs = submit(s, settings, now, [requirements(cpu_time=600) for _ in range(5)])
+    with db.factory() as s:
+        queues = set(s.scalars(select(TaskQueue.id)))
+
+    def call(after: int, window: int = 2) -> UnrunnableOutcome:
+        with db.factory.begin() as s:
+            return mark_unrunnable(s, queues, now=now, fail_after=0, directed=set(),
+                                   after=after, window=window)
+
+    first = call(0)
+    assert (first.undirected, first.more, first.after) == (2, True, jobs[1])
+    assert [_job(db, j)[1] for j in jobs].count(NO_DIRECTOR_MINOR_STATUS) == 2
+    second = call(first.after)
+    assert (second.undirected, second.more, second.after) == (2, True, jobs[3])
+    last = call(second.after)
+    assert (last.undirected, last.more, last.after) == (1, False, 0)
+    assert {_job(db, j)[1] for j in jobs} == {NO_DIRECTOR_MINOR_STATUS}
+    # Nothing left to change: a call still reads one window only, and says where it stopped.
+    again = call(0)
+    assert (again.undirected, again.more, again.after) == (0, True, jobs[1])
+    # A full batch of one kind stops the window there: the next call resumes at the job left.
+    with db.factory.begin() as s:
+        cut = mark_unrunnable(s, queues, now=now, fail_after=0, limit=1, window=10)
+    assert (cut.cleared, cut.more, cut.after) == (1, True, jobs[1] - 1)
+
+
+def test_the_watchdog_resumes_its_walk_at_the_next_turn(
+        db: Database, settings: Settings, tmp_path: Path, now: datetime,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn reads windows of waiting jobs for a few seconds only (here none beyond the
+    first): the next turn of the same watchdog goes on from where it stopped."""
+    settings = _settings(settings, tmp_path)
+    with db.factory.begin() as s:
+        jobs = submit(s, settings, now, [requirements(cpu_time=86_400) for _ in range(3)])
+    monkeypatch.setattr(watchdog, "UNRUNNABLE_SECONDS", 0.0)
+    monkeypatch.setattr(unrunnable, "WINDOW", 2)
+    ctx = AgentContext(settings=settings, factory=db.factory, clock=lambda: now)
+    assert ", 2 waiting jobs no queue can run" in watch_jobs(ctx)
+    assert ctx.unrunnable_after == jobs[1]
+    assert [_job(db, j)[1] for j in jobs] == [NO_QUEUE_MINOR_STATUS] * 2 + [
+        WAITING_MINOR_STATUS]
+    assert ", 1 waiting jobs no queue can run" in watch_jobs(ctx)
+    assert ctx.unrunnable_after == 0
+    assert {_job(db, j)[1] for j in jobs} == {NO_QUEUE_MINOR_STATUS}
 
 
 def test_a_queue_made_after_the_runnable_ones_were_read_is_left_alone(
