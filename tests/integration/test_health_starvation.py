@@ -28,17 +28,25 @@ SECRET = "health-starvation-test-secret-0123456789"
 TRICKLE = 0.3
 
 
-@pytest.fixture()
-def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+@contextmanager
+def sqlite_matcher(tmp_path: Path, secret: str) -> Iterator[str]:
+    """``gridpilot serve`` (one worker) on a fresh SQLite database in ``tmp_path``, with the
+    settings the environment gives; its base URL."""
     url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
     engine = make_engine(url)
     schema.upgrade(engine)
     engine.dispose()
     work = tmp_path / "work"
     work.mkdir()
-    monkeypatch.setenv("GRIDPILOT_MATCHER_STARVED_AFTER", "2")
-    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
+    with matcher_server(url, secret, ROOT / "conf" / "resources.toml", work,
                         workers=1) as base:
+        yield base
+
+
+@pytest.fixture()
+def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    monkeypatch.setenv("GRIDPILOT_MATCHER_STARVED_AFTER", "2")
+    with sqlite_matcher(tmp_path, SECRET) as base:
         yield base
 
 

@@ -49,13 +49,16 @@ def grid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Grid]:
         yield Grid(base, tmp_path)
 
 
-def test_a_payload_reads_its_owners_token_and_finds_it_renewed(grid: Grid,
-                                                              tmp_path: Path) -> None:
+def _run_reader(grid: Grid, tmp_path: Path, reader: str, attributes: str = ""
+                ) -> tuple[int, Path]:
+    """Submit a job that runs ``reader`` (a script given its output folder; ``attributes``:
+    more JDL attributes), run it to Done on one pilot; its id and output folder."""
     script = tmp_path / "reader.py"
-    script.write_text(READER, encoding="utf-8")
+    script.write_text(reader, encoding="utf-8")
     out = tmp_path / "out"
     out.mkdir()
-    jdl = f'[ Executable = "{sys.executable}"; Arguments = "{script} {out}"; CPUTime = 600 ]'
+    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {out}"; {attributes}'
+           'CPUTime = 600 ]')
     response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(), timeout=30,
                               headers={"Content-Type": "text/plain"})
     assert response.status_code == 201, response.text
@@ -63,6 +66,12 @@ def test_a_payload_reads_its_owners_token_and_finds_it_renewed(grid: Grid,
     code, log = _finish(grid.pilot("--cores", "1", "--idle-timeout", "3"), timeout=120)
     assert code == 0, log
     assert grid.job(job_id)["status"] == "Done", log
+    return job_id, out
+
+
+def test_a_payload_reads_its_owners_token_and_finds_it_renewed(grid: Grid,
+                                                              tmp_path: Path) -> None:
+    job_id, out = _run_reader(grid, tmp_path, READER)
     where, mode = (out / "where").read_text().split()
     assert where == str(grid.tmp / "work" / f"job_{job_id}" / ".bearer_token")
     assert mode == "0o600"
@@ -122,19 +131,8 @@ def _requests_served(grid: Grid) -> dict[str, float]:
 def test_a_payload_finds_its_first_token_without_a_token_request(backend_grid: Grid,
                                                                 tmp_path: Path) -> None:
     grid = backend_grid
-    script = tmp_path / "first_reader.py"
-    script.write_text(FIRST_READER, encoding="utf-8")
-    out = tmp_path / "out"
-    out.mkdir()
-    jdl = (f'[ Executable = "{sys.executable}"; Arguments = "{script} {out}"; CPUTime = 600; '
-           'TokenScopes = {"storage.read:/lhcb/data"} ]')
-    response = grid.user.post(f"{grid.base}/api/v1/jobs", data=jdl.encode(), timeout=30,
-                              headers={"Content-Type": "text/plain"})
-    assert response.status_code == 201, response.text
-    [job_id] = response.json()["job_ids"]
-    code, log = _finish(grid.pilot("--cores", "1", "--idle-timeout", "3"), timeout=120)
-    assert code == 0, log
-    assert grid.job(job_id)["status"] == "Done", log
+    job_id, out = _run_reader(grid, tmp_path, FIRST_READER,
+                              'TokenScopes = {"storage.read:/lhcb/data"}; ')
     token = (out / "first").read_text().strip()
     config = requests.get(f"{grid.base}/.well-known/openid-configuration", timeout=30).json()
     keys = {k["kid"]: k for k in requests.get(config["jwks_uri"], timeout=30).json()["keys"]}

@@ -19,11 +19,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from gridpilot import schema
-from gridpilot.devserver import matcher_server
-from taskqueue.db.database import make_engine
+from tests.integration.test_health_starvation import sqlite_matcher
 
-ROOT = Path(__file__).resolve().parents[2]
 SECRET = "read-deadline-test-secret-0123456789abcd"
 #: The deadline the server is given, in seconds.
 READ_TIMEOUT = 3.0
@@ -39,16 +36,9 @@ KEEPALIVE = 2.0
 
 @pytest.fixture()
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    url = f"sqlite:///{tmp_path / 'gridpilot.db'}"
-    engine = make_engine(url)
-    schema.upgrade(engine)
-    engine.dispose()
-    work = tmp_path / "work"
-    work.mkdir()
     monkeypatch.setenv("GRIDPILOT_MATCHER_READ_TIMEOUT", str(READ_TIMEOUT))
     monkeypatch.setenv("GRIDPILOT_MATCHER_THREADS", str(THREADS))
-    with matcher_server(url, SECRET, ROOT / "conf" / "resources.toml", work,
-                        workers=1) as base:
+    with sqlite_matcher(tmp_path, SECRET) as base:
         yield base
 
 
